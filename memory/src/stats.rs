@@ -1,0 +1,95 @@
+//! Readings from `/proc`: process RSS (with its anonymous / file / shared-memory parts) and
+//! system-wide `Shmem`, `MemTotal`, `MemAvailable`. Used by tests, the ledger and the bench.
+
+use crate::error::{MemoryError, Result};
+
+/// The parts of this process's resident set (`/proc/self/status`), in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RssBreakdown {
+    /// `VmRSS`: everything.
+    pub total: u64,
+    /// `RssAnon`: private anonymous memory (CPU backups and snapshots live here).
+    pub anon: u64,
+    /// `RssFile`: file mappings.
+    pub file: u64,
+    /// `RssShmem`: shared memory (memfd regions live here).
+    pub shmem: u64,
+}
+
+/// `VmRSS` of this process in bytes.
+pub fn process_rss_bytes() -> Result<u64> {
+    Ok(process_rss()?.total)
+}
+
+/// This process's RSS and its parts.
+pub fn process_rss() -> Result<RssBreakdown> {
+    const PATH: &str = "/proc/self/status";
+    let text = read(PATH, "VmRSS")?;
+    Ok(RssBreakdown {
+        total: field_kb(&text, PATH, "VmRSS")?,
+        anon: field_kb(&text, PATH, "RssAnon")?,
+        file: field_kb(&text, PATH, "RssFile")?,
+        shmem: field_kb(&text, PATH, "RssShmem")?,
+    })
+}
+
+/// System-wide shared memory (`Shmem` in `/proc/meminfo`) in bytes.
+pub fn system_shmem_bytes() -> Result<u64> {
+    meminfo_bytes("Shmem")
+}
+
+/// `MemAvailable` in bytes.
+pub fn mem_available_bytes() -> Result<u64> {
+    meminfo_bytes("MemAvailable")
+}
+
+/// One `kB` field of `/proc/meminfo`, in bytes.
+pub(crate) fn meminfo_bytes(field: &'static str) -> Result<u64> {
+    const PATH: &str = "/proc/meminfo";
+    field_kb(&read(PATH, field)?, PATH, field)
+}
+
+fn read(path: &'static str, field: &'static str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| MemoryError::Proc {
+        path,
+        field,
+        reason: e.to_string(),
+    })
+}
+
+fn field_kb(text: &str, path: &'static str, field: &'static str) -> Result<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))
+        .ok_or_else(|| MemoryError::Proc {
+            path,
+            field,
+            reason: "field missing".into(),
+        })?;
+    let num = line.split_whitespace().nth(1).unwrap_or("");
+    let kb: u64 = num.parse().map_err(|_| MemoryError::Proc {
+        path,
+        field,
+        reason: format!("cannot parse `{line}`"),
+    })?;
+    Ok(kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kb_fields_exactly() {
+        let t = "Shmem:      8788 kB\nShmemHugePages:   2 kB\n";
+        assert_eq!(field_kb(t, "x", "Shmem").unwrap(), 8788 * 1024);
+        assert!(field_kb(t, "x", "Missing").unwrap_err().to_string().contains("field missing"));
+    }
+
+    #[test]
+    fn reads_this_machine() {
+        let r = process_rss().unwrap();
+        assert!(r.total > 0 && r.total >= r.anon);
+        assert!(system_shmem_bytes().is_ok());
+    }
+}

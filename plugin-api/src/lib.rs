@@ -1,0 +1,50 @@
+//! `tandem-plugin-api`: the stable ABI between the Tandem host and its plugins.
+//!
+//! This is the **only** crate shared by the host and plugins; its crate version is the ABI
+//! version that abi_stable checks at load time, and [`API_LEVEL`] is a second, finer version
+//! with named capability thresholds (the rust-analyzer proc-macro convention).
+//!
+//! Layers, from the wire up:
+//! - [`error`]: the error record `{code, message, help}` every call returns on failure.
+//! - [`types`]: FFI-safe data (token batches, sampling params, results, weight updates, stats).
+//! - [`caps`]: what a plugin declares about its components before anything runs.
+//! - [`traits`]: the `#[sabi_trait]` role traits and the [`traits::HostServices`] handle.
+//! - [`module`]: the append-only root module every plugin library exports.
+//! - [`sdk`]: what plugin authors write against: plain Rust traits, the panic guard, and
+//!   [`export_plugin!`].
+//!
+//! No `String`, `Vec`, `Result`, `dyn`, tokio or cudarc type crosses the boundary: only the
+//! `R*` types of abi_stable and `#[repr(C)]`/`#[repr(u8)]` types deriving `StableAbi`.
+
+pub mod caps;
+pub mod error;
+pub mod module;
+pub mod sdk;
+pub mod traits;
+pub mod types;
+
+pub use abi_stable;
+pub use inventory;
+pub use abi_stable::std_types::{ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec};
+pub use caps::{BridgeMode, Capabilities, ComponentDecl, ComponentKind, PluginManifest};
+pub use error::{ErrorCode, PResult, PluginError};
+pub use module::{PluginModule, PluginModuleRef};
+pub use traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
+pub use types::*;
+
+/// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
+/// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
+/// the named thresholds below.
+pub const API_LEVEL: u32 = api_level::BASE;
+
+/// Oldest plugin API level this host build still drives.
+pub const MIN_API_LEVEL: u32 = api_level::BASE;
+
+/// Named API-level thresholds.
+pub mod api_level {
+    /// Engines, trainers, bridges, host services (logging, cancellation, memory, transport).
+    pub const BASE: u32 = 1;
+}
+
+/// Version of this crate, i.e. the ABI version a plugin was built against.
+pub const ABI_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,153 @@
+//! The `#[sabi_trait]` role traits crossing the ABI, and the host-services handle.
+//!
+//! Plugins do not implement these directly: they implement the plain Rust traits of
+//! [`crate::sdk`], whose adapters implement these with a panic guard around every call, so no
+//! panic ever unwinds into `extern "C"` code. The host only ever sees the `*_TO` trait objects.
+//!
+//! Evolution is append-only: new methods go after the one marked `#[sabi(last_prefix_field)]`
+//! and raise [`crate::API_LEVEL`].
+
+// The sabi_trait macro generates items without docs and a non-local impl; both are generated
+// code we do not control.
+#![allow(missing_docs, non_local_definitions)]
+
+use crate::error::PResult;
+use crate::types::{
+    CheckpointInfo, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, LogLevel,
+    Metric, PauseMode, RegionInfo, RegionRequest, TrainBatch, TrainerInfo, UpdateKind,
+    UpdateReport, WeightUpdate, WhichWeights,
+};
+use abi_stable::sabi_trait;
+use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
+
+/// An inference engine: generation, pause/flush/release, weight updates, adapters.
+///
+/// Methods take `&self`: an engine serves concurrent callers (the host pauses an engine from
+/// one thread while another thread waits in `generate`), so implementations synchronise
+/// internally.
+#[sabi_trait]
+pub trait InferenceEngine: Send + Sync {
+    /// Brings the engine up (launch servers, allocate weights and KV cache).
+    fn start(&self) -> PResult<()>;
+    /// Reports readiness and the weight version served.
+    fn health(&self) -> PResult<EngineHealth>;
+    /// Stops the engine and frees everything it holds.
+    fn shutdown(&self) -> PResult<()>;
+    /// Completes a batch of token-id prompts.
+    fn generate(&self, request: GenerateRequest) -> PResult<GenerateResponse>;
+    /// Logprob of every token after the first of each sequence under the served weights.
+    fn score(&self, sequences: RVec<RVec<u32>>) -> PResult<RVec<RVec<f32>>>;
+    /// Stops taking new work; in-flight requests are handled per `mode`.
+    fn pause_generation(&self, mode: PauseMode) -> PResult<()>;
+    /// Resumes after `pause_generation`.
+    fn continue_generation(&self) -> PResult<()>;
+    /// Drops cached prefixes / KV entries (engine must be paused).
+    fn flush_cache(&self) -> PResult<()>;
+    /// Frees the memory of the given tags, keeping what is needed to resume.
+    fn release_memory(&self, tags: RVec<RString>) -> PResult<()>;
+    /// Brings back the memory of the given tags.
+    fn resume_memory(&self, tags: RVec<RString>) -> PResult<()>;
+    /// Applies a weight update of a declared kind.
+    fn apply_weight_update(&self, update: WeightUpdate) -> PResult<UpdateReport>;
+    /// Loads a PEFT LoRA adapter from `dir` under `name`.
+    fn load_adapter(&self, name: RString, dir: RString) -> PResult<()>;
+    /// Unloads the adapter loaded under `name`.
+    fn unload_adapter(&self, name: RString) -> PResult<()>;
+    /// Self-reported statistics.
+    #[sabi(last_prefix_field)]
+    fn stats(&self) -> PResult<ComponentStats>;
+}
+
+/// A trainer: logprobs, train steps, snapshots, checkpoints, weight export, offload.
+#[sabi_trait]
+pub trait Trainer: Send {
+    /// Loads the model and optimizer; reports sizes and the weight version.
+    fn init(&mut self) -> PResult<TrainerInfo>;
+    /// Logprobs of each sequence's completion tokens under `which` weights.
+    fn compute_logprobs(
+        &mut self,
+        batch: TrainBatch,
+        which: WhichWeights,
+    ) -> PResult<RVec<RVec<f32>>>;
+    /// One optimiser step on `batch`; returns metrics such as `loss` and `grad_norm`.
+    fn train_step(&mut self, batch: TrainBatch) -> PResult<RVec<Metric>>;
+    /// Saves the current weights (and optimizer state) as a named snapshot.
+    fn snapshot(&mut self, name: RString) -> PResult<()>;
+    /// Makes a named snapshot the current weights.
+    fn restore(&mut self, name: RString) -> PResult<()>;
+    /// Writes a checkpoint into `dir`.
+    fn save_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo>;
+    /// Loads a checkpoint from `dir`.
+    fn load_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo>;
+    /// Produces a weight update of the given kind for the engine side.
+    fn export_weight_update(&mut self, kind: UpdateKind) -> PResult<WeightUpdate>;
+    /// Frees the memory of the given tags (kept resumable).
+    fn offload(&mut self, tags: RVec<RString>) -> PResult<()>;
+    /// Brings back the memory of the given tags.
+    fn onload(&mut self, tags: RVec<RString>) -> PResult<()>;
+    /// Self-reported statistics.
+    #[sabi(last_prefix_field)]
+    fn stats(&self) -> PResult<ComponentStats>;
+}
+
+/// A weight bridge: the two halves of a sync.
+///
+/// The trainer side turns what the trainer exported into what travels (e.g. an atomically
+/// written checkpoint, a region key); the engine side turns what arrived into what the
+/// engine's `apply_weight_update` takes. The kind both halves carry is declared in the
+/// bridge's [`crate::Capabilities::update_kinds`].
+#[sabi_trait]
+pub trait WeightBridge: Send + Sync {
+    /// Trainer-side half: runs in the trainer's process.
+    fn trainer_side(&self, exported: WeightUpdate) -> PResult<WeightUpdate>;
+    /// Engine-side half: runs in the engine's process.
+    #[sabi(last_prefix_field)]
+    fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate>;
+}
+
+/// Services the host hands to every plugin at construction.
+///
+/// Memory and transport calls return [`crate::ErrorCode::NotAvailable`] in a process where
+/// the host has not set up a memory manager or a communicator (for example while a plugin is
+/// only being listed); the error says so.
+#[sabi_trait]
+pub trait HostServices: Send + Sync + Clone {
+    /// Writes a log line into the host's `tracing` output.
+    fn log(&self, level: LogLevel, target: RStr<'_>, message: RStr<'_>);
+    /// `true` once the host asked everything to stop.
+    fn is_cancelled(&self) -> bool;
+    /// Allocates a tagged region from this process's memory manager.
+    fn alloc_region(&self, request: RegionRequest) -> PResult<RegionInfo>;
+    /// Frees a region.
+    fn free_region(&self, id: u64) -> PResult<()>;
+    /// Maps a region another process shared under `key`.
+    fn attach_region(&self, key: RString) -> PResult<RegionInfo>;
+    /// Pauses every region with one of `tags` (memory freed, address kept).
+    fn pause_tags(&self, tags: RVec<RString>) -> PResult<()>;
+    /// Resumes every region with one of `tags`.
+    fn resume_tags(&self, tags: RVec<RString>) -> PResult<()>;
+    /// Copies every region with one of `tags` into a named snapshot.
+    fn snapshot(&self, name: RString, tags: RVec<RString>) -> PResult<()>;
+    /// Copies a named snapshot back into its regions.
+    fn restore(&self, name: RString) -> PResult<()>;
+    /// Drops a named snapshot.
+    fn drop_snapshot(&self, name: RString) -> PResult<()>;
+    /// Memory figures of this process (resident, paused, backup bytes by tag).
+    fn memory_stats(&self) -> PResult<RVec<Metric>>;
+    /// Sends `data` to rank `dst` of the named group.
+    fn send(&self, group: RStr<'_>, dst: u32, data: RSlice<'_, u8>, tag: u64) -> PResult<()>;
+    /// Receives into `buf` (exact size) from rank `src` of the named group.
+    fn recv(&self, group: RStr<'_>, src: u32, buf: RSliceMut<'_, u8>, tag: u64) -> PResult<()>;
+    /// Broadcasts `buf` from `root` to every rank of the named group.
+    #[sabi(last_prefix_field)]
+    fn broadcast(&self, group: RStr<'_>, root: u32, buf: RSliceMut<'_, u8>) -> PResult<()>;
+}
+
+/// An engine trait object as it crosses the ABI.
+pub type EngineBox = InferenceEngine_TO<'static, RBox<()>>;
+/// A trainer trait object as it crosses the ABI.
+pub type TrainerBox = Trainer_TO<'static, RBox<()>>;
+/// A bridge trait object as it crosses the ABI.
+pub type BridgeBox = WeightBridge_TO<'static, RBox<()>>;
+/// The host-services handle as it crosses the ABI (cheap to clone).
+pub type HostBox = HostServices_TO<'static, RArc<()>>;

@@ -1,0 +1,254 @@
+//! Multi-process tests: every rank is a real child process (this test binary re-run with
+//! `child_entry` and a role), linked by real shared memory or real TCP sockets.
+
+mod common;
+
+use common::{check, pattern, run_ok, spawn};
+use std::time::Duration;
+use tandem_transport::store::StoreClient;
+use tandem_transport::{CommConfig, Communicator, TransportError};
+
+#[test]
+#[ignore = "child entry point: run by the other tests in a child process"]
+fn child_entry() {
+    let Ok(role) = std::env::var(common::ROLE) else {
+        eprintln!("child_entry only runs as a child of the multi-process tests");
+        return;
+    };
+    tandem_transport::local::die_with_parent();
+    let code = match run_role(&role) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("child role {role} failed: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run_role(role: &str) -> Result<(), String> {
+    let cfg = CommConfig::from_env().map_err(|e| e.to_string())?;
+    let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
+    let s = |e: TransportError| e.to_string();
+    match role {
+        "basic" => basic(&world).map_err(s),
+        "big" => big(&world).map_err(s),
+        "mismatch" => mismatch(&world),
+        "kill" => kill(&world, &cfg),
+        "silent" => silent(&world),
+        other => Err(format!("unknown role {other}")),
+    }
+}
+
+/// p2p ring exchange, out-of-order tags, isend/irecv, broadcast from every root, all_gather,
+/// barrier, and a sub-group.
+fn basic(w: &Communicator) -> Result<(), TransportError> {
+    let (me, n) = (w.rank(), w.world_size());
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    for &len in &[0usize, 1, 4096, 5 << 20, 9 << 20] {
+        let out = pattern((me * 1000 + len) as u64, len);
+        let h = w.isend(next, out, 3);
+        let mut got = vec![0u8; len];
+        w.recv(prev, &mut got, 3)?;
+        check(&got, &pattern((prev * 1000 + len) as u64, len), "p2p ring");
+        h.wait()?;
+    }
+    // Two tags sent in one order and received in the other (the first is stashed).
+    let a = w.isend(next, pattern(1, 3000), 10);
+    let b = w.isend(next, pattern(2, 5000), 11);
+    a.wait()?;
+    b.wait()?;
+    let r11 = w.irecv(prev, vec![0; 5000], 11).wait()?;
+    let mut r10 = vec![0; 3000];
+    w.recv(prev, &mut r10, 10)?;
+    check(&r10, &pattern(1, 3000), "tag 10");
+    check(&r11, &pattern(2, 5000), "tag 11");
+    for root in 0..n {
+        for &len in &[7usize, 6 << 20] {
+            let mut buf = if me == root { pattern(root as u64 + 77, len) } else { vec![0; len] };
+            w.broadcast(root, &mut buf)?;
+            check(&buf, &pattern(root as u64 + 77, len), "broadcast");
+        }
+    }
+    for &len in &[1usize, 3 << 20] {
+        let mut out = vec![0u8; n * len];
+        w.all_gather(&pattern(me as u64 + 5, len), &mut out)?;
+        for r in 0..n {
+            check(&out[r * len..(r + 1) * len], &pattern(r as u64 + 5, len), "all_gather");
+        }
+    }
+    w.barrier()?;
+    // Sub-group of the even ranks, in reverse order.
+    let evens: Vec<usize> = (0..n).filter(|r| r % 2 == 0).rev().collect();
+    if me % 2 == 0 {
+        let g = w.subgroup(&evens)?;
+        let mut buf = if g.rank() == 0 { pattern(99, 1234) } else { vec![0; 1234] };
+        g.broadcast(0, &mut buf)?;
+        check(&buf, &pattern(99, 1234), "subgroup broadcast");
+        let mut all = vec![0u8; g.world_size()];
+        g.all_gather(&[g.global_rank() as u8], &mut all)?;
+        assert_eq!(all, evens.iter().map(|&r| r as u8).collect::<Vec<_>>());
+    }
+    w.barrier()
+}
+
+/// One 1 GiB message from rank 0 to rank 1, checked byte for byte.
+fn big(w: &Communicator) -> Result<(), TransportError> {
+    let len = 1usize << 30;
+    if w.rank() == 0 {
+        w.send(1, &pattern(42, len), 0)?;
+        let mut ack = [0u8; 1];
+        w.recv(1, &mut ack, 1)?;
+        assert_eq!(ack[0], 1);
+    } else {
+        let mut got = vec![0u8; len];
+        w.recv(0, &mut got, 0)?;
+        check(&got, &pattern(42, len), "1 GiB message");
+        w.send(0, &[1], 1)?;
+    }
+    Ok(())
+}
+
+/// A receive posted with the wrong size fails naming both sizes; the link stays usable.
+fn mismatch(w: &Communicator) -> Result<(), String> {
+    if w.rank() == 0 {
+        w.send(1, &pattern(3, 100), 7).map_err(|e| e.to_string())?;
+        w.send(1, &pattern(4, 10), 8).map_err(|e| e.to_string())?;
+    } else {
+        let mut small = vec![0u8; 64];
+        match w.recv(0, &mut small, 7) {
+            Err(e @ TransportError::SizeMismatch { sent: 100, expected: 64, src: 0, dst: 1, tag: 7 }) => {
+                let msg = e.to_string();
+                if !(msg.contains("100") && msg.contains("64")) {
+                    return Err(format!("message does not name both sizes: {msg}"));
+                }
+            }
+            other => return Err(format!("expected a size mismatch, got {other:?}")),
+        }
+        let mut ok = vec![0u8; 10];
+        w.recv(0, &mut ok, 8).map_err(|e| e.to_string())?;
+        check(&ok, &pattern(4, 10), "after mismatch");
+    }
+    w.barrier().map_err(|e| e.to_string())
+}
+
+/// Rank 0 streams 64 MiB messages until the parent kills it; rank 1 must get an error naming
+/// rank 0 instead of hanging.
+fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
+    let len = 64 << 20;
+    let store = StoreClient::connect(&cfg.store_addr, &cfg.token, Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    if w.rank() == 0 {
+        let data = pattern(5, len);
+        loop {
+            w.send(1, &data, 0).map_err(|e| e.to_string())?;
+        }
+    }
+    let mut buf = vec![0u8; len];
+    w.recv(0, &mut buf, 0).map_err(|e| e.to_string())?;
+    store.set("kill/ready", b"1").map_err(|e| e.to_string())?;
+    loop {
+        match w.recv(0, &mut buf, 0) {
+            Ok(()) => continue,
+            Err(e @ (TransportError::PeerDied { rank: 0, .. } | TransportError::Timeout { rank: 0, .. })) => {
+                println!("survivor got: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(format!("expected PeerDied/Timeout naming rank 0, got {e}")),
+        }
+    }
+}
+
+/// Rank 1 stays alive but never sends; rank 0's receive times out naming rank 1.
+fn silent(w: &Communicator) -> Result<(), String> {
+    if w.rank() == 1 {
+        std::thread::sleep(Duration::from_secs(4));
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    let mut b = [0u8; 8];
+    match w.recv(1, &mut b, 0) {
+        Err(TransportError::Timeout { rank: 1, ref addr, .. }) if !addr.is_empty() => {
+            println!("timed out after {:?}", t0.elapsed());
+            Ok(())
+        }
+        other => Err(format!("expected Timeout naming rank 1, got {other:?}")),
+    }
+}
+
+#[test]
+fn shm_two_ranks() {
+    run_ok(2, "shm", "basic", &[]);
+}
+
+#[test]
+fn shm_four_ranks() {
+    run_ok(4, "shm", "basic", &[]);
+}
+
+#[test]
+fn tcp_two_ranks() {
+    run_ok(2, "tcp", "basic", &[]);
+}
+
+#[test]
+fn tcp_four_ranks() {
+    run_ok(4, "tcp", "basic", &[]);
+}
+
+#[test]
+fn shm_one_gib_message() {
+    run_ok(2, "shm", "big", &[]);
+}
+
+#[test]
+fn tcp_one_gib_message() {
+    run_ok(2, "tcp", "big", &[]);
+}
+
+#[test]
+fn size_mismatch_is_an_error_naming_both_sizes() {
+    run_ok(2, "shm", "mismatch", &[]);
+    run_ok(2, "tcp", "mismatch", &[]);
+}
+
+fn kill_mid_transfer(backend: &str) {
+    let w = spawn(2, backend, "kill", Duration::from_secs(20), &[]);
+    let store = StoreClient::connect(&w.store.addr().to_string(), common::TOKEN, Duration::from_secs(5)).unwrap();
+    store.wait(&["kill/ready"], Duration::from_secs(60)).unwrap();
+    let mut w = w;
+    w.children[0].kill().unwrap();
+    let t0 = std::time::Instant::now();
+    let codes = w.wait(Duration::from_secs(60));
+    assert_eq!(codes[1], Some(0), "survivor must report the dead peer ({backend}), codes {codes:?}");
+    // Informational: how long the survivor took to notice.
+    println!("{backend}: survivor exited {:?} after the kill", t0.elapsed());
+}
+
+#[test]
+fn shm_peer_killed_mid_transfer() {
+    kill_mid_transfer("shm");
+}
+
+#[test]
+fn tcp_peer_killed_mid_transfer() {
+    kill_mid_transfer("tcp");
+}
+
+#[test]
+fn silent_peer_times_out_naming_it() {
+    let w = spawn(2, "shm", "silent", Duration::from_secs(1), &[]);
+    assert_eq!(w.wait(Duration::from_secs(30)), vec![Some(0), Some(0)]);
+}
+
+#[test]
+fn missing_rank_fails_rendezvous_naming_the_key() {
+    let server = tandem_transport::store::StoreServer::start("127.0.0.1:0", "t").unwrap();
+    let mut cfg = CommConfig::new(&server.addr().to_string(), "t", 0, 2);
+    cfg.timeout = Duration::from_millis(500);
+    match Communicator::init(&cfg) {
+        Err(TransportError::StoreTimeout { missing, .. }) => assert_eq!(missing, vec!["world/place/1"]),
+        other => panic!("expected StoreTimeout, got {other:?}"),
+    }
+}
