@@ -94,6 +94,14 @@ pub enum TransportError {
     /// The requested backend cannot be used here (not compiled in, library missing, placement).
     #[error("{0}")]
     Unsupported(String),
+    /// CUDA or NCCL reported an error.
+    #[error("CUDA/NCCL error with peer rank {rank}: {msg}")]
+    Device {
+        /// Peer rank (in the world).
+        rank: usize,
+        /// The library's error.
+        msg: String,
+    },
     /// An I/O error outside a peer exchange (binding a socket, creating a memfd, ...).
     #[error("{context}: {source}")]
     Io {

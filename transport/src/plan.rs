@@ -103,7 +103,10 @@ pub fn choose(
     match ov {
         TransportOverride::Auto => {
             if same_device {
-                c(BackendKind::Shm, "same GPU: NCCL refuses two ranks on one device")
+                c(
+                    BackendKind::Shm,
+                    "same GPU: NCCL refuses two ranks on one device",
+                )
             } else if same_host && both_gpu && cuda {
                 c(BackendKind::Nccl, "same host, distinct GPUs")
             } else if same_host {
@@ -137,7 +140,10 @@ pub fn choose(
                     "transport \"nccl\" needs both ranks on GPUs, got {a} and {b}; use \"auto\""
                 )))
             } else if same_device {
-                c(BackendKind::Shm, "same GPU: NCCL refuses two ranks on one device, shm used")
+                c(
+                    BackendKind::Shm,
+                    "same GPU: NCCL refuses two ranks on one device, shm used",
+                )
             } else {
                 c(BackendKind::Nccl, "forced by job file")
             }

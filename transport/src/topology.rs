@@ -83,7 +83,11 @@ impl fmt::Display for Placement {
 /// This machine's identity: hostname plus kernel boot id (two containers with the same
 /// hostname on different machines still differ). Falls back to the hostname alone.
 pub fn host_id() -> String {
-    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).ok();
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .ok()
+    };
     let name = read("/proc/sys/kernel/hostname").unwrap_or_else(|| "localhost".into());
     match read("/proc/sys/kernel/random/boot_id") {
         Some(b) => format!("{name}-{}", &b[..b.len().min(8)]),

@@ -1,6 +1,8 @@
 //! Multi-process tests: every rank is a real child process (this test binary re-run with
 //! `child_entry` and a role), linked by real shared memory or real TCP sockets.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::{check, pattern, run_ok, spawn};
@@ -66,7 +68,11 @@ fn basic(w: &Communicator) -> Result<(), TransportError> {
     check(&r11, &pattern(2, 5000), "tag 11");
     for root in 0..n {
         for &len in &[7usize, 6 << 20] {
-            let mut buf = if me == root { pattern(root as u64 + 77, len) } else { vec![0; len] };
+            let mut buf = if me == root {
+                pattern(root as u64 + 77, len)
+            } else {
+                vec![0; len]
+            };
             w.broadcast(root, &mut buf)?;
             check(&buf, &pattern(root as u64 + 77, len), "broadcast");
         }
@@ -75,7 +81,11 @@ fn basic(w: &Communicator) -> Result<(), TransportError> {
         let mut out = vec![0u8; n * len];
         w.all_gather(&pattern(me as u64 + 5, len), &mut out)?;
         for r in 0..n {
-            check(&out[r * len..(r + 1) * len], &pattern(r as u64 + 5, len), "all_gather");
+            check(
+                &out[r * len..(r + 1) * len],
+                &pattern(r as u64 + 5, len),
+                "all_gather",
+            );
         }
     }
     w.barrier()?;
@@ -83,7 +93,11 @@ fn basic(w: &Communicator) -> Result<(), TransportError> {
     let evens: Vec<usize> = (0..n).filter(|r| r % 2 == 0).rev().collect();
     if me % 2 == 0 {
         let g = w.subgroup(&evens)?;
-        let mut buf = if g.rank() == 0 { pattern(99, 1234) } else { vec![0; 1234] };
+        let mut buf = if g.rank() == 0 {
+            pattern(99, 1234)
+        } else {
+            vec![0; 1234]
+        };
         g.broadcast(0, &mut buf)?;
         check(&buf, &pattern(99, 1234), "subgroup broadcast");
         let mut all = vec![0u8; g.world_size()];
@@ -118,7 +132,15 @@ fn mismatch(w: &Communicator) -> Result<(), String> {
     } else {
         let mut small = vec![0u8; 64];
         match w.recv(0, &mut small, 7) {
-            Err(e @ TransportError::SizeMismatch { sent: 100, expected: 64, src: 0, dst: 1, tag: 7 }) => {
+            Err(
+                e @ TransportError::SizeMismatch {
+                    sent: 100,
+                    expected: 64,
+                    src: 0,
+                    dst: 1,
+                    tag: 7,
+                },
+            ) => {
                 let msg = e.to_string();
                 if !(msg.contains("100") && msg.contains("64")) {
                     return Err(format!("message does not name both sizes: {msg}"));
@@ -151,7 +173,10 @@ fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
     loop {
         match w.recv(0, &mut buf, 0) {
             Ok(()) => continue,
-            Err(e @ (TransportError::PeerDied { rank: 0, .. } | TransportError::Timeout { rank: 0, .. })) => {
+            Err(
+                e @ (TransportError::PeerDied { rank: 0, .. }
+                | TransportError::Timeout { rank: 0, .. }),
+            ) => {
                 println!("survivor got: {e}");
                 return Ok(());
             }
@@ -169,7 +194,9 @@ fn silent(w: &Communicator) -> Result<(), String> {
     let t0 = std::time::Instant::now();
     let mut b = [0u8; 8];
     match w.recv(1, &mut b, 0) {
-        Err(TransportError::Timeout { rank: 1, ref addr, .. }) if !addr.is_empty() => {
+        Err(TransportError::Timeout {
+            rank: 1, ref addr, ..
+        }) if !addr.is_empty() => {
             println!("timed out after {:?}", t0.elapsed());
             Ok(())
         }
@@ -215,15 +242,29 @@ fn size_mismatch_is_an_error_naming_both_sizes() {
 
 fn kill_mid_transfer(backend: &str) {
     let w = spawn(2, backend, "kill", Duration::from_secs(20), &[]);
-    let store = StoreClient::connect(&w.store.addr().to_string(), common::TOKEN, Duration::from_secs(5)).unwrap();
-    store.wait(&["kill/ready"], Duration::from_secs(60)).unwrap();
+    let store = StoreClient::connect(
+        &w.store.addr().to_string(),
+        common::TOKEN,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    store
+        .wait(&["kill/ready"], Duration::from_secs(60))
+        .unwrap();
     let mut w = w;
     w.children[0].kill().unwrap();
     let t0 = std::time::Instant::now();
     let codes = w.wait(Duration::from_secs(60));
-    assert_eq!(codes[1], Some(0), "survivor must report the dead peer ({backend}), codes {codes:?}");
+    assert_eq!(
+        codes[1],
+        Some(0),
+        "survivor must report the dead peer ({backend}), codes {codes:?}"
+    );
     // Informational: how long the survivor took to notice.
-    println!("{backend}: survivor exited {:?} after the kill", t0.elapsed());
+    println!(
+        "{backend}: survivor exited {:?} after the kill",
+        t0.elapsed()
+    );
 }
 
 #[test]
@@ -248,7 +289,9 @@ fn missing_rank_fails_rendezvous_naming_the_key() {
     let mut cfg = CommConfig::new(&server.addr().to_string(), "t", 0, 2);
     cfg.timeout = Duration::from_millis(500);
     match Communicator::init(&cfg) {
-        Err(TransportError::StoreTimeout { missing, .. }) => assert_eq!(missing, vec!["world/place/1"]),
+        Err(TransportError::StoreTimeout { missing, .. }) => {
+            assert_eq!(missing, vec!["world/place/1"])
+        }
         other => panic!("expected StoreTimeout, got {other:?}"),
     }
 }

@@ -81,7 +81,9 @@ impl Communicator {
                 let sender = s.spawn(|| self.send_kind(next, src, kind::ALL_GATHER, step_tag));
                 let r = self.recv_kind(prev, dst, kind::ALL_GATHER, step_tag);
                 let sr = sender.join().unwrap_or_else(|_| {
-                    Err(TransportError::Invalid("all_gather send thread panicked".into()))
+                    Err(TransportError::Invalid(
+                        "all_gather send thread panicked".into(),
+                    ))
                 });
                 r.and(sr)
             })?;

@@ -12,7 +12,10 @@ pub struct Pending<T> {
 }
 
 impl<T: Send + 'static> Pending<T> {
-    pub(crate) fn spawn(what: &'static str, f: impl FnOnce() -> Result<T> + Send + 'static) -> Self {
+    pub(crate) fn spawn(
+        what: &'static str,
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Self {
         let h = std::thread::Builder::new()
             .name(format!("tandem-{what}"))
             .spawn(f)

@@ -112,7 +112,7 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
 
     // Connect to higher ranks.
     let hello = handshake::hello(me, &cfg.token);
-    for r in (me + 1)..n {
+    for (r, slot) in peers.iter_mut().enumerate().skip(me + 1) {
         let link: Box<dyn Link> = match plan.backend(me, r) {
             BackendKind::Shm => {
                 let name = String::from_utf8_lossy(&store.get(&key("shm", r))?).into_owned();
@@ -121,7 +121,8 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
                 let sock = UnixStream::connect_addr(&addr).map_err(|e| {
                     TransportError::io(format!("connecting to rank {r} at shm socket @{name}"), e)
                 })?;
-                let link = ShmLink::create(sock, &hello, &cfg.shm, info(r, format!("shm @{name}")))?;
+                let link =
+                    ShmLink::create(sock, &hello, &cfg.shm, info(r, format!("shm @{name}")))?;
                 Box::new(link)
             }
             BackendKind::Tcp => {
@@ -130,14 +131,15 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
                     addr: store.addr().into(),
                     msg: format!("rank {r} published a bad tcp address {a:?}"),
                 })?;
-                let mut s = connect_tcp(&sa, cfg.timeout)
-                    .map_err(|e| TransportError::io(format!("connecting to rank {r} at tcp {a}"), e))?;
+                let mut s = connect_tcp(&sa, cfg.timeout).map_err(|e| {
+                    TransportError::io(format!("connecting to rank {r} at tcp {a}"), e)
+                })?;
                 handshake::send_hello(&mut s, me, &cfg.token)?;
                 Box::new(TcpLink::new(s, info(r, format!("tcp {a}")))?)
             }
             BackendKind::Nccl => continue,
         };
-        peers[r] = Some(Peer::new(link, me));
+        *slot = Some(Peer::new(link, me));
     }
 
     // Accept lower ranks.
@@ -173,7 +175,8 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
                     let read = |rd: &mut dyn std::io::Read| {
                         handshake::read_hello(&mut &mut *rd, &cfg.token, "shm socket")
                     };
-                    let link = ShmLink::accept(s, &read, &cfg.shm, info(usize::MAX, String::new()))?;
+                    let link =
+                        ShmLink::accept(s, &read, &cfg.shm, info(usize::MAX, String::new()))?;
                     let r = link.peer().rank;
                     check_expected(&mut waiting, r, &plan, me, BackendKind::Shm)?;
                     let mut link = link;
@@ -256,7 +259,9 @@ fn nonce() -> u64 {
 
 #[cfg(feature = "cuda")]
 fn nccl_link(cfg: &CommConfig, store: &StoreClient, me: usize, r: usize) -> Result<Box<dyn Link>> {
-    Ok(Box::new(crate::link::nccl::NcclLink::connect(cfg, store, me, r)?))
+    Ok(Box::new(crate::link::nccl::NcclLink::connect(
+        cfg, store, me, r,
+    )?))
 }
 
 #[cfg(not(feature = "cuda"))]

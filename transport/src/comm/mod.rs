@@ -223,7 +223,9 @@ impl Communicator {
     /// Non-blocking broadcast: `wait()` returns the buffer (filled on non-roots).
     pub fn ibroadcast(&self, root: usize, mut buf: Vec<u8>) -> Pending<Vec<u8>> {
         let c = self.clone();
-        Pending::spawn("ibroadcast", move || c.broadcast(root, &mut buf).map(|()| buf))
+        Pending::spawn("ibroadcast", move || {
+            c.broadcast(root, &mut buf).map(|()| buf)
+        })
     }
 
     pub(crate) fn world_rank(&self, r: usize) -> Result<usize> {

@@ -44,9 +44,14 @@ pub(crate) fn read_hello(s: &mut impl Read, token: &str, from: &str) -> Result<u
     s.read_exact(&mut t)
         .map_err(|e| bad(format!("truncated hello: {e}")))?;
     let ok = t.len() == token.len()
-        && t.iter().zip(token.as_bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
+        && t.iter()
+            .zip(token.as_bytes())
+            .fold(0u8, |a, (x, y)| a | (x ^ y))
+            == 0;
     if !ok {
-        return Err(bad("wrong run token (a stray peer from another run?)".into()));
+        return Err(bad(
+            "wrong run token (a stray peer from another run?)".into()
+        ));
     }
     Ok(word(4) as usize)
 }

@@ -42,7 +42,12 @@ impl TcpLink {
     }
 
     /// Reads exactly `buf.len()` bytes; returns how many were read before an error.
-    fn read_exact_by(&self, buf: &mut [u8], idle: Duration, what: &str) -> Result<(), (TransportError, usize)> {
+    fn read_exact_by(
+        &self,
+        buf: &mut [u8],
+        idle: Duration,
+        what: &str,
+    ) -> Result<(), (TransportError, usize)> {
         let mut done = 0;
         let mut deadline = Instant::now() + idle;
         let mut s = &self.stream;
@@ -61,7 +66,12 @@ impl TcpLink {
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if Self::is_dead(&e) => return Err((self.peer.died(what), done)),
-                Err(e) => return Err((TransportError::io(format!("{what} from {}", self.peer), e), done)),
+                Err(e) => {
+                    return Err((
+                        TransportError::io(format!("{what} from {}", self.peer), e),
+                        done,
+                    ));
+                }
             }
         }
         Ok(())

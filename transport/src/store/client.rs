@@ -98,7 +98,10 @@ impl StoreClient {
         match code {
             reply::VALUE => {
                 let mut d = Decoder::new(&frame).map(|x| x.1);
-                let v = d.as_mut().and_then(|d| d.bytes()).ok_or_else(|| self.err("bad value"))?;
+                let v = d
+                    .as_mut()
+                    .and_then(|d| d.bytes())
+                    .ok_or_else(|| self.err("bad value"))?;
                 Ok(Some(v.to_vec()))
             }
             reply::NOT_FOUND => Ok(None),
@@ -142,7 +145,9 @@ impl StoreClient {
     /// Adds `delta` to the integer stored at `key` (missing = 0) and returns the new value.
     pub fn add(&self, key: &str, delta: i64) -> Result<i64> {
         let (code, frame) = self.call(
-            Encoder::new(op::ADD).bytes(key.as_bytes()).u64(delta as u64),
+            Encoder::new(op::ADD)
+                .bytes(key.as_bytes())
+                .u64(delta as u64),
             self.timeout,
         )?;
         self.expect(code, reply::INT)?;
@@ -154,7 +159,8 @@ impl StoreClient {
 
     /// Deletes `key`; returns whether it existed.
     pub fn delete(&self, key: &str) -> Result<bool> {
-        let (code, frame) = self.call(Encoder::new(op::DELETE).bytes(key.as_bytes()), self.timeout)?;
+        let (code, frame) =
+            self.call(Encoder::new(op::DELETE).bytes(key.as_bytes()), self.timeout)?;
         self.expect(code, reply::INT)?;
         Ok(Decoder::new(&frame).and_then(|(_, mut d)| d.u64()) == Some(1))
     }

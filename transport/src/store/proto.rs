@@ -117,7 +117,12 @@ fn read_full(
                 started = true;
                 buf = &mut buf[n..];
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(io::ErrorKind::TimedOut.into());
                 }

@@ -120,7 +120,10 @@ fn serve(mut s: TcpStream, st: &State, token: &[u8]) {
                 _ => {
                     let msg = "authentication failed: wrong run token (a stray peer from another \
                                run?); start every rank with this run's token";
-                    let _ = proto::write_frame(&mut s, &Encoder::new(reply::ERR).bytes(msg.as_bytes()).finish());
+                    let _ = proto::write_frame(
+                        &mut s,
+                        &Encoder::new(reply::ERR).bytes(msg.as_bytes()).finish(),
+                    );
                     return;
                 }
             }
@@ -134,7 +137,11 @@ fn serve(mut s: TcpStream, st: &State, token: &[u8]) {
 }
 
 fn handle(code: u8, d: &mut Decoder<'_>, st: &State) -> Vec<u8> {
-    let bad = || Encoder::new(reply::ERR).bytes(b"malformed request").finish();
+    let bad = || {
+        Encoder::new(reply::ERR)
+            .bytes(b"malformed request")
+            .finish()
+    };
     let mut map = st.map.lock().unwrap_or_else(PoisonError::into_inner);
     match code {
         op::SET => {

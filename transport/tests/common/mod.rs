@@ -4,8 +4,8 @@
 #![allow(dead_code)]
 
 use std::time::Duration;
-use tandem_transport::local::{self, LocalSpec, LocalWorld};
 use tandem_transport::CommConfig;
+use tandem_transport::local::{self, LocalSpec, LocalWorld};
 
 /// Env var selecting the child role.
 pub const ROLE: &str = "TT_CHILD_ROLE";
@@ -13,7 +13,13 @@ pub const ROLE: &str = "TT_CHILD_ROLE";
 pub const TOKEN: &str = "test-run-token";
 
 /// Spawns `n` children running `role` with backend `backend` ("shm", "tcp", "auto").
-pub fn spawn(n: usize, backend: &str, role: &str, timeout: Duration, env: &[(&str, String)]) -> LocalWorld {
+pub fn spawn(
+    n: usize,
+    backend: &str,
+    role: &str,
+    timeout: Duration,
+    env: &[(&str, String)],
+) -> LocalWorld {
     let configs = (0..n)
         .map(|r| {
             let mut c = CommConfig::new("", "", r, n);
@@ -28,9 +34,15 @@ pub fn spawn(n: usize, backend: &str, role: &str, timeout: Duration, env: &[(&st
     e.extend(env.iter().map(|(k, v)| (k.to_string(), v.clone())));
     let spec = LocalSpec {
         program: std::env::current_exe().unwrap(),
-        args: ["child_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"]
-            .map(String::from)
-            .to_vec(),
+        args: [
+            "child_entry",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]
+        .map(String::from)
+        .to_vec(),
         env: e,
         configs,
     };
@@ -74,6 +86,9 @@ pub fn check(got: &[u8], want: &[u8], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     if got != want {
         let i = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-        panic!("{what}: first difference at byte {i}: got {} want {}", got[i], want[i]);
+        panic!(
+            "{what}: first difference at byte {i}: got {} want {}",
+            got[i], want[i]
+        );
     }
 }

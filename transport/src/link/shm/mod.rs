@@ -102,8 +102,13 @@ impl ShmLink {
         let mut first = [0u8; 1];
         let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 1]);
         let mut iov = [IoSliceMut::new(&mut first)];
-        let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-            .map_err(|e| TransportError::io("receiving the shm memfd", e.into()))?;
+        let msg = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| TransportError::io("receiving the shm memfd", e.into()))?;
         let mut fd = None;
         for c in msg
             .cmsgs()

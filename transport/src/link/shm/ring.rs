@@ -162,7 +162,11 @@ impl Ring {
                 // published by the producer (n <= readable), so it no longer writes them.
                 unsafe {
                     std::ptr::copy_nonoverlapping(self.data.add(at), out.as_mut_ptr(), first);
-                    std::ptr::copy_nonoverlapping(self.data, out.as_mut_ptr().add(first), n - first);
+                    std::ptr::copy_nonoverlapping(
+                        self.data,
+                        out.as_mut_ptr().add(first),
+                        n - first,
+                    );
                 }
             }
             c.tail.store(tail + n as u64, SeqCst);
@@ -198,7 +202,7 @@ impl Ring {
         while !ready() {
             std::hint::spin_loop();
             i += 1;
-            if i % 256 == 0 && Instant::now() >= spin_until {
+            if i.is_multiple_of(256) && Instant::now() >= spin_until {
                 break;
             }
         }
