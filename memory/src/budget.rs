@@ -65,6 +65,7 @@ pub fn check_fractions(train_frac: f64, infer_frac: f64) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,2 +1,45 @@
 //! Tandem's memory layer: tagged regions that pause (free physical memory, keep the address)
 //! and resume bit-exact, named snapshots, and one ledger per device.
+//!
+//! ```no_run
+//! use tandem_memory::{ManagerConfig, MemoryManager, RegionSpec, Tag, DType};
+//! # fn main() -> Result<(), tandem_memory::MemoryError> {
+//! let mgr = MemoryManager::new(ManagerConfig::cpu("trainer-0"));
+//! let mut w = mgr.alloc(RegionSpec::new(Tag::Weights, 1 << 20, DType::F32))?;
+//! w.view_mut::<f32>()?.fill(1.0);
+//! let addr = w.as_ptr();
+//! mgr.pause(&[Tag::Weights])?;   // pages go back to the OS, copy kept on CPU
+//! mgr.resume(&[Tag::Weights])?;  // same address, same bytes
+//! assert_eq!(w.as_ptr(), addr);
+//! # Ok(()) }
+//! ```
+//!
+//! Codemap: `tag` (Tag, DType, BackupPolicy, RegionSpec), `region` (one memfd region and its
+//! handle/views), `manager` (MemoryManager, pause/resume, guards, budget checks), `snapshot`,
+//! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, fd passing), `stats`
+//! (/proc readings), `bench`, `sys` (all CPU syscalls and their `unsafe`), `cuda` (feature).
+
+mod bench;
+mod budget;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+mod error;
+mod ledger;
+mod manager;
+mod region;
+mod share;
+mod snapshot;
+mod stats;
+mod sys;
+mod tag;
+
+pub use bench::{BenchOptions, Measurement, bench};
+pub use budget::{Budget, SAFETY_MARGIN, check_fractions, cpu_capacity_bytes};
+pub use error::{MemoryError, Result};
+pub use ledger::{DeviceLedger, ProcessReport, RegionReport, Totals};
+pub use manager::{ManagerConfig, MemoryManager, Moved, ResidentGuard};
+pub use region::{Element, Region, RegionView, RegionViewMut};
+pub use share::{MappedRegion, SharedRegionInfo, recv_fds, recv_region, send_fds, send_region};
+pub use snapshot::SnapshotInfo;
+pub use stats::{RssBreakdown, mem_available_bytes, process_rss, process_rss_bytes, system_shmem_bytes};
+pub use tag::{BackupPolicy, DType, RegionSpec, Tag};

@@ -324,3 +324,15 @@ impl<T: Element> std::ops::DerefMut for RegionViewMut<'_, T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.n) }
     }
 }
+
+impl<T> std::fmt::Debug for RegionView<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionView").field("elements", &self.n).finish()
+    }
+}
+
+impl<T> std::fmt::Debug for RegionViewMut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionViewMut").field("elements", &self.n).finish()
+    }
+}

@@ -76,6 +76,7 @@ fn field_kb(text: &str, path: &'static str, field: &'static str) -> Result<u64> 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

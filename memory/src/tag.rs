@@ -224,7 +224,7 @@ impl RegionSpec {
             });
         }
         let elem = self.dtype.size_bytes();
-        if self.size % elem != 0 {
+        if !self.size.is_multiple_of(elem) {
             return Err(MemoryError::PartialElement {
                 tag: self.tag.to_string(),
                 size: self.size,
@@ -237,6 +237,7 @@ impl RegionSpec {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

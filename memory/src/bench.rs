@@ -1,0 +1,200 @@
+//! `tandem bench memory` as a library function: pause and resume throughput of the CPU backend,
+//! with and without backup, each beside plain memcpy bandwidth measured in the same run for the
+//! same size, plus RSS and system `Shmem` before and after a pause of the largest region.
+//!
+//! How the limit is measured: after one pause/resume cycle the region's backup buffer is warm, so
+//! the bench copies the resident region into it directly (best of two) - a plain memcpy between
+//! two faulted-in buffers of the region's size, with no extra memory.
+//! Note: `resume_discard` is also the kernel's page-allocation rate (fallocate + mapping), which
+//! bounds every resume on a given machine.
+
+use std::time::Instant;
+
+use crate::error::{MemoryError, Result};
+use crate::manager::{ManagerConfig, MemoryManager};
+use crate::stats;
+use crate::sys;
+use crate::tag::{BackupPolicy, DType, RegionSpec, Tag};
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchOptions {
+    /// Smallest region size in bytes (default 1 MiB).
+    pub min_size: usize,
+    /// Largest region size in bytes (default 4 GiB). Sizes go up by 4x from `min_size`; a size
+    /// that does not fit twice into `MemAvailable` is skipped and reported as `skipped/<size>`.
+    pub max_size: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            min_size: 1 << 20,
+            max_size: 4 << 30,
+        }
+    }
+}
+
+/// One figure beside its physical limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    /// What was measured, e.g. `pause_backup/64MiB`.
+    pub case: String,
+    /// The figure.
+    pub value: f64,
+    /// Its unit (`GB/s`, `bytes`).
+    pub unit: &'static str,
+    /// The limit: memcpy GB/s at the same size for throughputs; the region size for byte counts.
+    pub limit: f64,
+}
+
+/// Runs the memory benchmark.
+pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
+    if opts.min_size == 0 || opts.min_size > opts.max_size {
+        return Err(MemoryError::InvalidArgument(format!(
+            "bench sizes must satisfy 0 < min_size ({}) <= max_size ({})",
+            opts.min_size, opts.max_size
+        )));
+    }
+    let mut sizes = vec![opts.min_size];
+    while let Some(next) = sizes.last().and_then(|s| s.checked_mul(4))
+        && next <= opts.max_size
+    {
+        sizes.push(next);
+    }
+    let largest = sizes.iter().copied().rfind(|&s| fits(s));
+    let mut out = Vec::new();
+    for size in sizes {
+        if !fits(size) {
+            out.push(Measurement {
+                case: format!("skipped/{}", label(size)),
+                value: (2 * size) as f64,
+                unit: "bytes",
+                limit: stats::mem_available_bytes()? as f64,
+            });
+            continue;
+        }
+        bench_size(size, Some(size) == largest, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn fits(size: usize) -> bool {
+    stats::mem_available_bytes().is_ok_and(|a| (2 * size as u64).saturating_add(256 << 20) < a)
+}
+
+fn label(size: usize) -> String {
+    if size >= 1 << 30 && size.is_multiple_of(1 << 30) {
+        format!("{}GiB", size >> 30)
+    } else if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
+        format!("{}MiB", size >> 20)
+    } else {
+        format!("{size}B")
+    }
+}
+
+fn gbs(size: usize, f: impl FnOnce() -> Result<()>) -> Result<f64> {
+    let t = Instant::now();
+    f()?;
+    Ok(size as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9)
+}
+
+fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Result<()> {
+    let mgr = MemoryManager::new(ManagerConfig::cpu("bench"));
+    let tag = Tag::Custom("bench".into());
+    let tags = std::slice::from_ref(&tag);
+    let l = label(size);
+
+    let mut region = mgr.alloc(RegionSpec::new(tag.clone(), size, DType::U8))?;
+    fill(&mut region)?;
+    let before = if footprint { Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?)) } else { None };
+    let pause_cold = gbs(size, || mgr.pause(tags).map(drop))?;
+    let after = if footprint { Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?)) } else { None };
+    let resume1 = gbs(size, || mgr.resume(tags).map(drop))?;
+    let memcpy = memcpy_limit(&region)?;
+    let pause_warm = gbs(size, || mgr.pause(tags).map(drop))?;
+    let resume2 = gbs(size, || mgr.resume(tags).map(drop))?;
+    check(&region)?;
+    drop(region);
+
+    let mut discard =
+        mgr.alloc(RegionSpec::new(tag.clone(), size, DType::U8).with_backup(BackupPolicy::Discard))?;
+    fill(&mut discard)?;
+    let pause_discard = gbs(size, || mgr.pause(tags).map(drop))?;
+    let resume_discard = gbs(size, || mgr.resume(tags).map(drop))?;
+    drop(discard);
+
+    let mut push = |case: &str, value: f64| {
+        out.push(Measurement {
+            case: format!("{case}/{l}"),
+            value,
+            unit: "GB/s",
+            limit: memcpy,
+        })
+    };
+    push("pause_backup_cold", pause_cold);
+    push("pause_backup", pause_warm);
+    push("resume_backup", resume1.max(resume2));
+    push("pause_discard", pause_discard);
+    push("resume_discard", resume_discard);
+    if let (Some((rss0, shm0)), Some((rss1, shm1))) = (before, after) {
+        for (case, v) in [
+            ("rss_before_pause", rss0),
+            ("rss_after_pause", rss1),
+            ("shmem_before_pause", shm0),
+            ("shmem_after_pause", shm1),
+        ] {
+            out.push(Measurement {
+                case: format!("{case}/{l}"),
+                value: v as f64,
+                unit: "bytes",
+                limit: size as f64,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn fill(region: &mut crate::Region) -> Result<()> {
+    let mut v = region.view_mut::<u8>()?;
+    for (i, chunk) in v.chunks_mut(8).enumerate() {
+        let word = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+    Ok(())
+}
+
+fn check(region: &crate::Region) -> Result<()> {
+    let v = region.view::<u8>()?;
+    for (i, chunk) in v.chunks(8).enumerate().step_by(4099) {
+        let word = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+        if chunk != &word[..chunk.len()] {
+            return Err(MemoryError::InvalidArgument(format!(
+                "bench: region {} lost data after pause/resume at word {i}",
+                region.id()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Best of two copies of the resident region into its warm (retained) backup buffer.
+fn memcpy_limit(region: &crate::Region) -> Result<f64> {
+    let cell = &region.cell;
+    let res = cell.lock_exclusive()?;
+    let backup = res.backup.as_ref().ok_or_else(|| {
+        MemoryError::InvalidArgument("bench: no backup buffer after a pause".into())
+    })?;
+    let len = cell.map.len();
+    let mut best = 0f64;
+    for _ in 0..2 {
+        // SAFETY: we hold the region's write lock; the retained backup is not live (resumed), so
+        // overwriting it loses nothing.
+        best = best.max(gbs(len, || {
+            unsafe { sys::copy(backup, &cell.map, len) };
+            Ok(())
+        })?);
+    }
+    backup.lazy_free();
+    Ok(best)
+}
