@@ -13,6 +13,7 @@ use tandem_transport::{CommConfig, Communicator, TransportError};
 #[test]
 #[ignore = "child entry point: run by the other tests in a child process"]
 fn child_entry() {
+    tandem_transport::bench::child_main_if_requested();
     let Ok(role) = std::env::var(common::ROLE) else {
         eprintln!("child_entry only runs as a child of the multi-process tests");
         return;
@@ -293,5 +294,37 @@ fn missing_rank_fails_rendezvous_naming_the_key() {
             assert_eq!(missing, vec!["world/place/1"])
         }
         other => panic!("expected StoreTimeout, got {other:?}"),
+    }
+}
+
+#[test]
+fn bench_reports_every_case_beside_a_limit() {
+    let opts = tandem_transport::bench::BenchOptions {
+        min_bytes: 4096,
+        max_bytes: 65536,
+        broadcast_ranks: 3,
+        latency_iters: 50,
+        child_args: ["child_entry", "--exact", "--ignored", "--nocapture"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    };
+    let ms = tandem_transport::bench::bench(&opts).unwrap();
+    let cases: Vec<&str> = ms.iter().map(|m| m.case.as_str()).collect();
+    for want in [
+        "latency shm round trip 8 B",
+        "p2p shm 4 KiB",
+        "p2p shm 64 KiB",
+        "broadcast shm x3 16 KiB",
+        "latency tcp round trip 8 B",
+        "p2p tcp 16 KiB",
+        "broadcast tcp x3 64 KiB",
+    ] {
+        assert!(cases.contains(&want), "missing {want} in {cases:?}");
+    }
+    assert_eq!(ms.len(), 2 * (1 + 3 + 3));
+    for m in &ms {
+        assert!(m.value.is_finite() && m.value > 0.0, "{m:?}");
+        assert!(m.limit.is_finite() && m.limit > 0.0, "{m:?}");
     }
 }
