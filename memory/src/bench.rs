@@ -107,9 +107,17 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
 
     let mut region = mgr.alloc(RegionSpec::new(tag.clone(), size, DType::U8))?;
     fill(&mut region)?;
-    let before = if footprint { Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?)) } else { None };
+    let before = if footprint {
+        Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?))
+    } else {
+        None
+    };
     let pause_cold = gbs(size, || mgr.pause(tags).map(drop))?;
-    let after = if footprint { Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?)) } else { None };
+    let after = if footprint {
+        Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?))
+    } else {
+        None
+    };
     let resume1 = gbs(size, || mgr.resume(tags).map(drop))?;
     let memcpy = memcpy_limit(&region)?;
     let pause_warm = gbs(size, || mgr.pause(tags).map(drop))?;
@@ -117,8 +125,8 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
     check(&region)?;
     drop(region);
 
-    let mut discard =
-        mgr.alloc(RegionSpec::new(tag.clone(), size, DType::U8).with_backup(BackupPolicy::Discard))?;
+    let mut discard = mgr
+        .alloc(RegionSpec::new(tag.clone(), size, DType::U8).with_backup(BackupPolicy::Discard))?;
     fill(&mut discard)?;
     let pause_discard = gbs(size, || mgr.pause(tags).map(drop))?;
     let resume_discard = gbs(size, || mgr.resume(tags).map(drop))?;

@@ -141,7 +141,8 @@ impl DeviceLedger {
     /// Drops a process (it exited). Returns whether it was known.
     pub fn remove(&mut self, process: &str, pid: u32) -> bool {
         let before = self.processes.len();
-        self.processes.retain(|p| !(p.process == process && p.pid == pid));
+        self.processes
+            .retain(|p| !(p.process == process && p.pid == pid));
         before != self.processes.len()
     }
 
@@ -160,17 +161,21 @@ impl DeviceLedger {
     /// Sums by tag.
     pub fn by_tag(&self) -> BTreeMap<Tag, Totals> {
         let mut m: BTreeMap<Tag, Totals> = BTreeMap::new();
-        self.regions().for_each(|(_, r)| m.entry(r.tag.clone()).or_default().add(r));
+        self.regions()
+            .for_each(|(_, r)| m.entry(r.tag.clone()).or_default().add(r));
         m
     }
 
     /// Sums by process, keyed `name:pid`.
     pub fn by_process(&self) -> BTreeMap<String, Totals> {
         let m = self.processes.iter();
-        m.map(|p| (format!("{}:{}", p.process, p.pid), p.totals())).collect()
+        m.map(|p| (format!("{}:{}", p.process, p.pid), p.totals()))
+            .collect()
     }
 
     fn regions(&self) -> impl Iterator<Item = (&ProcessReport, &RegionReport)> {
-        self.processes.iter().flat_map(|p| p.regions.iter().map(move |r| (p, r)))
+        self.processes
+            .iter()
+            .flat_map(|p| p.regions.iter().map(move |r| (p, r)))
     }
 }

@@ -41,5 +41,7 @@ pub use manager::{ManagerConfig, MemoryManager, Moved, ResidentGuard};
 pub use region::{Element, Region, RegionView, RegionViewMut};
 pub use share::{MappedRegion, SharedRegionInfo, recv_fds, recv_region, send_fds, send_region};
 pub use snapshot::SnapshotInfo;
-pub use stats::{RssBreakdown, mem_available_bytes, process_rss, process_rss_bytes, system_shmem_bytes};
+pub use stats::{
+    RssBreakdown, mem_available_bytes, process_rss, process_rss_bytes, system_shmem_bytes,
+};
 pub use tag::{BackupPolicy, DType, RegionSpec, Tag};

@@ -71,7 +71,10 @@ impl State {
     /// Regions whose tag is in `tags`, in id order.
     pub(crate) fn select(&self, tags: &[Tag]) -> Vec<Arc<RegionCell>> {
         let regions = self.regions.values();
-        regions.filter(|c| tags.contains(&c.spec.tag)).cloned().collect()
+        regions
+            .filter(|c| tags.contains(&c.spec.tag))
+            .cloned()
+            .collect()
     }
 }
 
@@ -84,7 +87,9 @@ pub(crate) struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inner").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Inner")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 

@@ -327,12 +327,16 @@ impl<T: Element> std::ops::DerefMut for RegionViewMut<'_, T> {
 
 impl<T> std::fmt::Debug for RegionView<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegionView").field("elements", &self.n).finish()
+        f.debug_struct("RegionView")
+            .field("elements", &self.n)
+            .finish()
     }
 }
 
 impl<T> std::fmt::Debug for RegionViewMut<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegionViewMut").field("elements", &self.n).finish()
+        f.debug_struct("RegionViewMut")
+            .field("elements", &self.n)
+            .finish()
     }
 }

@@ -26,7 +26,9 @@ impl MappedRegion {
     /// Maps `len` bytes of the memfd `fd` shared, read-write. Fails if the file is shorter.
     pub fn attach(fd: OwnedFd, len: usize) -> Result<MappedRegion> {
         if len == 0 {
-            return Err(MemoryError::InvalidArgument("cannot attach a zero-byte region".into()));
+            return Err(MemoryError::InvalidArgument(
+                "cannot attach a zero-byte region".into(),
+            ));
         }
         sys::check_fd_len(&fd, len)?;
         let map = Mapping::shared(fd.as_fd(), sys::round_to_pages(len)?)?;
@@ -75,7 +77,9 @@ impl MappedRegion {
         self.check_range(offset, data.len())?;
         // SAFETY: as in `read_at`; no Rust reference into the mapping exists in this process
         // except through the unsafe `as_slice` whose contract forbids overlapping writes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr().add(offset), data.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr().add(offset), data.len())
+        };
         Ok(())
     }
 
@@ -118,7 +122,9 @@ const HEADER: &str = "tandem-region/1";
 /// Sends `fds` and `payload` in one message (`SCM_RIGHTS`).
 pub fn send_fds(sock: &UnixStream, fds: &[BorrowedFd<'_>], payload: &[u8]) -> Result<()> {
     if payload.is_empty() {
-        return Err(MemoryError::InvalidArgument("fd message needs a non-empty payload".into()));
+        return Err(MemoryError::InvalidArgument(
+            "fd message needs a non-empty payload".into(),
+        ));
     }
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let cmsg = [ControlMessage::ScmRights(&raw)];
@@ -139,10 +145,18 @@ pub fn recv_fds(sock: &UnixStream, max_payload: usize) -> Result<(Vec<u8>, Vec<O
     let mut buf = vec![0u8; max_payload.max(1)];
     let mut cspace = nix::cmsg_space!([RawFd; 16]);
     let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cspace), MsgFlags::MSG_CMSG_CLOEXEC)
-        .map_err(|e| MemoryError::errno("recvmsg(SCM_RIGHTS)", e))?;
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cspace),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| MemoryError::errno("recvmsg(SCM_RIGHTS)", e))?;
     let mut fds = Vec::new();
-    for c in msg.cmsgs().map_err(|e| MemoryError::errno("recvmsg(cmsgs)", e))? {
+    for c in msg
+        .cmsgs()
+        .map_err(|e| MemoryError::errno("recvmsg(cmsgs)", e))?
+    {
         if let ControlMessageOwned::ScmRights(raw) = c {
             for r in raw {
                 // SAFETY: SCM_RIGHTS installed `r` as a fresh descriptor owned by nobody else.
@@ -205,7 +219,12 @@ fn parse_header(text: &str) -> Result<SharedRegionInfo> {
         }
     }
     match (id, tag, dtype, len) {
-        (Some(id), Some(tag), Some(dtype), Some(len)) => Ok(SharedRegionInfo { id, tag, dtype, len }),
+        (Some(id), Some(tag), Some(dtype), Some(len)) => Ok(SharedRegionInfo {
+            id,
+            tag,
+            dtype,
+            len,
+        }),
         _ => Err(bad("missing or invalid field")),
     }
 }
@@ -218,8 +237,13 @@ mod tests {
     #[test]
     fn header_parses_and_rejects() {
         let i = parse_header("tandem-region/1 id=3 tag=kv_cache dtype=bf16 len=4096").unwrap();
-        assert_eq!((i.id, i.tag, i.dtype, i.len), (3, Tag::KvCache, DType::BF16, 4096));
-        let e = parse_header("tandem-region/1 id=3 tag=kv_cache").unwrap_err().to_string();
+        assert_eq!(
+            (i.id, i.tag, i.dtype, i.len),
+            (3, Tag::KvCache, DType::BF16, 4096)
+        );
+        let e = parse_header("tandem-region/1 id=3 tag=kv_cache")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("missing or invalid field"), "{e}");
         assert!(parse_header("other/1 id=1").is_err());
     }

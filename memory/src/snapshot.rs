@@ -53,7 +53,9 @@ impl MemoryManager {
     /// Fails if no region has those tags, or one is paused or borrowed.
     pub fn snapshot(&self, name: &str, tags: &[Tag]) -> Result<SnapshotInfo> {
         if name.is_empty() {
-            return Err(MemoryError::InvalidArgument("snapshot name is empty".into()));
+            return Err(MemoryError::InvalidArgument(
+                "snapshot name is empty".into(),
+            ));
         }
         let mut st = self.inner.lock();
         let cells = st.select(tags);
@@ -65,7 +67,11 @@ impl MemoryManager {
             )));
         }
         let locks = exclusive_resident(&cells, "snapshotting it")?;
-        let mut old = st.snapshots.remove(name).map(|s| s.entries).unwrap_or_default();
+        let mut old = st
+            .snapshots
+            .remove(name)
+            .map(|s| s.entries)
+            .unwrap_or_default();
         let mut entries = Vec::with_capacity(cells.len());
         for c in &cells {
             let len = c.map.len();
@@ -96,17 +102,23 @@ impl MemoryManager {
     /// freed region, a paused or borrowed region.
     pub fn restore(&self, name: &str) -> Result<SnapshotInfo> {
         let st = self.inner.lock();
-        let snap = st.snapshots.get(name).ok_or_else(|| MemoryError::UnknownSnapshot {
-            name: name.to_string(),
-            known: st.snapshots.keys().cloned().collect::<Vec<_>>().join(", "),
-        })?;
+        let snap = st
+            .snapshots
+            .get(name)
+            .ok_or_else(|| MemoryError::UnknownSnapshot {
+                name: name.to_string(),
+                known: st.snapshots.keys().cloned().collect::<Vec<_>>().join(", "),
+            })?;
         let mut cells = Vec::with_capacity(snap.entries.len());
         for e in &snap.entries {
-            let cell = st.regions.get(&e.id).ok_or_else(|| MemoryError::StaleSnapshot {
-                name: name.to_string(),
-                id: e.id,
-                tag: e.tag.to_string(),
-            })?;
+            let cell = st
+                .regions
+                .get(&e.id)
+                .ok_or_else(|| MemoryError::StaleSnapshot {
+                    name: name.to_string(),
+                    id: e.id,
+                    tag: e.tag.to_string(),
+                })?;
             cells.push(Arc::clone(cell));
         }
         let locks = exclusive_resident(&cells, "restoring a snapshot into it")?;

@@ -84,7 +84,12 @@ mod tests {
     fn parses_kb_fields_exactly() {
         let t = "Shmem:      8788 kB\nShmemHugePages:   2 kB\n";
         assert_eq!(field_kb(t, "x", "Shmem").unwrap(), 8788 * 1024);
-        assert!(field_kb(t, "x", "Missing").unwrap_err().to_string().contains("field missing"));
+        assert!(
+            field_kb(t, "x", "Missing")
+                .unwrap_err()
+                .to_string()
+                .contains("field missing")
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
-use nix::fcntl::{FallocateFlags, SealFlag, fallocate, fcntl, FcntlArg};
+use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use crate::error::{MemoryError, Result};
@@ -101,7 +101,12 @@ impl Mapping {
     /// Maps `len` bytes of private anonymous memory, asking for transparent huge pages (first
     /// touch of 2 MiB pages is ~10x cheaper than of 4 KiB pages on the project machine).
     pub(crate) fn anonymous(len: usize) -> Result<Mapping> {
-        let m = Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, "mmap(anonymous)")?;
+        let m = Self::map(
+            len,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            "mmap(anonymous)",
+        )?;
         // SAFETY: the range is exactly our fresh mapping; MADV_HUGEPAGE only changes policy.
         // Failure (THP disabled) is harmless, so the result is ignored on purpose.
         let _ = unsafe { libc::madvise(m.ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
@@ -115,7 +120,14 @@ impl Mapping {
         // SAFETY: we pass a null hint, a non-zero length and a valid fd (or -1 for anonymous
         // memory); the kernel picks a fresh range that aliases no Rust object.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(MemoryError::last_os(op));

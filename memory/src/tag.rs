@@ -247,7 +247,10 @@ mod tests {
             assert_eq!(tag.to_string(), *name);
             assert_eq!(name.parse::<Tag>().unwrap(), *tag);
         }
-        assert_eq!("lora.a".parse::<Tag>().unwrap(), Tag::Custom("lora.a".into()));
+        assert_eq!(
+            "lora.a".parse::<Tag>().unwrap(),
+            Tag::Custom("lora.a".into())
+        );
         let err = "Bad Tag".parse::<Tag>().unwrap_err().to_string();
         assert!(err.contains("invalid tag `Bad Tag`"), "{err}");
     }
@@ -256,16 +259,23 @@ mod tests {
     fn dtypes_and_policies_parse() {
         assert_eq!("bf16".parse::<DType>().unwrap(), DType::BF16);
         assert_eq!(DType::BF16.size_bytes(), 2);
-        assert_eq!("discard".parse::<BackupPolicy>().unwrap(), BackupPolicy::Discard);
+        assert_eq!(
+            "discard".parse::<BackupPolicy>().unwrap(),
+            BackupPolicy::Discard
+        );
         let err = "fp8".parse::<DType>().unwrap_err().to_string();
         assert!(err.contains("expected one of: f32, f64"), "{err}");
     }
 
     #[test]
     fn spec_validation_names_the_tag() {
-        let e = RegionSpec::new(Tag::Grads, 6, DType::F32).validate().unwrap_err();
+        let e = RegionSpec::new(Tag::Grads, 6, DType::F32)
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("`grads`"), "{e}");
-        let e = RegionSpec::new(Tag::Grads, 0, DType::F32).validate().unwrap_err();
+        let e = RegionSpec::new(Tag::Grads, 0, DType::F32)
+            .validate()
+            .unwrap_err();
         assert!(matches!(e, MemoryError::ZeroSize { .. }));
     }
 }

@@ -1,0 +1,21 @@
+//! Prints the memory benchmark: `cargo run --release -p tandem-memory --example bench_memory
+//! [MAX_BYTES]` (the host exposes the same as `tandem bench memory`).
+
+fn main() -> Result<(), tandem_memory::MemoryError> {
+    let mut opts = tandem_memory::BenchOptions::default();
+    if let Some(max) = std::env::args().nth(1).and_then(|s| s.parse().ok()) {
+        opts.max_size = max;
+    }
+    for m in tandem_memory::bench(&opts)? {
+        let ratio = if m.unit == "GB/s" {
+            format!("{:.2}x", m.value / m.limit)
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<28} {:>14.2} {:<5} limit {:>14.2} {ratio}",
+            m.case, m.value, m.unit, m.limit
+        );
+    }
+    Ok(())
+}
