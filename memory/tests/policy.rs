@@ -165,3 +165,20 @@ fn resume_is_also_held_to_the_budget() {
         "{e}"
     );
 }
+
+#[test]
+fn manager_and_regions_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    let m = mgr();
+    let r = m
+        .alloc(RegionSpec::new(Tag::Activations, 4096, DType::F32))
+        .unwrap();
+    send_sync(&m);
+    send_sync(&r);
+    let m2 = m.clone();
+    let id = std::thread::spawn(move || m2.pause(&[Tag::Activations]).unwrap().regions)
+        .join()
+        .unwrap();
+    assert_eq!(id, 1);
+    assert!(r.is_paused());
+}
