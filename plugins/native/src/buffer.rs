@@ -99,7 +99,7 @@ impl BufferProvider for VecProvider {
         v.try_reserve_exact(len).map_err(|e| {
             NativeError::Buffer(format!(
                 "cannot allocate {} MiB for {name}: {e}",
-                len * 4 >> 20
+                (len * 4) >> 20
             ))
         })?;
         v.resize(len, 0.0);
@@ -110,7 +110,10 @@ impl BufferProvider for VecProvider {
 
 /// Splits `buf` into consecutive mutable pieces of the given sizes (the rest is dropped).
 /// Errors if `buf` is too short.
-pub fn carve<'a, const N: usize>(buf: &'a mut [f32], sizes: [usize; N]) -> Result<[&'a mut [f32]; N]> {
+pub fn carve<'a, const N: usize>(
+    buf: &'a mut [f32],
+    sizes: [usize; N],
+) -> Result<[&'a mut [f32]; N]> {
     let total: usize = sizes.iter().sum();
     if total > buf.len() {
         return Err(NativeError::Buffer(format!(

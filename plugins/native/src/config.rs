@@ -63,7 +63,11 @@ fn get_usize(v: &Value, key: &str) -> Result<usize> {
 fn ids(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).map(|x| x as u32).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_u64)
+            .map(|x| x as u32)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -103,27 +107,38 @@ impl ModelConfig {
         let rope_theta = v
             .get("rope_theta")
             .and_then(Value::as_f64)
-            .or_else(|| rope_params.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64))
+            .or_else(|| {
+                rope_params
+                    .and_then(|p| p.get("rope_theta"))
+                    .and_then(Value::as_f64)
+            })
             .unwrap_or(10000.0);
-        let scaling = v
-            .get("rope_scaling")
-            .filter(|s| !s.is_null())
-            .or_else(|| rope_params.filter(|p| p.get("rope_type").and_then(Value::as_str) != Some("default")));
+        let scaling = v.get("rope_scaling").filter(|s| !s.is_null()).or_else(|| {
+            rope_params.filter(|p| p.get("rope_type").and_then(Value::as_str) != Some("default"))
+        });
         if let Some(s) = scaling {
             return Err(NativeError::Config(format!(
                 "rope scaling {s} is not supported yet; use a checkpoint with default RoPE"
             )));
         }
         if v.get("mlp_bias").and_then(Value::as_bool) == Some(true) {
-            return Err(NativeError::Config("mlp_bias = true is not supported".into()));
+            return Err(NativeError::Config(
+                "mlp_bias = true is not supported".into(),
+            ));
         }
-        let hidden_act = v.get("hidden_act").and_then(Value::as_str).unwrap_or("silu");
+        let hidden_act = v
+            .get("hidden_act")
+            .and_then(Value::as_str)
+            .unwrap_or("silu");
         if hidden_act != "silu" {
             return Err(NativeError::Config(format!(
                 "hidden_act `{hidden_act}` not supported (only silu)"
             )));
         }
-        let attention_bias = v.get("attention_bias").and_then(Value::as_bool).unwrap_or(false);
+        let attention_bias = v
+            .get("attention_bias")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let cfg = ModelConfig {
             arch,
             vocab_size: get_usize(v, "vocab_size")?,
@@ -133,7 +148,10 @@ impl ModelConfig {
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            rms_norm_eps: v.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6),
+            rms_norm_eps: v
+                .get("rms_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-6),
             rope_theta,
             max_position_embeddings: v
                 .get("max_position_embeddings")
@@ -171,14 +189,16 @@ impl ModelConfig {
             return bad("vocab_size, hidden_size and num_hidden_layers must be > 0".into());
         }
         if self.num_key_value_heads == 0
-            || self.num_attention_heads % self.num_key_value_heads != 0
+            || !self
+                .num_attention_heads
+                .is_multiple_of(self.num_key_value_heads)
         {
             return bad(format!(
                 "num_attention_heads {} must be a multiple of num_key_value_heads {}",
                 self.num_attention_heads, self.num_key_value_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} must be even and > 0", self.head_dim));
         }
         Ok(())
@@ -241,10 +261,11 @@ impl ModelConfig {
     /// Writes `dir/config.json`.
     pub fn save(&self, dir: &Path) -> Result<()> {
         let path = dir.join("config.json");
-        let text = serde_json::to_string_pretty(&self.to_json()).map_err(|e| NativeError::Json {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let text =
+            serde_json::to_string_pretty(&self.to_json()).map_err(|e| NativeError::Json {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
         std::fs::write(&path, text).map_err(|e| NativeError::io(&path, e))
     }
 }

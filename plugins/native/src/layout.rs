@@ -113,7 +113,9 @@ impl ParamLayout {
                 (None, None, None)
             };
             let o = l.push(p("self_attn.o_proj.weight"), vec![d, cfg.q_dim()]);
-            let o_b = cfg.o_bias.then(|| l.push(p("self_attn.o_proj.bias"), vec![d]));
+            let o_b = cfg
+                .o_bias
+                .then(|| l.push(p("self_attn.o_proj.bias"), vec![d]));
             let ln2 = l.push(p("post_attention_layernorm.weight"), vec![d]);
             let gate = l.push(p("mlp.gate_proj.weight"), vec![cfg.intermediate_size, d]);
             let up = l.push(p("mlp.up_proj.weight"), vec![cfg.intermediate_size, d]);

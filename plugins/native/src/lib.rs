@@ -2,12 +2,24 @@
 //! memory-layer regions.
 //!
 //! See `ARCH-NOTES.md` for the code map and invariants.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod acts;
+pub mod backward;
 pub mod buffer;
 pub mod config;
+pub mod engine;
 pub mod error;
+pub mod forward;
 pub mod layout;
 pub mod linalg;
+pub mod lora;
+pub mod loss;
+pub mod model;
 pub mod ops;
+pub mod optim;
+pub mod sampling;
+pub mod st_io;
+pub mod trainer;
 
 pub use error::{NativeError, Result};

@@ -35,11 +35,19 @@ pub struct Mat<'a> {
 impl<'a> Mat<'a> {
     /// Row-major `[rows, cols]` matrix.
     pub fn rm(data: &'a [f32], cols: usize) -> Self {
-        Mat { data, rs: cols, cs: 1 }
+        Mat {
+            data,
+            rs: cols,
+            cs: 1,
+        }
     }
     /// The transpose of a row-major `[rows, cols]` matrix (so a `[cols, rows]` view).
     pub fn rm_t(data: &'a [f32], cols: usize) -> Self {
-        Mat { data, rs: 1, cs: cols }
+        Mat {
+            data,
+            rs: 1,
+            cs: cols,
+        }
     }
 }
 
@@ -62,8 +70,14 @@ pub fn gemm_into(
     accumulate: bool,
 ) {
     assert!(fits(dst.len(), m, n, dst_rs, 1), "gemm: dst too small");
-    assert!(fits(lhs.data.len(), m, k, lhs.rs, lhs.cs), "gemm: lhs too small");
-    assert!(fits(rhs.data.len(), k, n, rhs.rs, rhs.cs), "gemm: rhs too small");
+    assert!(
+        fits(lhs.data.len(), m, k, lhs.rs, lhs.cs),
+        "gemm: lhs too small"
+    );
+    assert!(
+        fits(rhs.data.len(), k, n, rhs.rs, rhs.cs),
+        "gemm: rhs too small"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -104,12 +118,40 @@ pub fn gemm_into(
 
 /// Linear layer: `y[m, n] (+)= x[m, k] · w[n, k]ᵀ` (Hugging Face `[out, in]` weights).
 pub fn linear(y: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, n: usize, accumulate: bool) {
-    gemm_into(y, n, m, n, k, Mat::rm(x, k), Mat::rm_t(w, k), 1.0, accumulate);
+    gemm_into(
+        y,
+        n,
+        m,
+        n,
+        k,
+        Mat::rm(x, k),
+        Mat::rm_t(w, k),
+        1.0,
+        accumulate,
+    );
 }
 
 /// Input gradient of a linear layer: `dx[m, k] (+)= dy[m, n] · w[n, k]`.
-pub fn linear_dx(dx: &mut [f32], dy: &[f32], w: &[f32], m: usize, k: usize, n: usize, accumulate: bool) {
-    gemm_into(dx, k, m, k, n, Mat::rm(dy, n), Mat::rm(w, k), 1.0, accumulate);
+pub fn linear_dx(
+    dx: &mut [f32],
+    dy: &[f32],
+    w: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    accumulate: bool,
+) {
+    gemm_into(
+        dx,
+        k,
+        m,
+        k,
+        n,
+        Mat::rm(dy, n),
+        Mat::rm(w, k),
+        1.0,
+        accumulate,
+    );
 }
 
 /// Weight gradient of a linear layer: `dw[n, k] += alpha · dy[m, n]ᵀ · x[m, k]`.

@@ -62,9 +62,29 @@ pub fn attention(o: &mut [f32], p: &mut [f32], q: &[f32], k: &[f32], v: &[f32], 
             let q_bh = &q[idx * t * hd..(idx + 1) * t * hd];
             let k_b = &k[kvi..kvi + t * hd];
             let v_b = &v[kvi..kvi + t * hd];
-            gemm_into(p_bh, t, t, t, hd, Mat::rm(q_bh, hd), Mat::rm_t(k_b, hd), s.scale(), false);
+            gemm_into(
+                p_bh,
+                t,
+                t,
+                t,
+                hd,
+                Mat::rm(q_bh, hd),
+                Mat::rm_t(k_b, hd),
+                s.scale(),
+                false,
+            );
             causal_softmax(p_bh, t);
-            gemm_into(o_bh, hd, t, hd, t, Mat::rm(p_bh, t), Mat::rm(v_b, hd), 1.0, false);
+            gemm_into(
+                o_bh,
+                hd,
+                t,
+                hd,
+                t,
+                Mat::rm(p_bh, t),
+                Mat::rm(v_b, hd),
+                1.0,
+                false,
+            );
         });
 }
 
@@ -102,9 +122,29 @@ pub fn attention_backward(
                     let p_h = &mut p_g[j * t * t..(j + 1) * t * t];
                     let dq_h = &mut dq_g[j * t * hd..(j + 1) * t * hd];
                     // dV += Pᵀ dO
-                    gemm_into(dv_b, hd, t, hd, t, Mat::rm_t(p_h, t), Mat::rm(do_h, hd), 1.0, j > 0);
+                    gemm_into(
+                        dv_b,
+                        hd,
+                        t,
+                        hd,
+                        t,
+                        Mat::rm_t(p_h, t),
+                        Mat::rm(do_h, hd),
+                        1.0,
+                        j > 0,
+                    );
                     // dP = dO Vᵀ
-                    gemm_into(dp, t, t, t, hd, Mat::rm(do_h, hd), Mat::rm_t(v_b, hd), 1.0, false);
+                    gemm_into(
+                        dp,
+                        t,
+                        t,
+                        t,
+                        hd,
+                        Mat::rm(do_h, hd),
+                        Mat::rm_t(v_b, hd),
+                        1.0,
+                        false,
+                    );
                     // dS = P ⊙ (dP − rowsum(P ⊙ dP)), stored into p
                     for (prow, dprow) in p_h.chunks_exact_mut(t).zip(dp.chunks_exact(t)) {
                         let dot: f32 = prow.iter().zip(dprow).map(|(a, b)| a * b).sum();
@@ -113,8 +153,28 @@ pub fn attention_backward(
                         }
                     }
                     // dQ = scale · dS K ; dK += scale · dSᵀ Q
-                    gemm_into(dq_h, hd, t, hd, t, Mat::rm(p_h, t), Mat::rm(k_b, hd), s.scale(), false);
-                    gemm_into(dk_b, hd, t, hd, t, Mat::rm_t(p_h, t), Mat::rm(q_h, hd), s.scale(), j > 0);
+                    gemm_into(
+                        dq_h,
+                        hd,
+                        t,
+                        hd,
+                        t,
+                        Mat::rm(p_h, t),
+                        Mat::rm(k_b, hd),
+                        s.scale(),
+                        false,
+                    );
+                    gemm_into(
+                        dk_b,
+                        hd,
+                        t,
+                        hd,
+                        t,
+                        Mat::rm_t(p_h, t),
+                        Mat::rm(q_h, hd),
+                        s.scale(),
+                        j > 0,
+                    );
                 }
             },
         );
@@ -145,7 +205,10 @@ mod tests {
             let mut o = vec![0.0; nq];
             let mut p = vec![0.0; np];
             attention(&mut o, &mut p, q, k, v, s);
-            o.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+            o.iter()
+                .zip(&r)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
         };
         let mut o = vec![0.0; nq];
         let mut p = vec![0.0; np];

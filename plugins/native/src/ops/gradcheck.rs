@@ -20,7 +20,13 @@ pub fn check(name: &str, x0: &[f32], grad: &[f32], f: impl Fn(&[f32]) -> f64) {
 }
 
 /// Like [`check`] over the listed indices only.
-pub fn check_subset(name: &str, x0: &[f32], grad: &[f32], f: impl Fn(&[f32]) -> f64, idx: &[usize]) {
+pub fn check_subset(
+    name: &str,
+    x0: &[f32],
+    grad: &[f32],
+    f: impl Fn(&[f32]) -> f64,
+    idx: &[usize],
+) {
     let eps = 1e-2f32;
     let mut x = x0.to_vec();
     let scale = grad.iter().fold(0f32, |m, g| m.max(g.abs())).max(1e-3);

@@ -35,7 +35,10 @@ mod tests {
         let f = |g: &[f32], u: &[f32]| {
             let mut a = vec![0.0; n];
             swiglu(&mut a, g, u);
-            a.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+            a.iter()
+                .zip(&r)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
         };
         let mut dg = vec![0.0; n];
         let mut du = vec![0.0; n];

@@ -3,7 +3,11 @@
 /// Forward over rows of width `w.len()`; writes `y` and the per-row inverse RMS `rstd`.
 pub fn rmsnorm(y: &mut [f32], rstd: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     let d = w.len();
-    for ((yr, r), xr) in y.chunks_exact_mut(d).zip(rstd.iter_mut()).zip(x.chunks_exact(d)) {
+    for ((yr, r), xr) in y
+        .chunks_exact_mut(d)
+        .zip(rstd.iter_mut())
+        .zip(x.chunks_exact(d))
+    {
         let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         *r = inv;
@@ -30,7 +34,12 @@ pub fn rmsnorm_backward(
         .zip(dy.chunks_exact(d).zip(x.chunks_exact(d)))
         .zip(rstd)
     {
-        let dot: f32 = dyr.iter().zip(w).zip(xr).map(|((g, wv), xv)| g * wv * xv).sum();
+        let dot: f32 = dyr
+            .iter()
+            .zip(w)
+            .zip(xr)
+            .map(|((g, wv), xv)| g * wv * xv)
+            .sum();
         let c = r * r * r * dot / d as f32;
         for (((o, g), wv), xv) in dxr.iter_mut().zip(dyr).zip(w).zip(xr) {
             let v = r * wv * g - xv * c;
@@ -65,7 +74,10 @@ mod tests {
             let mut y = vec![0.0; rows * d];
             let mut s = vec![0.0; rows];
             rmsnorm(&mut y, &mut s, x, w, 1e-5);
-            y.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+            y.iter()
+                .zip(&r)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
         };
         let mut y = vec![0.0; rows * d];
         let mut s = vec![0.0; rows];

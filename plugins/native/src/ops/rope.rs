@@ -78,7 +78,10 @@ mod tests {
         let f = |x: &[f32]| {
             let mut y = x.to_vec();
             t.apply(&mut y, 5);
-            y.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum::<f64>()
+            y.iter()
+                .zip(&r)
+                .map(|(a, b)| (*a as f64) * (*b as f64))
+                .sum::<f64>()
         };
         let mut g = r.clone();
         t.apply_backward(&mut g, 5);

@@ -1,0 +1,139 @@
+//! Layout of the `activations` buffer for one forward/backward over `B` sequences of `T`
+//! tokens: per layer the tensors backward needs, then the final norm + logits, then scratch.
+//!
+//! Per layer (N = B·T): `x_in[N,d] r1[N] h1[N,d] q[B,H,T,hd] k[B,KV,T,hd] v[B,KV,T,hd]
+//! p[B,H,T,T] att[N,q_dim] x_mid[N,d] r2[N] h2[N,d] g[N,ff] u[N,ff] a[N,ff]` and, for each
+//! LoRA target slot, `x·Aᵀ [N,r]` (size 0 when not adapted). `x_in` comes first so a layer
+//! writes its output straight into the next layer's (or the final section's) first slot.
+
+use crate::buffer::carve;
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::lora::LoraConfig;
+
+/// Number of tensors saved per layer.
+pub const LAYER_SLOTS: usize = 21;
+/// Number of scratch tensors.
+pub const SCRATCH_SLOTS: usize = 12;
+
+/// Sizes and offsets of the activations buffer for one (config, B, T, LoRA) combination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActLayout {
+    /// Sequences.
+    pub b: usize,
+    /// Tokens per sequence.
+    pub t: usize,
+    /// B·T.
+    pub n: usize,
+    layer_sizes: [usize; LAYER_SLOTS],
+    final_sizes: [usize; 4],
+    scratch_sizes: [usize; SCRATCH_SLOTS],
+    layers: usize,
+}
+
+impl ActLayout {
+    /// Layout for `b` sequences of `t` tokens (with `lora` adapters if given).
+    pub fn new(c: &ModelConfig, b: usize, t: usize, lora: Option<&LoraConfig>) -> Self {
+        let n = b * t;
+        let (d, qd, kvd, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        let p = b * c.num_attention_heads * t * t;
+        let mut ls = [
+            n * d,
+            n,
+            n * d,
+            n * qd,
+            n * kvd,
+            n * kvd,
+            p,
+            n * qd,
+            n * d,
+            n,
+            n * d,
+            n * ff,
+            n * ff,
+            n * ff,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        ];
+        let mut r = 0;
+        if let Some(l) = lora {
+            r = l.r;
+            for t in &l.targets {
+                ls[14 + *t as usize] = n * l.r;
+            }
+        }
+        ActLayout {
+            b,
+            t,
+            n,
+            layer_sizes: ls,
+            final_sizes: [n * d, n, n * d, n * c.vocab_size],
+            scratch_sizes: [
+                n * d,
+                n * d,
+                n * qd,
+                n * kvd,
+                n * kvd,
+                n * qd,
+                n * kvd,
+                n * kvd,
+                n * ff,
+                n * ff,
+                n * ff,
+                n * r,
+            ],
+            layers: c.num_hidden_layers,
+        }
+    }
+
+    /// f32 elements of one layer's section.
+    pub fn per_layer(&self) -> usize {
+        self.layer_sizes.iter().sum()
+    }
+    /// f32 elements of the final section.
+    pub fn final_len(&self) -> usize {
+        self.final_sizes.iter().sum()
+    }
+    /// Total f32 elements the buffer must hold.
+    pub fn total_len(&self) -> usize {
+        self.layers * self.per_layer() + self.final_len() + self.scratch_sizes.iter().sum::<usize>()
+    }
+
+    /// Splits the buffer into (layers section, final section, scratch section).
+    pub fn sections<'a>(&self, buf: &'a mut [f32]) -> Result<[&'a mut [f32]; 3]> {
+        carve(
+            buf,
+            [
+                self.layers * self.per_layer(),
+                self.final_len(),
+                self.scratch_sizes.iter().sum(),
+            ],
+        )
+    }
+    /// Splits one layer section into its saved tensors.
+    pub fn layer<'a>(&self, sec: &'a mut [f32]) -> Result<[&'a mut [f32]; LAYER_SLOTS]> {
+        carve(sec, self.layer_sizes)
+    }
+    /// Splits the final section into `[x_final, rstd, normed, logits]`.
+    pub fn final_parts<'a>(&self, sec: &'a mut [f32]) -> Result<[&'a mut [f32]; 4]> {
+        carve(sec, self.final_sizes)
+    }
+    /// Splits the scratch section into
+    /// `[d1, d2, tq, tk, tv, hq, hk, hv, f1, f2, f3, lora_r]`.
+    pub fn scratch<'a>(&self, sec: &'a mut [f32]) -> Result<[&'a mut [f32]; SCRATCH_SLOTS]> {
+        carve(sec, self.scratch_sizes)
+    }
+    /// Offset of the logits `[N, vocab]` inside the whole buffer.
+    pub fn logits_offset(&self) -> usize {
+        self.layers * self.per_layer() + self.final_sizes[..3].iter().sum::<usize>()
+    }
+    /// Offset of the final normed hidden states `[N, d]` inside the whole buffer.
+    pub fn hidden_offset(&self) -> usize {
+        self.layers * self.per_layer() + self.final_sizes[..2].iter().sum::<usize>()
+    }
+}

@@ -1,0 +1,299 @@
+//! Backward pass, hand-written for the decoder of [`crate::forward`]. Reads the activations
+//! saved by the forward (and dlogits, written over the logits by a loss), accumulates into
+//! the gradient buffers: `base` (same layout as the weights; `None` = base frozen) and
+//! `lora` (same layout as the adapter). The saved attention softmax is overwritten.
+
+use std::ops::Range;
+
+use crate::acts::ActLayout;
+use crate::error::{NativeError, Result};
+use crate::forward::{LoraOp, from_head_major, lora_op, to_head_major};
+use crate::linalg::{Mat, bias_grad, gemm_into, linear_dw, linear_dx};
+use crate::lora::{LoraAdapter, Target};
+use crate::model::Model;
+use crate::ops::attention::{AttnShape, attention_backward};
+use crate::ops::mlp::swiglu_backward;
+use crate::ops::norm::rmsnorm_backward;
+
+/// Gradient destinations (each accumulated into with `+=`).
+pub struct Grads<'a> {
+    /// Base-model gradients (weights layout), or `None` when the base is frozen.
+    pub base: Option<&'a mut [f32]>,
+    /// LoRA gradients (adapter layout), or `None` when no adapter is trained.
+    pub lora: Option<&'a mut [f32]>,
+}
+
+/// LoRA operands of one projection in backward: (A/B/r/scale, A/B ranges, saved x·Aᵀ, scratch).
+type LoraBwd<'a, 'b> = (
+    LoraOp<'a>,
+    Option<&'a (Range<usize>, Range<usize>)>,
+    &'b [f32],
+    &'b mut [f32],
+);
+
+fn sub<'a>(buf: &'a mut Option<&mut [f32]>, r: &Range<usize>) -> Option<&'a mut [f32]> {
+    buf.as_deref_mut().map(|b| &mut b[r.clone()])
+}
+
+/// Backward of `y = x Wᵀ + b + s (x Aᵀ) Bᵀ`: `dx (+)= ∂/∂x`, plus weight/bias/LoRA grads.
+#[allow(clippy::too_many_arguments)]
+fn proj_bwd(
+    dx: &mut [f32],
+    acc: bool,
+    dy: &[f32],
+    x: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+    grads: &mut Grads<'_>,
+    w_range: &Range<usize>,
+    b_range: &Option<Range<usize>>,
+    lora: LoraBwd<'_, '_>,
+) {
+    linear_dx(dx, dy, w, m, k, n, acc);
+    if let Some(dw) = sub(&mut grads.base, w_range) {
+        linear_dw(dw, dy, x, m, k, n, 1.0);
+    }
+    if let (Some(r), Some(_)) = (b_range, grads.base.as_ref())
+        && let Some(db) = sub(&mut grads.base, r)
+    {
+        bias_grad(db, dy);
+    }
+    let (op, ranges, xa, tmp) = lora;
+    if let (Some((a, b, r, s)), Some((ra, rb))) = (op, ranges) {
+        let tmp = &mut tmp[..m * r];
+        if let Some(db) = sub(&mut grads.lora, rb) {
+            linear_dw(db, dy, xa, m, r, n, s);
+        }
+        // d(xA) = s · dy B
+        gemm_into(tmp, r, m, r, n, Mat::rm(dy, n), Mat::rm(b, r), s, false);
+        if let Some(da) = sub(&mut grads.lora, ra) {
+            linear_dw(da, tmp, x, m, k, r, 1.0);
+        }
+        linear_dx(dx, tmp, a, m, k, r, true);
+    }
+}
+
+/// Backward over the batch laid out by `al`; dlogits must already be in the logits slot.
+pub fn backward(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    mut grads: Grads<'_>,
+) -> Result<()> {
+    crate::forward::check_inputs(model, tokens, al, acts)?;
+    if grads.lora.is_some() != lora.is_some() {
+        return Err(NativeError::Input(
+            "LoRA gradients given without an adapter (or vice versa)".into(),
+        ));
+    }
+    let c = &model.cfg;
+    let w = model.w();
+    let (n, d) = (al.n, c.hidden_size);
+    let [layers, fin, scratch] = al.sections(acts)?;
+    let per = al.per_layer();
+    let [xf, rf, hf, dlogits] = al.final_parts(fin)?;
+    {
+        let [dres, d2, ..] = al.scratch(scratch)?;
+        let lm = model.offs.lm_head.clone();
+        linear_dx(d2, dlogits, &w[lm.clone()], n, d, c.vocab_size, false);
+        if let Some(g) = sub(&mut grads.base, &lm) {
+            linear_dw(g, dlogits, hf, n, d, c.vocab_size, 1.0);
+        }
+        let norm = model.offs.norm.clone();
+        let dnorm = sub(&mut grads.base, &norm);
+        rmsnorm_backward(dres, dnorm, d2, xf, &w[norm], rf, false);
+    }
+    for l in (0..c.num_hidden_layers).rev() {
+        let cur = &mut layers[l * per..(l + 1) * per];
+        layer_backward(model, lora, l, al, cur, scratch, &mut grads)?;
+    }
+    let emb = model.offs.embed.clone();
+    if let Some(de) = sub(&mut grads.base, &emb) {
+        let [dres, ..] = al.scratch(scratch)?;
+        for (row, &tok) in dres.chunks_exact(d).zip(tokens) {
+            let t = tok as usize;
+            for (o, g) in de[t * d..(t + 1) * d].iter_mut().zip(row) {
+                *o += g;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn layer_backward(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    l: usize,
+    al: &ActLayout,
+    cur: &mut [f32],
+    scratch: &mut [f32],
+    grads: &mut Grads<'_>,
+) -> Result<()> {
+    let c = &model.cfg;
+    let w = model.w();
+    let o = &model.offs.layers[l];
+    let (n, d, qd, kvd, ff) = (
+        al.n,
+        c.hidden_size,
+        c.q_dim(),
+        c.kv_dim(),
+        c.intermediate_size,
+    );
+    let (h, kv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+    let [
+        x_in,
+        r1,
+        h1,
+        q,
+        k,
+        v,
+        p,
+        att,
+        x_mid,
+        r2,
+        h2,
+        g,
+        u,
+        a,
+        lq,
+        lk,
+        lv,
+        lo,
+        lg,
+        lu,
+        ld,
+    ] = al.layer(cur)?;
+    let [dres, d2, tq, tk, tv, hq, hk, hv, f1, f2, f3, lr] = al.scratch(scratch)?;
+    let lranges = |t: Target| lora.and_then(|ad| ad.offs[l][t as usize].as_ref());
+    let lp = |t: Target| lora_op(lora, l, t);
+    // MLP: next = x_mid + down(swiglu(gate(h2), up(h2)))
+    proj_bwd(
+        f3,
+        false,
+        dres,
+        a,
+        &w[o.down.clone()],
+        (n, ff, d),
+        grads,
+        &o.down,
+        &None,
+        (lp(Target::Down), lranges(Target::Down), ld, lr),
+    );
+    swiglu_backward(f1, f2, f3, g, u);
+    proj_bwd(
+        d2,
+        false,
+        f1,
+        h2,
+        &w[o.gate.clone()],
+        (n, d, ff),
+        grads,
+        &o.gate,
+        &None,
+        (lp(Target::Gate), lranges(Target::Gate), lg, lr),
+    );
+    proj_bwd(
+        d2,
+        true,
+        f2,
+        h2,
+        &w[o.up.clone()],
+        (n, d, ff),
+        grads,
+        &o.up,
+        &None,
+        (lp(Target::Up), lranges(Target::Up), lu, lr),
+    );
+    let eps_w = &w[o.ln2.clone()];
+    rmsnorm_backward(
+        dres,
+        sub(&mut grads.base, &o.ln2),
+        d2,
+        x_mid,
+        eps_w,
+        r2,
+        true,
+    );
+    // Attention: x_mid = x_in + o_proj(att)
+    proj_bwd(
+        tq,
+        false,
+        dres,
+        att,
+        &w[o.o.clone()],
+        (n, qd, d),
+        grads,
+        &o.o,
+        &o.o_b,
+        (lp(Target::O), lranges(Target::O), lo, lr),
+    );
+    let dims_q = (al.b, al.t, h, hd);
+    let dims_kv = (al.b, al.t, kv, hd);
+    to_head_major(hq, tq, dims_q, None, 0);
+    let shape = AttnShape {
+        b: al.b,
+        h,
+        kv,
+        t: al.t,
+        hd,
+    };
+    attention_backward(tq, hk, hv, hq, q, k, v, p, shape);
+    // Undo RoPE on dq (tq) and dk (hk), back to token-major: dq → hq, dk → tk, dv → tv.
+    for (i, row) in tq.chunks_exact_mut(hd).enumerate() {
+        model.rope.apply_backward(row, i % al.t);
+    }
+    for (i, row) in hk.chunks_exact_mut(hd).enumerate() {
+        model.rope.apply_backward(row, i % al.t);
+    }
+    from_head_major(hq, tq, dims_q);
+    from_head_major(tk, hk, dims_kv);
+    from_head_major(tv, hv, dims_kv);
+    proj_bwd(
+        d2,
+        false,
+        hq,
+        h1,
+        &w[o.q.clone()],
+        (n, d, qd),
+        grads,
+        &o.q,
+        &o.q_b,
+        (lp(Target::Q), lranges(Target::Q), lq, lr),
+    );
+    proj_bwd(
+        d2,
+        true,
+        tk,
+        h1,
+        &w[o.k.clone()],
+        (n, d, kvd),
+        grads,
+        &o.k,
+        &o.k_b,
+        (lp(Target::K), lranges(Target::K), lk, lr),
+    );
+    proj_bwd(
+        d2,
+        true,
+        tv,
+        h1,
+        &w[o.v.clone()],
+        (n, d, kvd),
+        grads,
+        &o.v,
+        &o.v_b,
+        (lp(Target::V), lranges(Target::V), lv, lr),
+    );
+    rmsnorm_backward(
+        dres,
+        sub(&mut grads.base, &o.ln1),
+        d2,
+        x_in,
+        &w[o.ln1.clone()],
+        r1,
+        true,
+    );
+    Ok(())
+}
