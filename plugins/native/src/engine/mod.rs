@@ -278,6 +278,7 @@ impl Engine {
                 hidden: want_hidden.then(Vec::new),
             })
             .collect();
+        let max_seq = self.cfg.max_seq;
         for wave in (0..reqs.len())
             .collect::<Vec<_>>()
             .chunks(self.cfg.max_batch)
@@ -305,25 +306,30 @@ impl Engine {
                     rng,
                 });
             }
-            rows.retain(|row| !self.finished(&reqs[row.req], &outs[row.req], row.pos));
+            rows.retain(|row| {
+                !Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos)
+            });
             while !rows.is_empty() {
                 self.decode_step(&mut rows, reqs, &mut outs)?;
-                rows.retain(|row| !self.finished(&reqs[row.req], &outs[row.req], row.pos));
+                rows.retain(|row| {
+                    !Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos)
+                });
             }
         }
         Ok(outs)
     }
 
-    /// Marks and reports whether a row is done (stop token, max_tokens or cache full).
-    fn finished(&self, req: &GenRequest, out: &GenOutput, pos: usize) -> bool {
+    /// Whether a row is done (stop token, max_tokens or cache full); sets its finish reason.
+    fn finished(max_seq: usize, req: &GenRequest, out: &mut GenOutput, pos: usize) -> bool {
         if out
             .tokens
             .last()
             .is_some_and(|t| req.stop_tokens.contains(t))
         {
+            out.finish = FinishReason::Stop;
             return true;
         }
-        out.tokens.len() >= req.max_tokens || pos + 1 >= self.cfg.max_seq
+        out.tokens.len() >= req.max_tokens || pos + 1 >= max_seq
     }
 
     #[allow(clippy::too_many_arguments)]
