@@ -1,12 +1,27 @@
 //! Runs the transport benchmark and prints each figure beside its limit (what
 //! `tandem bench transport` prints). `cargo run --release -p tandem-transport --example
-//! bench_transport [max_bytes]`.
+//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm]]]]]`.
 
 fn main() {
     tandem_transport::bench::child_main_if_requested();
     let mut opts = tandem_transport::bench::BenchOptions::default();
-    if let Some(max) = std::env::args().nth(1).and_then(|s| s.parse().ok()) {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |i: usize| args.get(i).and_then(|s| s.parse::<usize>().ok());
+    if let Some(max) = arg(1) {
         opts.max_bytes = max;
+    }
+    if let Some(min) = arg(2) {
+        opts.min_bytes = min;
+    }
+    if let Some(ring) = arg(3).filter(|&r| r > 0) {
+        opts.shm.ring_bytes = ring;
+    }
+    if let Some(chunk) = arg(4) {
+        opts.shm.chunk_bytes = chunk;
+    }
+    if args.get(5).is_some_and(|s| s == "shm") {
+        opts.backends = vec![tandem_transport::BackendKind::Shm];
+        opts.broadcast_ranks = 0;
     }
     match tandem_transport::bench::bench(&opts) {
         Ok(ms) => {

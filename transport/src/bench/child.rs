@@ -65,22 +65,18 @@ fn reps(size: usize) -> usize {
     ((256usize << 20) / size.max(1)).clamp(3, 2000)
 }
 
-/// Best-of-3 memcpy bandwidth for buffers of `size` bytes, in GB/s.
-fn memcpy_gbps(size: usize) -> f64 {
-    let src = vec![1u8; size];
-    let mut dst = vec![0u8; size];
-    dst.copy_from_slice(&src); // fault pages in
-    let n = reps(size);
-    let mut best = f64::MAX;
-    for _ in 0..3 {
-        let t = Instant::now();
-        for _ in 0..n {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
-        }
-        best = best.min(t.elapsed().as_secs_f64());
+/// Timed trials per figure; the best counts (the machine is shared, so the best trial is the
+/// least disturbed one, for the figure and its limit alike).
+const TRIALS: usize = 3;
+
+/// Seconds for `n` copies of `src` into `dst` (the memcpy limit, measured beside each trial).
+fn copy_trial(src: &[u8], dst: &mut [u8], n: usize) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        dst.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(&mut *dst);
     }
-    (size * n) as f64 / best / 1e9
+    t.elapsed().as_secs_f64()
 }
 
 /// Median round trip of two threads bouncing a counter through one cache line, in µs.
@@ -152,35 +148,41 @@ fn p2p(w: &Communicator, backend: &str, sizes: &[usize], iters: usize) -> Result
     for &size in sizes {
         let buf = vec![7u8; size];
         let mut rbuf = vec![0u8; size];
-        let n = reps(size).min(if size >= 1 << 28 { 3 } else { usize::MAX });
-        // One warm-up round trip faults every page in on both sides.
+        let n = if size >= 1 << 28 { 1 } else { reps(size) };
         w.barrier()?;
-        let t = if me == 0 {
-            w.send(1, &buf, 1)?;
-            let mut ack = [0u8; 1];
-            w.recv(1, &mut ack, 2)?;
-            let t = Instant::now();
-            for _ in 0..n {
-                w.send(1, &buf, 1)?;
+        // Trial 0 is a warm-up (faults pages in on both sides); the best of the rest counts.
+        let mut best = f64::MAX;
+        let mut best_copy = f64::MAX;
+        for trial in 0..TRIALS + 1 {
+            if me == 0 {
+                // The limit is measured in the same trial, under the same load.
+                let c = copy_trial(&buf, &mut rbuf, n);
+                if trial > 0 {
+                    best_copy = best_copy.min(c);
+                }
+                let mut ack = [0u8; 1];
+                let t = Instant::now();
+                for _ in 0..n {
+                    w.send(1, &buf, 1)?;
+                }
+                w.recv(1, &mut ack, 2)?;
+                if trial > 0 {
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+            } else {
+                for _ in 0..n {
+                    w.recv(0, &mut rbuf, 1)?;
+                }
+                w.send(0, &[1], 2)?;
             }
-            w.recv(1, &mut ack, 2)?;
-            t.elapsed().as_secs_f64()
-        } else {
-            w.recv(0, &mut rbuf, 1)?;
-            w.send(0, &[1], 2)?;
-            for _ in 0..n {
-                w.recv(0, &mut rbuf, 1)?;
-            }
-            w.send(0, &[1], 2)?;
-            0.0
-        };
+        }
         if me == 0 {
-            let gbps = (size * n) as f64 / t / 1e9;
+            let gb = (size * n) as f64 / 1e9;
             out.push(line(
                 format!("p2p {backend} {}", human(size)),
-                gbps,
+                gb / best,
                 "GB/s",
-                memcpy_gbps(size),
+                gb / best_copy,
             ));
         }
     }
@@ -192,22 +194,38 @@ fn bcast(w: &Communicator, backend: &str, sizes: &[usize]) -> Result<Vec<String>
     let n_ranks = w.world_size();
     for &size in sizes {
         let mut buf = vec![3u8; size];
-        let n = reps(size).min(if size >= 1 << 28 { 2 } else { 200 });
+        let n = if size >= 1 << 28 {
+            1
+        } else {
+            reps(size).min(500)
+        };
         w.broadcast(0, &mut buf)?; // warm-up
-        w.barrier()?;
-        let t = Instant::now();
-        for _ in 0..n {
-            w.broadcast(0, &mut buf)?;
+        let mut scratch = if w.rank() == 0 {
+            vec![0u8; size]
+        } else {
+            Vec::new()
+        };
+        let mut secs = f64::MAX;
+        let mut copy = f64::MAX;
+        for _trial in 0..TRIALS {
+            if w.rank() == 0 {
+                copy = copy.min(copy_trial(&buf, &mut scratch, n));
+            }
+            w.barrier()?;
+            let t = Instant::now();
+            for _ in 0..n {
+                w.broadcast(0, &mut buf)?;
+            }
+            w.barrier()?;
+            secs = secs.min(t.elapsed().as_secs_f64());
         }
-        w.barrier()?;
-        let secs = t.elapsed().as_secs_f64();
         if w.rank() == 0 {
-            let gbps = (size * n) as f64 / secs / 1e9;
+            let gb = (size * n) as f64 / 1e9;
             out.push(line(
                 format!("broadcast {backend} x{n_ranks} {}", human(size)),
-                gbps,
+                gb / secs,
                 "GB/s",
-                memcpy_gbps(size),
+                gb / copy,
             ));
         }
     }

@@ -67,6 +67,8 @@ pub struct BenchOptions {
     pub child_args: Vec<String>,
     /// Transport timeout inside the children.
     pub timeout: Duration,
+    /// Shared-memory tuning of the children.
+    pub shm: crate::link::shm::ShmOptions,
 }
 
 impl Default for BenchOptions {
@@ -80,6 +82,7 @@ impl Default for BenchOptions {
             child_program: None,
             child_args: Vec::new(),
             timeout: Duration::from_secs(60),
+            shm: Default::default(),
         }
     }
 }
@@ -151,6 +154,7 @@ fn run_world(
             c.name = format!("bench-{role}-{backend}");
             c.transport = TransportOverride::Force(backend);
             c.timeout = opts.timeout;
+            c.shm = opts.shm;
             c
         })
         .collect();

@@ -28,8 +28,12 @@ pub mod env {
     pub const BACKEND: &str = "TANDEM_TRANSPORT_BACKEND";
     /// Timeout in milliseconds (default 60000).
     pub const TIMEOUT_MS: &str = "TANDEM_TRANSPORT_TIMEOUT_MS";
-    /// Bytes per direction of each shm ring (default 8 MiB).
+    /// Bytes per direction of each shm ring (default 4 MiB).
     pub const SHM_RING_BYTES: &str = "TANDEM_TRANSPORT_SHM_RING_BYTES";
+    /// Producer publish chunk of shm rings (default 0 = automatic).
+    pub const SHM_CHUNK_BYTES: &str = "TANDEM_TRANSPORT_SHM_CHUNK_BYTES";
+    /// Spin before sleeping, in microseconds (default 50).
+    pub const SHM_SPIN_US: &str = "TANDEM_TRANSPORT_SHM_SPIN_US";
     /// IP address to listen on and advertise for tcp links (default: the interface that
     /// routes to the store).
     pub const TCP_IP: &str = "TANDEM_TRANSPORT_TCP_IP";
@@ -116,6 +120,12 @@ impl CommConfig {
         if let Some(b) = get(env::SHM_RING_BYTES) {
             c.shm.ring_bytes = num(env::SHM_RING_BYTES, b)?;
         }
+        if let Some(b) = get(env::SHM_CHUNK_BYTES) {
+            c.shm.chunk_bytes = num(env::SHM_CHUNK_BYTES, b)?;
+        }
+        if let Some(b) = get(env::SHM_SPIN_US) {
+            c.shm.spin = Duration::from_micros(num(env::SHM_SPIN_US, b)? as u64);
+        }
         if let Some(ip) = get(env::TCP_IP) {
             c.tcp_ip = Some(ip.parse().map_err(|_| {
                 TransportError::Invalid(format!("{}={ip:?} is not an IP address", env::TCP_IP))
@@ -137,6 +147,8 @@ impl CommConfig {
             (env::BACKEND, self.transport.to_string()),
             (env::TIMEOUT_MS, self.timeout.as_millis().to_string()),
             (env::SHM_RING_BYTES, self.shm.ring_bytes.to_string()),
+            (env::SHM_CHUNK_BYTES, self.shm.chunk_bytes.to_string()),
+            (env::SHM_SPIN_US, self.shm.spin.as_micros().to_string()),
         ];
         if let Some(ip) = self.tcp_ip {
             v.push((env::TCP_IP, ip.to_string()));

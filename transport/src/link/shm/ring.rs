@@ -5,6 +5,7 @@
 //! Invariants: `tail <= head <= tail + cap`; only the producer writes `head`, `data_seq`,
 //! `closed`; only the consumer writes `tail`, `space_seq`; `cap` is a power of two.
 
+use super::copy::copy_out;
 use super::futex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use std::time::{Duration, Instant};
@@ -157,16 +158,14 @@ impl Ring {
             let at = (tail & (self.cap - 1)) as usize;
             let first = n.min(self.cap as usize - at);
             if let Some(d) = dst.as_deref_mut() {
+                let stream = d.len() >= super::copy::STREAM_MIN;
                 let out = &mut d[off..off + n];
                 // SAFETY: [at, at+first) and [0, n-first) are inside the data area and were
-                // published by the producer (n <= readable), so it no longer writes them.
+                // published by the producer (n <= readable), so it no longer writes them;
+                // `out` is our own buffer of n bytes.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(self.data.add(at), out.as_mut_ptr(), first);
-                    std::ptr::copy_nonoverlapping(
-                        self.data,
-                        out.as_mut_ptr().add(first),
-                        n - first,
-                    );
+                    copy_out(self.data.add(at), out.as_mut_ptr(), first, stream);
+                    copy_out(self.data, out.as_mut_ptr().add(first), n - first, stream);
                 }
             }
             c.tail.store(tail + n as u64, SeqCst);
