@@ -1,1 +1,12 @@
-//! x
+//! `tandem-host`: the Tandem host runtime — job files, plugin registry and loader, host
+//! services, benchmarks, and the CLI the thin `tandem` binary runs.
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod logging;
+pub mod registry;
+pub mod services;
+
+pub use error::HostError;

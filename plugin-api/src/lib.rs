@@ -24,10 +24,10 @@ pub mod traits;
 pub mod types;
 
 pub use abi_stable;
-pub use inventory;
 pub use abi_stable::std_types::{ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec};
 pub use caps::{BridgeMode, Capabilities, ComponentDecl, ComponentKind, PluginManifest};
 pub use error::{ErrorCode, PResult, PluginError};
+pub use inventory;
 pub use module::{PluginModule, PluginModuleRef};
 pub use traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
 pub use types::*;

@@ -117,7 +117,11 @@ pub trait TrainerImpl: Send + 'static {
     /// See [`Trainer::init`].
     fn init(&mut self) -> Result<TrainerInfo>;
     /// See [`Trainer::compute_logprobs`].
-    fn compute_logprobs(&mut self, batch: TrainBatch, which: WhichWeights) -> Result<Vec<RVec<f32>>> {
+    fn compute_logprobs(
+        &mut self,
+        batch: TrainBatch,
+        which: WhichWeights,
+    ) -> Result<Vec<RVec<f32>>> {
         unsupported("compute_logprobs", self.component())
     }
     /// See [`Trainer::train_step`].
@@ -360,17 +364,14 @@ macro_rules! export_plugin {
         /// Library header read by the Tandem host's loader.
         #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
         pub static TANDEM_PLUGIN_LIB_HEADER: $crate::abi_stable::library::LibHeader = {
-            extern "C" fn erased_root_module() -> $crate::abi_stable::library::RootModuleResult
-            {
+            extern "C" fn erased_root_module() -> $crate::abi_stable::library::RootModuleResult {
                 $crate::abi_stable::library::__call_root_module_loader(__tandem_root_module)
             }
             // SAFETY: `erased_root_module` returns the `PrefixRef` of a `PluginModuleRef`
             // erased by abi_stable's own loader helper, which is what `from_constructor`
             // requires for module type `PluginModuleRef`.
             unsafe {
-                $crate::abi_stable::library::LibHeader::from_constructor::<
-                    $crate::PluginModuleRef,
-                >(
+                $crate::abi_stable::library::LibHeader::from_constructor::<$crate::PluginModuleRef>(
                     erased_root_module,
                     $crate::abi_stable::library::CheckTypeLayout::Yes,
                 )

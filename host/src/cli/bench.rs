@@ -1,0 +1,25 @@
+//! `tandem bench NAME [--json] [--quick]`.
+
+use crate::bench::{self, Figure};
+use crate::error::HostError;
+
+/// Available benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchName {
+    /// Engine-trait call across the plugin ABI vs a direct `dyn` call.
+    Abi,
+}
+
+pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
+    let figures: Vec<Figure> = match name {
+        BenchName::Abi => bench::abi::run(if quick { 1_000_000 } else { 10_000_000 }),
+    };
+    if json {
+        for f in &figures {
+            super::print_json(f)?;
+        }
+    } else {
+        println!("{}", bench::table(&figures));
+    }
+    Ok(())
+}

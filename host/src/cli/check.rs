@@ -1,0 +1,78 @@
+//! `tandem check JOB.toml [--json]`: validate a job file and print the resolved plan.
+
+use crate::config::{LoadedJob, ResolvedPlan, validate};
+use crate::error::HostError;
+use std::path::{Path, PathBuf};
+
+/// Parses and validates a job file against the registry.
+pub(super) fn resolve(
+    cli_dirs: &[PathBuf],
+    job_path: &Path,
+) -> Result<(LoadedJob, ResolvedPlan), HostError> {
+    let job = LoadedJob::read(job_path)?;
+    let job_dirs: Vec<PathBuf> = job
+        .job
+        .plugins
+        .dirs
+        .iter()
+        .map(|d| job.resolve_path(d))
+        .collect();
+    let registry = super::load_registry(cli_dirs, &job_dirs)?;
+    let plan = validate(&job, &registry)?;
+    Ok((job, plan))
+}
+
+/// Human-readable plan.
+pub(super) fn describe(plan: &ResolvedPlan) -> String {
+    let mut out = vec![
+        format!("job `{}` is valid", plan.name),
+        format!("  run dir    {}", plan.output_dir.display()),
+        format!(
+            "  model      {}{}",
+            plan.model_path.display(),
+            plan.model_init_preset
+                .as_ref()
+                .map(|p| format!(" (created from preset `{p}` if absent)"))
+                .unwrap_or_default()
+        ),
+        format!(
+            "  placement  {:?} on {} (train {:.2}, infer {:.2} of each device)",
+            plan.placement,
+            plan.devices.join(", "),
+            plan.train_frac,
+            plan.infer_frac
+        )
+        .to_lowercase(),
+        format!(
+            "  engine     {} x{} from plugin `{}` ({})",
+            plan.engine.component, plan.engine.ranks, plan.engine.plugin, plan.engine.source
+        ),
+        format!(
+            "  trainer    {} x{} from plugin `{}` ({})",
+            plan.trainer.component, plan.trainer.ranks, plan.trainer.plugin, plan.trainer.source
+        ),
+        format!(
+            "  bridge     {} ({} updates, verify {}) — {}",
+            plan.bridge.mode,
+            plan.bridge.update_kind,
+            if plan.bridge.verify { "on" } else { "off" },
+            match &plan.bridge.provider {
+                Some(p) => format!("from plugin `{p}`"),
+                None => "no loaded plugin implements this bridge yet".into(),
+            }
+        ),
+        format!("  transport  {}", plan.transport),
+    ];
+    out.retain(|l| !l.is_empty());
+    out.join("\n")
+}
+
+pub(super) fn run(cli_dirs: &[PathBuf], job_path: &Path, json: bool) -> Result<(), HostError> {
+    let (_, plan) = resolve(cli_dirs, job_path)?;
+    if json {
+        super::print_json(&plan)
+    } else {
+        println!("{}", describe(&plan));
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! Command-line interface: argument parsing (clap) and dispatch to the subcommands.
+
+mod bench;
+mod check;
+mod plugins;
+mod run;
+
+use crate::error::HostError;
+use crate::logging::{self, LogFormat};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Tandem: run an inference engine and a trainer in tandem for RL post-training.
+#[derive(Debug, Parser)]
+#[command(name = "tandem", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "pretty", global = true)]
+    pub log_format: LogFormat,
+    /// More log output (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Extra plugin directory (repeatable); also `[plugins] dirs` and `TANDEM_PLUGIN_PATH`.
+    #[arg(long = "plugin-dir", value_name = "DIR", global = true)]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every plugin with kind, version, API level, source and capabilities.
+    Plugins {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a job file and print the resolved plan.
+    Check {
+        /// The job file.
+        job: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a job.
+    Run {
+        /// The job file.
+        job: PathBuf,
+        /// Override the job file's run directory.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a benchmark; each figure is printed beside its limit measured in the same run.
+    Bench {
+        /// Which benchmark.
+        #[arg(value_enum)]
+        name: bench::BenchName,
+        /// One JSON object per figure.
+        #[arg(long)]
+        json: bool,
+        /// Smaller sizes and fewer repetitions.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+/// Parses the process arguments, runs the command, and maps errors to exit codes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        cli.verbose.min(3) as i8
+    };
+    logging::init(cli.log_format, verbosity);
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            for line in err.to_string().lines() {
+                eprintln!("error: {line}");
+            }
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<(), HostError> {
+    match cli.command {
+        Command::Plugins { json } => plugins::run(&cli.plugin_dirs, json),
+        Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
+        Command::Run {
+            job,
+            output_dir,
+            json,
+        } => run::run(&cli.plugin_dirs, &job, output_dir, json),
+        Command::Bench { name, json, quick } => bench::run(name, json, quick),
+    }
+}
+
+/// Prints a value as one line of JSON on stdout.
+fn print_json<T: serde::Serialize>(value: &T) -> Result<(), HostError> {
+    let line = serde_json::to_string(value)
+        .map_err(|e| HostError::Runtime(format!("cannot serialise output: {e}")))?;
+    println!("{line}");
+    Ok(())
+}
+
+/// Loads the registry from the CLI's, the job's and the environment's plugin directories.
+fn load_registry(
+    cli_dirs: &[PathBuf],
+    job_dirs: &[PathBuf],
+) -> Result<crate::registry::Registry, HostError> {
+    let dirs = crate::registry::plugin_dirs(cli_dirs, job_dirs);
+    crate::registry::Registry::discover(&dirs).map_err(HostError::Plugins)
+}

@@ -1,0 +1,142 @@
+//! Job files: the TOML schema (`serde`, `deny_unknown_fields`), parsing with file:line:column
+//! and key-path errors, and validation against the plugin registry before anything starts.
+
+mod schema;
+mod validate;
+
+pub use schema::*;
+pub use validate::{ResolvedPlan, validate};
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One problem in a job file, printed as one line: `file:line:col: key.path: message (help: ..)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigIssue {
+    /// The job file.
+    pub file: PathBuf,
+    /// Dotted key path, e.g. `placement.train_frac` (empty for whole-file problems).
+    pub key: String,
+    /// 1-based line and column, where known.
+    pub position: Option<(usize, usize)>,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it (may be empty).
+    pub help: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some((line, col)) = self.position {
+            write!(f, ":{line}:{col}")?;
+        }
+        if !self.key.is_empty() {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if !self.help.is_empty() {
+            write!(f, " (help: {})", self.help)?;
+        }
+        Ok(())
+    }
+}
+
+/// Errors of loading a job file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read job file: {source} (help: check the path)", path.display())]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// One or more problems in the file; each is one line.
+    #[error("{}", issues.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The problems, in file order where possible.
+        issues: Vec<ConfigIssue>,
+    },
+}
+
+/// A parsed job file plus where it came from (for error positions and relative paths).
+#[derive(Debug, Clone)]
+pub struct LoadedJob {
+    /// The path it was read from.
+    pub path: PathBuf,
+    /// Its text.
+    pub source: String,
+    /// The parsed job.
+    pub job: JobFile,
+}
+
+impl LoadedJob {
+    /// Reads and parses a job file (syntax, unknown keys and types; no cross-checks).
+    pub fn read(path: &Path) -> Result<LoadedJob, ConfigError> {
+        let source = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, source)
+    }
+
+    /// Parses job-file text; `path` is used for messages and relative paths.
+    pub fn parse(path: &Path, source: String) -> Result<LoadedJob, ConfigError> {
+        let issue =
+            |key: String, span: Option<std::ops::Range<usize>>, message: String| ConfigIssue {
+                file: path.to_path_buf(),
+                key,
+                position: span.map(|s| line_col(&source, s.start)),
+                message,
+                help: "see examples/quickstart.toml for the schema".into(),
+            };
+        let de = toml::de::Deserializer::parse(&source).map_err(|e| ConfigError::Invalid {
+            issues: vec![issue(String::new(), e.span(), one_line(e.message()))],
+        })?;
+        match serde_path_to_error::deserialize::<_, JobFile>(de) {
+            Ok(job) => Ok(LoadedJob {
+                path: path.to_path_buf(),
+                source: source.clone(),
+                job,
+            }),
+            Err(e) => {
+                let key = e.path().to_string();
+                let key = if key == "." { String::new() } else { key };
+                let inner = e.into_inner();
+                Err(ConfigError::Invalid {
+                    issues: vec![issue(key, inner.span(), one_line(inner.message()))],
+                })
+            }
+        }
+    }
+
+    /// 1-based line and column of a byte offset in the source.
+    pub fn position(&self, offset: usize) -> (usize, usize) {
+        line_col(&self.source, offset)
+    }
+
+    /// Resolves a path from the job file relative to the job file's directory.
+    pub fn resolve_path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or_else(|| Path::new(".")).join(p)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    let before = &source[..offset.min(source.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, col)
+}

@@ -1,0 +1,266 @@
+//! The job-file schema. Every table denies unknown keys; free-form plugin options live in
+//! `[engine.options]` / `[trainer.options]` / `[bridge.options]` and are handed to the plugin as JSON.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use toml::Spanned;
+
+/// A whole job file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobFile {
+    /// Run-level settings.
+    #[serde(default)]
+    pub run: RunSection,
+    /// Where to look for dynamic plugins.
+    #[serde(default)]
+    pub plugins: PluginsSection,
+    /// Where workers go and how much memory each side may use.
+    #[serde(default)]
+    pub placement: PlacementSection,
+    /// The model.
+    pub model: ModelSection,
+    /// The inference engine.
+    pub engine: EngineSection,
+    /// The trainer.
+    pub trainer: TrainerSection,
+    /// The weight bridge.
+    pub bridge: BridgeSection,
+    /// The RL algorithm.
+    #[serde(default)]
+    pub algorithm: AlgorithmSection,
+    /// The task (prompts + reward).
+    #[serde(default)]
+    pub task: TaskSection,
+    /// Memory-layer settings.
+    #[serde(default)]
+    pub memory: MemorySection,
+    /// Transport-layer settings.
+    #[serde(default)]
+    pub transport: TransportSection,
+}
+
+/// `[run]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Run name (used in output).
+    pub name: String,
+    /// Run directory (metrics, plot, checkpoints); relative to the job file.
+    pub output_dir: PathBuf,
+    /// Number of RL steps.
+    pub steps: u32,
+    /// Seed of everything random.
+    pub seed: u64,
+    /// Save a checkpoint every N steps (0: only at the end).
+    pub save_every: u32,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        RunSection {
+            name: "tandem-run".into(),
+            output_dir: PathBuf::from("runs/tandem-run"),
+            steps: 20,
+            seed: 0,
+            save_every: 0,
+        }
+    }
+}
+
+/// `[plugins]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsSection {
+    /// Directories scanned for plugin libraries; relative to the job file.
+    pub dirs: Vec<PathBuf>,
+}
+
+/// Colocated (engine and trainer share devices) or disaggregated placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PlacementMode {
+    /// Engine and trainer share each device and take turns.
+    #[default]
+    Colocate,
+    /// Engine and trainer on separate devices.
+    Disaggregated,
+}
+
+/// `[placement]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlacementSection {
+    /// Placement mode.
+    pub mode: PlacementMode,
+    /// Devices (`cpu`, `cuda:0`, ...).
+    pub devices: Vec<String>,
+    /// Fraction of each device's memory the trainer may use.
+    pub train_frac: Spanned<f64>,
+    /// Fraction of each device's memory the engine may use.
+    pub infer_frac: Spanned<f64>,
+}
+
+impl Default for PlacementSection {
+    fn default() -> Self {
+        PlacementSection {
+            mode: PlacementMode::Colocate,
+            devices: vec!["cpu".into()],
+            train_frac: Spanned::new(0..0, 0.45),
+            infer_frac: Spanned::new(0..0, 0.45),
+        }
+    }
+}
+
+/// `[model]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// Hugging Face model directory; relative to the job file.
+    pub path: PathBuf,
+    /// Preset to create the model from when `path` does not exist (`tiny`, `small`).
+    #[serde(default)]
+    pub init_preset: Option<String>,
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    /// Engine component name (e.g. `native`, `vllm`).
+    pub plugin: Spanned<String>,
+    /// Number of engine ranks.
+    #[serde(default = "one")]
+    pub ranks: u32,
+    /// Whether the drained offload releases this engine's memory.
+    #[serde(default = "yes")]
+    pub needs_offload: bool,
+    /// Free-form options for the plugin.
+    #[serde(default)]
+    pub options: toml::Table,
+}
+
+/// `[trainer]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainerSection {
+    /// Trainer component name (e.g. `native`, `fsdp`).
+    pub plugin: Spanned<String>,
+    /// Number of trainer ranks.
+    #[serde(default = "one")]
+    pub ranks: u32,
+    /// Free-form options for the plugin.
+    #[serde(default)]
+    pub options: toml::Table,
+}
+
+/// `[bridge]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BridgeSection {
+    /// Bridge mode: `ipc`, `lora`, `checkpoint` or `broadcast`.
+    pub mode: Spanned<String>,
+    /// Check after every sync that the engine serves the trainer's weights.
+    #[serde(default = "yes")]
+    pub verify: bool,
+    /// Free-form options for the bridge.
+    #[serde(default)]
+    pub options: toml::Table,
+}
+
+/// `[algorithm]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgorithmSection {
+    /// Algorithm name (`grpo`).
+    pub name: String,
+    /// Prompts per step.
+    pub prompts_per_step: u32,
+    /// Completions per prompt (the GRPO group).
+    pub group_size: u32,
+    /// Max new tokens per completion.
+    pub max_tokens: u32,
+    /// Sampling temperature during rollouts.
+    pub temperature: f32,
+    /// Learning rate.
+    pub learning_rate: f32,
+    /// PPO clip range.
+    pub clip_eps: f32,
+    /// KL penalty to the reference policy (0: no reference snapshot).
+    pub kl_coef: f32,
+    /// Optimiser steps per RL step.
+    pub train_steps_per_rollout: u32,
+    /// Global gradient-norm clip.
+    pub grad_clip: f32,
+}
+
+impl Default for AlgorithmSection {
+    fn default() -> Self {
+        AlgorithmSection {
+            name: "grpo".into(),
+            prompts_per_step: 8,
+            group_size: 8,
+            max_tokens: 8,
+            temperature: 1.0,
+            learning_rate: 1e-3,
+            clip_eps: 0.2,
+            kl_coef: 0.0,
+            train_steps_per_rollout: 1,
+            grad_clip: 1.0,
+        }
+    }
+}
+
+/// `[task]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskSection {
+    /// Built-in task kind.
+    pub kind: String,
+    /// Free-form task options.
+    pub options: toml::Table,
+}
+
+impl Default for TaskSection {
+    fn default() -> Self {
+        TaskSection {
+            kind: "arithmetic".into(),
+            options: toml::Table::new(),
+        }
+    }
+}
+
+/// `[memory]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemorySection {
+    /// Capacity of a CPU "device" in bytes (default: MemTotal).
+    pub cpu_capacity_bytes: Option<u64>,
+}
+
+/// `[transport]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportSection {
+    /// `auto`, `shm`, `tcp` or `nccl`.
+    pub backend: String,
+    /// Seconds before a silent peer is declared dead.
+    pub timeout_secs: f64,
+}
+
+impl Default for TransportSection {
+    fn default() -> Self {
+        TransportSection {
+            backend: "auto".into(),
+            timeout_secs: 60.0,
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}

@@ -1,0 +1,135 @@
+//! Plugins built against another version of `tandem-plugin-api`, or declaring an API level
+//! below the host's minimum, are refused with one line. The plugins are real: the fixture is
+//! rebuilt against a copy of `plugin-api/` whose version is changed, in a scratch workspace
+//! under `target/abi-skew` (incremental across runs).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Builds fixture-alpha against plugin-api stamped `api_version`, with an optional declared
+/// API level, and returns the library path (copied out of the scratch target dir).
+fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -> PathBuf {
+    let root = workspace_root();
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path();
+    copy_dir(&root.join("plugin-api"), &w.join("plugin-api"));
+    copy_dir(
+        &root.join("tests/fixtures/common"),
+        &w.join("tests/fixtures/common"),
+    );
+    copy_dir(
+        &root.join("tests/fixtures/fixture-alpha"),
+        &w.join("tests/fixtures/fixture-alpha"),
+    );
+    let manifest = w.join("plugin-api/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let text = text.replacen(
+        "version = \"0.1.0\"",
+        &format!("version = \"{api_version}\""),
+        1,
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let deps = |name: &str| {
+        root_manifest
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} =")))
+            .unwrap_or_else(|| panic!("{name} in root Cargo.toml"))
+            .to_owned()
+    };
+    let ws_manifest = format!(
+        "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"tests/fixtures/fixture-alpha\"]\n\
+         [workspace.package]\nedition = \"2024\"\nrust-version = \"1.95\"\nlicense = \"Apache-2.0\"\npublish = false\n\
+         [workspace.dependencies]\ntandem-plugin-api = {{ path = \"plugin-api\" }}\n{}\n{}\n\
+         [workspace.lints.rust]\n[workspace.lints.clippy]\n",
+        deps("abi_stable"),
+        deps("inventory")
+    );
+    std::fs::write(w.join("Cargo.toml"), ws_manifest).unwrap();
+    std::fs::copy(root.join("Cargo.lock"), w.join("Cargo.lock")).unwrap();
+    let _ = std::fs::copy(
+        root.join("rust-toolchain.toml"),
+        w.join("rust-toolchain.toml"),
+    );
+    let target = root.join("target/abi-skew");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(w)
+        .args(["build", "--offline", "-q", "-p", "tandem-fixture-alpha"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("TANDEM_FIXTURE_API_LEVEL");
+    if let Some(level) = api_level {
+        cmd.env("TANDEM_FIXTURE_API_LEVEL", level.to_string());
+    }
+    let status = cmd.status().expect("run cargo");
+    assert!(status.success(), "building the skewed fixture failed");
+    let lib = out.join(format!(
+        "libskewed_{}_{}.so",
+        api_version.replace('.', "_"),
+        api_level.unwrap_or(1)
+    ));
+    std::fs::copy(target.join("debug/libtandem_fixture_alpha.so"), &lib).unwrap();
+    lib
+}
+
+#[test]
+fn plugins_built_against_other_api_versions_or_levels_are_refused_in_one_line() {
+    let out_dir = tempfile::tempdir().unwrap();
+    // Built sequentially: they share one scratch target dir.
+    let newer = build_skewed_fixture("0.2.0", None, out_dir.path());
+    let older = build_skewed_fixture("0.0.9", None, out_dir.path());
+    let old_level = build_skewed_fixture("0.1.0", Some(0), out_dir.path());
+
+    for (lib, found) in [(&newer, "0.2.0"), (&older, "0.0.9")] {
+        let dir = plugin_dir(&[(lib, "libtandem_fixture_alpha.so")]);
+        let out = run(tandem().args(["plugins", "--plugin-dir"]).arg(dir.path()));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "one line only, not a layout dump:\n{err}"
+        );
+        assert!(err.contains("plugin `tandem_fixture_alpha`"), "{err}");
+        assert!(err.contains("libtandem_fixture_alpha.so"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "built against tandem-plugin-api {found}, this host needs 0.1.x"
+            )),
+            "{err}"
+        );
+    }
+
+    let dir = plugin_dir(&[(&old_level, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem().args(["plugins", "--plugin-dir"]).arg(dir.path()));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("API level 0 is older than the minimum 1"),
+        "{err}"
+    );
+
+    // The full abi_stable report is still there at debug level.
+    let dir = plugin_dir(&[(&newer, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["plugins", "-vv", "--plugin-dir"])
+        .arg(dir.path()));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("full report"), "{}", stderr(&out));
+}

@@ -1,0 +1,72 @@
+//! Shared helpers of the host's integration tests: the `tandem` binary, the fixture plugin
+//! libraries built by `cargo build --workspace`, and scratch plugin directories.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `tandem` binary under test.
+pub fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+/// `target/<profile>`: where cargo put the binary and the workspace's cdylibs.
+pub fn target_profile_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_tandem"))
+        .parent()
+        .expect("binary has a parent dir")
+        .to_path_buf()
+}
+
+/// Root of the workspace.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// Path of a workspace cdylib, e.g. `fixture("tandem_fixture_alpha")`.
+pub fn cdylib(crate_name: &str) -> PathBuf {
+    let p = target_profile_dir().join(format!("lib{crate_name}.so"));
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`), as the README's test command does",
+        p.display()
+    );
+    p
+}
+
+/// A fresh temporary directory holding copies of the given libraries (under the given names).
+pub fn plugin_dir(files: &[(&Path, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (src, name) in files {
+        std::fs::copy(src, dir.path().join(name)).expect("copy plugin");
+    }
+    dir
+}
+
+/// Runs a command and returns its output.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("spawn tandem")
+}
+
+/// Standard error as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Standard output as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Lines of stderr starting with `error:`.
+pub fn error_lines(o: &Output) -> Vec<String> {
+    stderr(o)
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .map(str::to_owned)
+        .collect()
+}
