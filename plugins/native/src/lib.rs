@@ -11,6 +11,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod forward;
+pub mod init;
 pub mod layout;
 pub mod linalg;
 pub mod lora;
@@ -20,6 +21,7 @@ pub mod ops;
 pub mod optim;
 pub mod sampling;
 pub mod st_io;
+pub mod tokenizer;
 pub mod trainer;
 
 pub use error::{NativeError, Result};
