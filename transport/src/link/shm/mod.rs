@@ -290,3 +290,77 @@ impl Link for ShmLink {
         &self.peer
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! In-process checks of the ring protocol (wrap-around, streaming larger than the ring,
+    //! close); the multi-process behaviour is covered by `tests/multiproc.rs`.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::link::MsgKey;
+
+    fn info() -> PeerInfo {
+        PeerInfo {
+            rank: 1,
+            addr: "test".into(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn pair(opts: ShmOptions) -> (ShmLink, ShmLink) {
+        let (a, b) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || ShmLink::create(a, b"hi", &opts, info()).unwrap());
+        let read = |r: &mut dyn Read| {
+            let mut h = [0u8; 2];
+            r.read_exact(&mut h).unwrap();
+            assert_eq!(&h, b"hi");
+            Ok(0)
+        };
+        let acc = ShmLink::accept(b, &read, &opts, info()).unwrap();
+        (t.join().unwrap(), acc)
+    }
+
+    #[test]
+    fn frames_wrap_and_stream_through_a_small_ring() {
+        let opts = ShmOptions {
+            ring_bytes: 64 << 10,
+            spin: Duration::from_micros(5),
+            chunk_bytes: 4096,
+        };
+        let (tx, rx) = pair(opts);
+        let sizes: Vec<usize> = (0..60).map(|i| (i * 7919 * 13) % 300_000).collect();
+        let s2 = sizes.clone();
+        let idle = Duration::from_secs(10);
+        let sender = std::thread::spawn(move || {
+            for (i, &n) in s2.iter().enumerate() {
+                let data: Vec<u8> = (0..n).map(|j| (j * 31 + i) as u8).collect();
+                let key = MsgKey {
+                    group: 1,
+                    kind: 0,
+                    tag: i as u32,
+                };
+                tx.send_frame(&FrameHeader { key, len: n as u64 }, &data, idle)
+                    .unwrap();
+            }
+            tx
+        });
+        for (i, &n) in sizes.iter().enumerate() {
+            let h = rx.recv_header(idle).map_err(|e| e.0).unwrap();
+            assert_eq!((h.key.tag, h.len), (i as u32, n as u64));
+            let mut buf = vec![0u8; n];
+            rx.recv_payload(&mut buf, idle).unwrap();
+            assert!(
+                buf.iter()
+                    .enumerate()
+                    .all(|(j, &b)| b == (j * 31 + i) as u8)
+            );
+        }
+        let tx = sender.join().unwrap();
+        drop(tx);
+        match rx.recv_header(idle) {
+            Err((TransportError::PeerDied { rank: 0, .. }, _)) => {} // rank from the hello
+            other => panic!("expected PeerDied after close, got {other:?}"),
+        }
+    }
+}

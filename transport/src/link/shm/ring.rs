@@ -2,8 +2,9 @@
 //! (total bytes written), the consumer `tail` (total bytes read); each side sleeps on a futex
 //! word after a short spin and is woken by the other side only when it announced it waits.
 //!
-//! Invariants: `tail <= head <= tail + cap`; only the producer writes `head`, `data_seq`,
-//! `closed`; only the consumer writes `tail`, `space_seq`; `cap` is a power of two.
+//! Invariants: `tail <= head <= tail + cap`; only the producer writes `head` and bumps
+//! `data_seq` (plus `close`); only the consumer writes `tail` and bumps `space_seq`; either
+//! side may set `closed` (when its link is dropped); `cap` is a power of two.
 
 use super::copy::copy_out;
 use super::futex;
