@@ -1,0 +1,136 @@
+//! `tandem check`: a valid job resolves to a plan; each kind of bad job file gets one line with
+//! the file, the key path and (where known) line:column, and exit code 2.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+const VALID: &str = r#"
+[run]
+name = "fixture-job"
+steps = 3
+
+[placement]
+mode = "colocate"
+train_frac = 0.4
+infer_frac = 0.4
+
+[model]
+path = "."
+
+[engine]
+plugin = "fixture-alpha"
+
+[trainer]
+plugin = "fixture-beta"
+
+[bridge]
+mode = "checkpoint"
+"#;
+
+fn check(job: &str, json: bool) -> (std::process::Output, tempfile::TempDir, tempfile::TempDir) {
+    let plugins = plugin_dir(&[
+        (&cdylib("tandem_fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (&cdylib("tandem_fixture_beta"), "libtandem_fixture_beta.so"),
+    ]);
+    let jobs = tempfile::tempdir().unwrap();
+    let path = jobs.path().join("job.toml");
+    std::fs::write(&path, job).unwrap();
+    let mut cmd = tandem();
+    cmd.arg("check").arg(&path).arg("--plugin-dir").arg(plugins.path());
+    if json {
+        cmd.arg("--json");
+    }
+    (run(&mut cmd), plugins, jobs)
+}
+
+fn one_error(out: &std::process::Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(out));
+    let errors = error_lines(out);
+    assert_eq!(errors.len(), 1, "{}", stderr(out));
+    errors[0].clone()
+}
+
+#[test]
+fn valid_job_resolves_to_a_plan() {
+    let (out, _p, jobs) = check(VALID, true);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(plan["engine"]["component"], "fixture-alpha");
+    assert_eq!(plan["trainer"]["plugin"], "fixture-beta");
+    assert_eq!(plan["bridge"]["update_kind"], "checkpoint_dir");
+    assert_eq!(plan["placement"], "colocate");
+    let out_dir = plan["output_dir"].as_str().unwrap();
+    assert!(Path::new(out_dir).starts_with(jobs.path()), "relative to the job file: {out_dir}");
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let job = VALID.replace("steps = 3", "steps = 3\nstepz = 4");
+    let (out, _p, jobs) = check(&job, false);
+    let line = one_error(&out);
+    let file = jobs.path().join("job.toml").display().to_string();
+    assert!(line.contains(&format!("{file}:5:1")), "{line}");
+    assert!(line.contains("unknown field `stepz`"), "{line}");
+}
+
+#[test]
+fn wrong_type_names_the_key_path() {
+    let job = VALID.replace("steps = 3", "steps = \"three\"");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains(":4:9: run.steps:"), "{line}");
+    assert!(line.contains("invalid type"), "{line}");
+}
+
+#[test]
+fn colocated_fractions_over_budget_are_refused() {
+    let job = VALID.replace("infer_frac = 0.4", "infer_frac = 0.55");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains(":8:14: placement.train_frac:"), "{line}");
+    assert!(line.contains("= 1.05 > 1.0 in colocate mode"), "{line}");
+    // Disaggregated placement has no shared budget.
+    let job = job.replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let (out, _p, _j) = check(&job, false);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn unknown_plugin_lists_the_known_ones() {
+    let job = VALID.replace("plugin = \"fixture-alpha\"", "plugin = \"sglang-typo\"");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains("engine.plugin: unknown engine plugin `sglang-typo`"), "{line}");
+    assert!(line.contains("known engines: fixture-alpha, fixture-beta"), "{line}");
+}
+
+#[test]
+fn bridge_mode_not_declared_by_the_components_is_refused() {
+    let job = VALID.replace("mode = \"checkpoint\"", "mode = \"ipc\"");
+    let (out, _p, _j) = check(&job, false);
+    assert_eq!(out.status.code(), Some(2));
+    let errors = error_lines(&out);
+    assert_eq!(errors.len(), 2, "engine and trainer: {}", stderr(&out));
+    assert!(errors[0].contains("needs shared_region updates, which engine `fixture-alpha` does not declare (it declares: checkpoint_dir)"));
+    assert!(errors[1].contains("trainer `fixture-beta`"));
+    let job = VALID.replace("mode = \"checkpoint\"", "mode = \"carrier-pigeon\"");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains("unknown bridge mode `carrier-pigeon`") && line.contains("ipc, lora, checkpoint, broadcast"), "{line}");
+}
+
+#[test]
+fn toml_syntax_error_is_one_line_with_position() {
+    let (out, _p, _j) = check("[run\nname = 1", false);
+    let line = one_error(&out);
+    assert!(line.contains("job.toml:1:"), "{line}");
+}
+
+#[test]
+fn missing_job_file_is_one_line() {
+    let out = run(tandem().args(["check", "/nonexistent/job.toml"]));
+    let line = one_error(&out);
+    assert!(line.contains("/nonexistent/job.toml: cannot read job file"), "{line}");
+}
