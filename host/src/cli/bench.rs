@@ -12,7 +12,7 @@ pub enum BenchName {
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
     let figures: Vec<Figure> = match name {
-        BenchName::Abi => bench::abi::run(if quick { 1_000_000 } else { 10_000_000 }),
+        BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
     };
     if json {
         for f in &figures {
