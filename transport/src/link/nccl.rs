@@ -1,6 +1,7 @@
-//! NCCL link (feature `cuda`): one 2-rank NCCL communicator per pair, with its unique id
-//! exchanged through the rendezvous store. Host bytes are staged through device memory in
-//! chunks; the lower rank is NCCL rank 0. Compile-checked here (no GPU on the build machine);
+//! NCCL link (feature `cuda`): two 2-rank NCCL communicators per pair, one per direction (so
+//! a send and a receive on one pair progress concurrently, each on its own stream), with
+//! unique ids exchanged through the rendezvous store. Host bytes are staged through device
+//! memory in chunks; the lower rank is NCCL rank 0 of both. Compile-checked here (no GPU on the build machine);
 //! every entry point checks that libcuda and libnccl are loadable first, because cudarc
 //! panics instead of returning an error when they are missing.
 //!
@@ -32,9 +33,15 @@ struct CommBox(Comm);
 // concurrent; every use goes through the `Mutex` in `NcclLink`.
 unsafe impl Send for CommBox {}
 
-pub(crate) struct NcclLink {
+/// One direction: a communicator and its stream.
+struct Dir {
     comm: Mutex<CommBox>,
     stream: Arc<CudaStream>,
+}
+
+pub(crate) struct NcclLink {
+    tx: Dir,
+    rx: Dir,
     peer_nccl: i32,
     peer: PeerInfo,
 }
@@ -73,35 +80,51 @@ impl NcclLink {
             msg: format!("{:?}", e.0),
         };
         let ctx = CudaContext::new(dev as usize).map_err(derr)?;
-        let stream = ctx.new_stream().map_err(derr)?;
-        let key = format!("{}/nccl/{}-{}", cfg.name, me.min(r), me.max(r));
-        let id = if me < r {
-            let id = Id::new().map_err(nerr)?;
-            let bytes: Vec<u8> = id.internal().iter().map(|&c| c as u8).collect();
-            store.set(&key, &bytes)?;
-            id
-        } else {
-            let bytes = store.get(&key)?;
-            let mut internal = [0 as std::ffi::c_char; 128];
-            if bytes.len() != internal.len() {
-                return Err(TransportError::Store {
-                    addr: store.addr().into(),
-                    msg: format!(
-                        "key {key} holds {} bytes, not a 128-byte NCCL id",
-                        bytes.len()
-                    ),
-                });
-            }
-            for (d, s) in internal.iter_mut().zip(&bytes) {
-                *d = *s as std::ffi::c_char;
-            }
-            Id::uninit(internal)
-        };
         let my_nccl = usize::from(me > r);
-        let comm = Comm::from_rank(Arc::clone(&stream), my_nccl, 2, id).map_err(nerr)?;
+        // Direction 0 carries lower -> higher, direction 1 higher -> lower; both sides create
+        // them in the same order.
+        let mut dirs = Vec::with_capacity(2);
+        for d in 0..2 {
+            let stream = ctx.new_stream().map_err(derr)?;
+            let key = format!("{}/nccl/{}-{}/{d}", cfg.name, me.min(r), me.max(r));
+            let id = if me < r {
+                let id = Id::new().map_err(nerr)?;
+                let bytes: Vec<u8> = id.internal().iter().map(|&c| c as u8).collect();
+                store.set(&key, &bytes)?;
+                id
+            } else {
+                let bytes = store.get(&key)?;
+                let mut internal = [0 as std::ffi::c_char; 128];
+                if bytes.len() != internal.len() {
+                    return Err(TransportError::Store {
+                        addr: store.addr().into(),
+                        msg: format!(
+                            "key {key} holds {} bytes, not a 128-byte NCCL id",
+                            bytes.len()
+                        ),
+                    });
+                }
+                for (d, s) in internal.iter_mut().zip(&bytes) {
+                    *d = *s as std::ffi::c_char;
+                }
+                Id::uninit(internal)
+            };
+            let comm = Comm::from_rank(Arc::clone(&stream), my_nccl, 2, id).map_err(nerr)?;
+            dirs.push(Dir {
+                comm: Mutex::new(CommBox(comm)),
+                stream,
+            });
+        }
+        let (d1, d0) = (dirs.pop(), dirs.pop());
+        let (Some(d0), Some(d1)) = (d0, d1) else {
+            return Err(TransportError::Invalid(
+                "NCCL set-up lost a direction".into(),
+            ));
+        };
+        let (tx, rx) = if me < r { (d0, d1) } else { (d1, d0) };
         Ok(NcclLink {
-            comm: Mutex::new(CommBox(comm)),
-            stream,
+            tx,
+            rx,
             peer_nccl: 1 - my_nccl as i32,
             peer,
         })
@@ -122,31 +145,30 @@ impl NcclLink {
     }
 
     fn send_bytes(&self, data: &[u8]) -> Result<()> {
-        let comm = self.comm.lock().unwrap_or_else(PoisonError::into_inner);
+        let comm = self.tx.comm.lock().unwrap_or_else(PoisonError::into_inner);
+        let stream = &self.tx.stream;
         for chunk in data.chunks(CHUNK) {
-            let dev = self.stream.clone_htod(chunk).map_err(|e| self.derr(e))?;
+            let dev = stream.clone_htod(chunk).map_err(|e| self.derr(e))?;
             comm.0
                 .send(&dev, self.peer_nccl)
                 .map_err(|e| self.nerr(e))?;
-            self.stream.synchronize().map_err(|e| self.derr(e))?;
+            stream.synchronize().map_err(|e| self.derr(e))?;
         }
         Ok(())
     }
 
     fn recv_bytes(&self, buf: &mut [u8]) -> Result<()> {
-        let comm = self.comm.lock().unwrap_or_else(PoisonError::into_inner);
+        let comm = self.rx.comm.lock().unwrap_or_else(PoisonError::into_inner);
+        let stream = &self.rx.stream;
         for chunk in buf.chunks_mut(CHUNK) {
-            let mut dev = self
-                .stream
+            let mut dev = stream
                 .alloc_zeros::<u8>(chunk.len())
                 .map_err(|e| self.derr(e))?;
             comm.0
                 .recv(&mut dev, self.peer_nccl)
                 .map_err(|e| self.nerr(e))?;
-            self.stream
-                .memcpy_dtoh(&dev, chunk)
-                .map_err(|e| self.derr(e))?;
-            self.stream.synchronize().map_err(|e| self.derr(e))?;
+            stream.memcpy_dtoh(&dev, chunk).map_err(|e| self.derr(e))?;
+            stream.synchronize().map_err(|e| self.derr(e))?;
         }
         Ok(())
     }
