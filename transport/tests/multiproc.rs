@@ -39,6 +39,7 @@ fn run_role(role: &str) -> Result<(), String> {
         "mismatch" => mismatch(&world),
         "kill" => kill(&world, &cfg),
         "silent" => silent(&world),
+        "colocated" => colocated(&world).map_err(s),
         other => Err(format!("unknown role {other}")),
     }
 }
@@ -106,6 +107,40 @@ fn basic(w: &Communicator) -> Result<(), TransportError> {
         assert_eq!(all, evens.iter().map(|&r| r as u8).collect::<Vec<_>>());
     }
     w.barrier()
+}
+
+/// The seed topology in a few lines: trainer-only group, engine i -> trainer i pairs.
+fn colocated(world: &Communicator) -> Result<(), TransportError> {
+    use tandem_transport::topology::{Colocated, Role};
+    let topo = Colocated::new(world.world_size() / 2);
+    let groups = world.groups(&topo.groups_of(world.rank()))?;
+    let len = 2 << 20;
+    match topo.role(world.rank()) {
+        Some(Role::Engine(i)) => {
+            let pair = &groups[&format!("pair{i}")];
+            pair.send(1, &pattern(i as u64, len), 0)?; // pair rank 0 = engine, 1 = trainer
+        }
+        Some(Role::Trainer(i)) => {
+            let pair = &groups[&format!("pair{i}")];
+            let mut shard = vec![0u8; len];
+            pair.recv(0, &mut shard, 0)?;
+            check(&shard, &pattern(i as u64, len), "hidden-state shard");
+            let trainers = &groups["trainers"];
+            let mut all = vec![0u8; trainers.world_size()];
+            trainers.all_gather(&[i as u8], &mut all)?;
+            assert_eq!(all, (0..trainers.world_size() as u8).collect::<Vec<_>>());
+        }
+        None => unreachable!("rank out of range"),
+    }
+    // Step metadata from trainer 0 to everyone (the control group).
+    let mut step = if world.rank() == 0 {
+        [7u8; 16]
+    } else {
+        [0u8; 16]
+    };
+    groups["world"].broadcast(0, &mut step)?;
+    assert_eq!(step, [7u8; 16]);
+    Ok(())
 }
 
 /// One 1 GiB message from rank 0 to rank 1, checked byte for byte.
@@ -223,6 +258,19 @@ fn tcp_two_ranks() {
 #[test]
 fn tcp_four_ranks() {
     run_ok(4, "tcp", "basic", &[]);
+}
+
+#[test]
+fn colocated_topology_four_ranks() {
+    run_ok(4, "auto", "colocated", &[]);
+}
+
+#[test]
+fn communicator_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Communicator>();
+    check::<tandem_transport::Pending<Vec<u8>>>();
+    check::<tandem_transport::store::StoreClient>();
 }
 
 #[test]
