@@ -1,6 +1,6 @@
 //! Runs the transport benchmark and prints each figure beside its limit (what
 //! `tandem bench transport` prints). `cargo run --release -p tandem-transport --example
-//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm]]]]]`.
+//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp [nobcast]]]]]]`.
 
 fn main() {
     tandem_transport::bench::child_main_if_requested();
@@ -19,8 +19,12 @@ fn main() {
     if let Some(chunk) = arg(4) {
         opts.shm.chunk_bytes = chunk;
     }
-    if args.get(5).is_some_and(|s| s == "shm") {
-        opts.backends = vec![tandem_transport::BackendKind::Shm];
+    match args.get(5).map(String::as_str) {
+        Some("shm") => opts.backends = vec![tandem_transport::BackendKind::Shm],
+        Some("tcp") => opts.backends = vec![tandem_transport::BackendKind::Tcp],
+        _ => {}
+    }
+    if args.get(6).is_some_and(|s| s == "nobcast") {
         opts.broadcast_ranks = 0;
     }
     match tandem_transport::bench::bench(&opts) {

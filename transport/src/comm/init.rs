@@ -75,9 +75,10 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
 
     // Listeners, published before connecting to anyone.
     let shm_listener = if has_peer(BackendKind::Shm) {
+        // Hash the world name: abstract socket names are limited to 107 bytes.
         let name = format!(
-            "tandem/{}/{}/{me}/{}",
-            cfg.name,
+            "tandem/{:08x}/{}/{me}/{:x}",
+            super::group_id_of_name(&cfg.name),
             std::process::id(),
             nonce()
         );

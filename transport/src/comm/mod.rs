@@ -84,6 +84,13 @@ fn group_id(ranks: &[usize]) -> u32 {
     h
 }
 
+/// FNV-1a of a name (short, stable identifiers for socket names).
+pub(crate) fn group_id_of_name(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 impl Communicator {
     /// Joins the world described by `cfg`: rendezvous through the store, plan, open links.
     /// Blocks until every peer has connected, or fails after `cfg.timeout` naming the missing

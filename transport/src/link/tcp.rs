@@ -1,5 +1,6 @@
 //! TCP link: one `TcpStream` per pair with TCP_NODELAY; frames are header + payload.
-//! Blocking reads and writes run in short timeout slices so the deadline is honoured.
+//! Blocking reads and writes run in 100 ms timeout slices (SO_RCVTIMEO/SO_SNDTIMEO, set once)
+//! so the idle deadline is honoured within one slice.
 
 use super::{FrameHeader, HEADER_LEN, Link, PeerInfo};
 use crate::error::{Result, TransportError};
@@ -8,7 +9,7 @@ use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Longest single blocking slice; bounds how late a deadline is noticed.
+/// Blocking slice; bounds how late a deadline is noticed.
 const SLICE: Duration = Duration::from_millis(100);
 
 pub(crate) struct TcpLink {
@@ -20,7 +21,9 @@ impl TcpLink {
     pub(crate) fn new(stream: TcpStream, peer: PeerInfo) -> Result<Self> {
         stream
             .set_nodelay(true)
-            .map_err(|e| TransportError::io(format!("TCP_NODELAY to {peer}"), e))?;
+            .and_then(|()| stream.set_read_timeout(Some(SLICE)))
+            .and_then(|()| stream.set_write_timeout(Some(SLICE)))
+            .map_err(|e| TransportError::io(format!("configuring the socket to {peer}"), e))?;
         Ok(TcpLink { stream, peer })
     }
 
@@ -35,12 +38,6 @@ impl TcpLink {
         )
     }
 
-    fn slice(deadline: Instant) -> Duration {
-        deadline
-            .saturating_duration_since(Instant::now())
-            .clamp(Duration::from_millis(1), SLICE)
-    }
-
     /// Reads exactly `buf.len()` bytes; returns how many were read before an error.
     fn read_exact_by(
         &self,
@@ -52,7 +49,6 @@ impl TcpLink {
         let mut deadline = Instant::now() + idle;
         let mut s = &self.stream;
         while done < buf.len() {
-            let _ = s.set_read_timeout(Some(Self::slice(deadline)));
             match s.read(&mut buf[done..]) {
                 Ok(0) => return Err((self.peer.died(what), done)),
                 Ok(n) => {
@@ -82,7 +78,6 @@ impl TcpLink {
         let mut deadline = Instant::now() + idle;
         let mut s = &self.stream;
         while !bufs.is_empty() {
-            let _ = s.set_write_timeout(Some(Self::slice(deadline)));
             match s.write_vectored(bufs) {
                 Ok(0) => return Err(self.peer.died(what)),
                 Ok(n) => {
