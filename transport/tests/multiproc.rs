@@ -191,32 +191,40 @@ fn mismatch(w: &Communicator) -> Result<(), String> {
     w.barrier().map_err(|e| e.to_string())
 }
 
-/// Rank 0 streams 64 MiB messages until the parent kills it; rank 1 must get an error naming
-/// rank 0 instead of hanging.
+/// Rank 0 streams 64 MiB messages to rank 1 until the parent kills one of them (`TT_VICTIM`);
+/// the survivor must get an error naming the victim instead of hanging.
 fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
     let len = 64 << 20;
+    let victim: usize = std::env::var("TT_VICTIM").unwrap().parse().unwrap();
     let store = StoreClient::connect(&cfg.store_addr, &cfg.token, Duration::from_secs(10))
         .map_err(|e| e.to_string())?;
-    if w.rank() == 0 {
-        let data = pattern(5, len);
-        loop {
-            w.send(1, &data, 0).map_err(|e| e.to_string())?;
-        }
-    }
+    let data = pattern(5, len);
     let mut buf = vec![0u8; len];
-    w.recv(0, &mut buf, 0).map_err(|e| e.to_string())?;
-    store.set("kill/ready", b"1").map_err(|e| e.to_string())?;
+    let mut first = true;
     loop {
-        match w.recv(0, &mut buf, 0) {
-            Ok(()) => continue,
+        let r = if w.rank() == 0 {
+            w.send(1, &data, 0)
+        } else {
+            w.recv(0, &mut buf, 0)
+        };
+        match r {
+            Ok(()) => {
+                if first && w.rank() == 1 {
+                    store.set("kill/ready", b"1").map_err(|e| e.to_string())?;
+                }
+                first = false;
+            }
             Err(
-                e @ (TransportError::PeerDied { rank: 0, .. }
-                | TransportError::Timeout { rank: 0, .. }),
-            ) => {
+                e @ (TransportError::PeerDied { rank, .. } | TransportError::Timeout { rank, .. }),
+            ) if rank == victim => {
                 println!("survivor got: {e}");
                 return Ok(());
             }
-            Err(e) => return Err(format!("expected PeerDied/Timeout naming rank 0, got {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "expected PeerDied/Timeout naming rank {victim}, got {e}"
+                ));
+            }
         }
     }
 }
@@ -289,8 +297,14 @@ fn size_mismatch_is_an_error_naming_both_sizes() {
     run_ok(2, "tcp", "mismatch", &[]);
 }
 
-fn kill_mid_transfer(backend: &str) {
-    let w = spawn(2, backend, "kill", Duration::from_secs(20), &[]);
+fn kill_mid_transfer(backend: &str, victim: usize) {
+    let w = spawn(
+        2,
+        backend,
+        "kill",
+        Duration::from_secs(20),
+        &[("TT_VICTIM", victim.to_string())],
+    );
     let store = StoreClient::connect(
         &w.store.addr().to_string(),
         common::TOKEN,
@@ -301,13 +315,13 @@ fn kill_mid_transfer(backend: &str) {
         .wait(&["kill/ready"], Duration::from_secs(60))
         .unwrap();
     let mut w = w;
-    w.children[0].kill().unwrap();
+    w.children[victim].kill().unwrap();
     let t0 = std::time::Instant::now();
     let codes = w.wait(Duration::from_secs(60));
     assert_eq!(
-        codes[1],
+        codes[1 - victim],
         Some(0),
-        "survivor must report the dead peer ({backend}), codes {codes:?}"
+        "survivor must report the dead peer ({backend}, victim {victim}), codes {codes:?}"
     );
     // Informational: how long the survivor took to notice.
     println!(
@@ -318,12 +332,14 @@ fn kill_mid_transfer(backend: &str) {
 
 #[test]
 fn shm_peer_killed_mid_transfer() {
-    kill_mid_transfer("shm");
+    kill_mid_transfer("shm", 0); // sender dies, receiver notices
+    kill_mid_transfer("shm", 1); // receiver dies, sender notices
 }
 
 #[test]
 fn tcp_peer_killed_mid_transfer() {
-    kill_mid_transfer("tcp");
+    kill_mid_transfer("tcp", 0);
+    kill_mid_transfer("tcp", 1);
 }
 
 #[test]
