@@ -31,7 +31,7 @@ impl EngineImpl for CallProbe {
 /// Nanoseconds per call of `a` and of `b`, best of 7 interleaved rounds: interleaving exposes
 /// both to the same background load, and the minimum is the least disturbed round.
 fn time_pair(calls: u64, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
-    let mut once = |f: &mut dyn FnMut()| {
+    let once = |f: &mut dyn FnMut()| {
         let start = Instant::now();
         for _ in 0..calls {
             f();
