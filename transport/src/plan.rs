@@ -192,6 +192,11 @@ impl Plan {
     pub fn backend(&self, a: usize, b: usize) -> BackendKind {
         self.pair(a, b).map_or(BackendKind::Shm, |c| c.backend)
     }
+    /// Summaries for several groups (what `tandem check` prints, one line each).
+    pub fn groups(&self, specs: &[GroupSpec]) -> Vec<GroupPlan> {
+        specs.iter().map(|s| self.group(s)).collect()
+    }
+
     /// Summary for one group: how many of its pairs use each backend.
     pub fn group(&self, spec: &GroupSpec) -> GroupPlan {
         let mut counts = BTreeMap::new();

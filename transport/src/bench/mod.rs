@@ -1,4 +1,4 @@
-//! `tandem bench transport` as a library function. [`bench`] spawns real rank processes
+//! `tandem bench transport` as a library function. [`bench()`] spawns real rank processes
 //! (by default the current executable again) and returns each figure beside its physical limit
 //! measured in the same run: p2p and broadcast bandwidth beside memcpy bandwidth of the same
 //! size, and small-message round trip beside a cross-core atomic ping-pong.

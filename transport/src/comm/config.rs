@@ -83,7 +83,7 @@ impl CommConfig {
         }
     }
 
-    /// Reads `TANDEM_TRANSPORT_*` (see [`env`]).
+    /// Reads `TANDEM_TRANSPORT_*` (see [`env`](mod@env)).
     pub fn from_env() -> Result<Self> {
         let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let need = |k: &str| {
