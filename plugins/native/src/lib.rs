@@ -6,6 +6,7 @@
 
 pub mod acts;
 pub mod backward;
+pub mod bench;
 pub mod buffer;
 pub mod config;
 pub mod engine;

@@ -122,7 +122,7 @@ impl Engine {
             + 3 * ff
             + c.vocab_size
             + c.num_attention_heads * e.max_seq
-            + r
+            + r.max(1)
             + 1)
     }
 

@@ -1,0 +1,178 @@
+//! Benchmarks as library functions: decode tokens/s and train-step time for a model config,
+//! each reported beside the machine limit measured in the same run (memcpy bandwidth for
+//! memory-bound decode, large-GEMM FLOP rate for compute-bound training).
+
+use std::time::Instant;
+
+use crate::buffer::VecProvider;
+use crate::config::ModelConfig;
+use crate::engine::{Engine, EngineConfig, GenRequest};
+use crate::error::Result;
+use crate::loss::Loss;
+use crate::model::Model;
+use crate::optim::AdamW;
+use crate::sampling::SamplingParams;
+use crate::trainer::{Batch, Trainer};
+
+/// Machine limits measured in this run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// Single-thread `copy_from_slice` bandwidth, bytes copied per second.
+    pub memcpy_bytes_per_s: f64,
+    /// f32 GEMM rate at 512×512×512 through [`crate::linalg`], FLOP/s.
+    pub gemm_flops: f64,
+}
+
+/// Measures [`Limits`].
+pub fn limits() -> Limits {
+    let n = 64 << 20; // 256 MiB of f32
+    let src = vec![1.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    let m = 512;
+    let a = vec![0.5f32; m * m];
+    let mut c = vec![0.0f32; m * m];
+    let mut g = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        crate::linalg::linear(&mut c, &a, &a, m, m, m, false);
+        g = g.min(t.elapsed().as_secs_f64());
+    }
+    Limits {
+        memcpy_bytes_per_s: (n * 4) as f64 / best,
+        gemm_flops: 2.0 * (m * m * m) as f64 / g,
+    }
+}
+
+/// Decode throughput at one batch size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeFigure {
+    /// Sequences decoded together.
+    pub batch: usize,
+    /// Generated tokens per second over the decode phase (prefill excluded).
+    pub tokens_per_s: f64,
+    /// Bound from bandwidth: each step reads every weight once →
+    /// `batch · memcpy_bw / weight_bytes` tokens/s.
+    pub bandwidth_bound_tokens_per_s: f64,
+}
+
+/// Decode tokens/s for each batch size with a random model of `cfg` (prompt 16 tokens,
+/// `new_tokens` generated, sampling at temperature 1 with a fixed seed).
+pub fn decode(
+    cfg: &ModelConfig,
+    batches: &[usize],
+    new_tokens: usize,
+    lim: &Limits,
+) -> Result<Vec<DecodeFigure>> {
+    let mut p = VecProvider::new();
+    let mut model = Model::new_zeroed(cfg.clone(), &mut p)?;
+    model.init_random(1, 0.02);
+    let weight_bytes = (model.layout.num_params() * 4) as f64;
+    let max_b = batches.iter().copied().max().unwrap_or(1);
+    let mut eng = Engine::new(
+        model,
+        EngineConfig {
+            max_batch: max_b,
+            max_seq: 16 + new_tokens + 1,
+        },
+        &mut p,
+    )?;
+    let mut out = Vec::new();
+    for &b in batches {
+        let reqs: Vec<GenRequest> = (0..b)
+            .map(|i| GenRequest {
+                prompt: (0..16)
+                    .map(|j| ((i * 31 + j * 7) % cfg.vocab_size) as u32)
+                    .collect(),
+                max_tokens: new_tokens,
+                stop_tokens: vec![],
+                sampling: SamplingParams {
+                    seed: i as u64,
+                    ..Default::default()
+                },
+                adapter: None,
+            })
+            .collect();
+        // Time prefill (max_tokens = 1) separately and subtract it.
+        let one: Vec<GenRequest> = reqs
+            .iter()
+            .map(|r| GenRequest {
+                max_tokens: 1,
+                ..r.clone()
+            })
+            .collect();
+        let t0 = Instant::now();
+        eng.generate(&one, false, &mut p)?;
+        let prefill = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let outs = eng.generate(&reqs, false, &mut p)?;
+        let total = t1.elapsed().as_secs_f64();
+        let decoded: usize = outs.iter().map(|o| o.tokens.len().saturating_sub(1)).sum();
+        out.push(DecodeFigure {
+            batch: b,
+            tokens_per_s: decoded as f64 / (total - prefill).max(1e-9),
+            bandwidth_bound_tokens_per_s: b as f64 * lim.memcpy_bytes_per_s / weight_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// Train-step timing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainFigure {
+    /// Sequences per step.
+    pub batch: usize,
+    /// Tokens per sequence.
+    pub seq: usize,
+    /// Median seconds per step (forward + SFT loss + backward + clip + AdamW).
+    pub median_s: f64,
+    /// Lower bound from compute: `(6·params + 12·layers·T·d)·tokens / gemm_flops`.
+    pub compute_bound_s: f64,
+}
+
+/// Median full-fine-tuning train-step time over `steps` steps on a random batch.
+pub fn train_step(
+    cfg: &ModelConfig,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    lim: &Limits,
+) -> Result<TrainFigure> {
+    let mut p = VecProvider::new();
+    let mut model = Model::new_zeroed(cfg.clone(), &mut p)?;
+    model.init_random(2, 0.02);
+    let params = model.layout.num_params() as f64;
+    let mut tr = Trainer::new(model, None, AdamW::default(), &mut p)?;
+    let toks: Vec<u32> = (0..batch * seq)
+        .map(|i| ((i * 7919) % cfg.vocab_size) as u32)
+        .collect();
+    let mask = vec![1.0; batch * seq];
+    let b = Batch {
+        tokens: &toks,
+        b: batch,
+        t: seq,
+        mask: &mask,
+    };
+    let mut times = Vec::new();
+    for _ in 0..steps.max(1) + 1 {
+        let t = Instant::now();
+        tr.train_step(&b, &Loss::Sft, &mut p)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.remove(0); // warm-up (first-touch of buffers)
+    times.sort_by(f64::total_cmp);
+    let tokens = (batch * seq) as f64;
+    let attn = 12.0 * (cfg.num_hidden_layers * seq * cfg.hidden_size) as f64;
+    Ok(TrainFigure {
+        batch,
+        seq,
+        median_s: times[times.len() / 2],
+        compute_bound_s: (6.0 * params + attn) * tokens / lim.gemm_flops,
+    })
+}

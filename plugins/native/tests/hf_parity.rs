@@ -1,0 +1,91 @@
+//! Logits parity with Hugging Face transformers on the same safetensors files, for a
+//! Llama-layout (GQA, untied, o/qkv biases via `attention_bias`) and a Qwen2-layout (qkv
+//! biases, tied embeddings) model.
+//!
+//! Needs a Python with torch + transformers: run with
+//! `TANDEM_REF_PYTHON=/path/to/python cargo test -p tandem-plugin-native --test hf_parity -- --ignored`.
+//! Ignored by default (never silently passed): without `TANDEM_REF_PYTHON` it fails.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{random_model, tokens};
+use tandem_plugin_native::acts::ActLayout;
+use tandem_plugin_native::buffer::VecProvider;
+use tandem_plugin_native::config::{Arch, ModelConfig};
+use tandem_plugin_native::forward::forward;
+
+fn parity(cfg: ModelConfig) {
+    let python = std::env::var("TANDEM_REF_PYTHON")
+        .expect("set TANDEM_REF_PYTHON to a python with torch + transformers");
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = VecProvider::new();
+    let model = random_model(cfg, 17, &mut p);
+    model.save(dir.path()).unwrap();
+    let (b, t) = (2, 11);
+    let v = model.cfg.vocab_size;
+    let toks = tokens(b * t, v, 23);
+    let al = ActLayout::new(&model.cfg, b, t, None);
+    let mut acts = vec![0.0; al.total_len()];
+    forward(&model, None, &toks, &al, &mut acts, true).unwrap();
+    let lo = al.logits_offset();
+    let bytes: Vec<u8> = acts[lo..lo + b * t * v]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    std::fs::write(dir.path().join("parity_logits.f32"), bytes).unwrap();
+    let rows: Vec<Vec<u32>> = toks.chunks(t).map(|c| c.to_vec()).collect();
+    std::fs::write(
+        dir.path().join("parity.json"),
+        serde_json::json!({ "tokens": rows }).to_string(),
+    )
+    .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hf_parity.py");
+    let out = Command::new(&python)
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "parity failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn bigger(arch: Arch, tie: bool) -> ModelConfig {
+    let mut c = common::tiny_cfg(arch, tie);
+    c.vocab_size = 97;
+    c.hidden_size = 64;
+    c.intermediate_size = 96;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.rope_theta = 1_000_000.0;
+    c
+}
+
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers)"]
+fn llama_logits_match_transformers() {
+    let mut c = bigger(Arch::Llama, false);
+    c.qkv_bias = true;
+    c.o_bias = true;
+    parity(c);
+}
+
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers)"]
+fn llama_plain_logits_match_transformers() {
+    parity(bigger(Arch::Llama, false));
+}
+
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers)"]
+fn qwen2_logits_match_transformers() {
+    parity(bigger(Arch::Qwen2, true));
+}
