@@ -1,6 +1,7 @@
 //! Runs the transport benchmark and prints each figure beside its limit (what
 //! `tandem bench transport` prints). `cargo run --release -p tandem-transport --example
-//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp [nobcast]]]]]]`.
+//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp [nobcast
+//! [spin_us]]]]]]]`.
 
 fn main() {
     tandem_transport::bench::child_main_if_requested();
@@ -26,6 +27,9 @@ fn main() {
     }
     if args.get(6).is_some_and(|s| s == "nobcast") {
         opts.broadcast_ranks = 0;
+    }
+    if let Some(us) = arg(7) {
+        opts.shm.spin = std::time::Duration::from_micros(us as u64);
     }
     match tandem_transport::bench::bench(&opts) {
         Ok(ms) => {

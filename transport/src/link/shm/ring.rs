@@ -202,8 +202,12 @@ impl Ring {
         while !ready() {
             std::hint::spin_loop();
             i += 1;
-            if i.is_multiple_of(256) && Instant::now() >= spin_until {
-                break;
+            if i.is_multiple_of(256) {
+                if Instant::now() >= spin_until {
+                    break;
+                }
+                // Let a runnable peer on this core go first (oversubscribed machines).
+                std::thread::yield_now();
             }
         }
         let c = self.c();
