@@ -1,5 +1,5 @@
 //! Prints decode and train-step figures for the tiny and small presets (run with
-//! `--release`): `cargo run --release -p tandem-plugin-native --example bench_native`.
+//! `--release`): `cargo run --release -p tandem-plugin-native --example bench_native [tiny|small] [decode|train]`.
 
 use tandem_plugin_native::bench;
 use tandem_plugin_native::init::Preset;
@@ -12,13 +12,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lim.gemm_flops / 1e9,
         rayon::current_num_threads()
     );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let only = |what: &str| args.is_empty() || args.iter().any(|a| a == what);
     for preset in [Preset::Tiny, Preset::Small] {
+        if !only(&format!("{preset:?}").to_lowercase()) && (only("tiny") || only("small")) {
+            continue;
+        }
         let cfg = preset.config();
-        for f in bench::decode(&cfg, &[1, 8, 64], 64, &lim)? {
-            println!(
-                "{preset:?} decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0})",
-                f.batch, f.tokens_per_s, f.bandwidth_bound_tokens_per_s
-            );
+        if only("decode") {
+            for f in bench::decode(&cfg, &[1, 8, 64], 64, &lim)? {
+                println!(
+                    "{preset:?} decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0})",
+                    f.batch, f.tokens_per_s, f.bandwidth_bound_tokens_per_s
+                );
+            }
+        }
+        if !only("train") {
+            continue;
         }
         let t = bench::train_step(&cfg, 8, 64, 5, &lim)?;
         println!(

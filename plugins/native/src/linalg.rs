@@ -10,7 +10,7 @@
 use gemm::Parallelism;
 
 /// Work (m*n*k) above which a product is split across threads.
-const PAR_THRESHOLD: usize = 1 << 18;
+const PAR_THRESHOLD: usize = 1 << 21;
 
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     // Inside a rayon worker (e.g. attention parallelised over heads) stay single-threaded.
