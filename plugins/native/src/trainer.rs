@@ -177,6 +177,52 @@ impl Trainer {
         Ok(stats)
     }
 
+    /// Forward only: per-token logprobs of `batch` under the current parameters
+    /// (token-aligned, entry 0 of each row = 0). Use for reference / behaviour logprobs.
+    /// Gradients are untouched.
+    pub fn logprobs(
+        &mut self,
+        batch: &Batch<'_>,
+        provider: &mut dyn BufferProvider,
+    ) -> Result<Vec<f32>> {
+        self.check_batch(batch)?;
+        let al = ActLayout::new(
+            &self.model.cfg,
+            batch.b,
+            batch.t,
+            self.lora.as_ref().map(|l| &l.cfg),
+        );
+        self.ensure_acts(&al, provider)?;
+        let acts = self
+            .acts
+            .as_mut()
+            .map(|a| a.as_mut_slice())
+            .unwrap_or_default();
+        forward(
+            &self.model,
+            self.lora.as_ref(),
+            batch.tokens,
+            &al,
+            acts,
+            true,
+        )?;
+        let vocab = self.model.cfg.vocab_size;
+        let lo = al.logits_offset();
+        let mut out = vec![0.0; al.n];
+        let ones = vec![1.0; al.n];
+        apply_loss(
+            &mut acts[lo..lo + al.n * vocab],
+            vocab,
+            batch.tokens,
+            batch.t,
+            &ones,
+            &Loss::Sft,
+            None,
+            &mut out,
+        )?;
+        Ok(out)
+    }
+
     /// Per-token logprobs of the last [`accumulate`](Self::accumulate) (token-aligned).
     pub fn last_logprobs(&self) -> &[f32] {
         &self.logprobs

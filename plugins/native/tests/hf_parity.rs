@@ -2,6 +2,9 @@
 //! Llama-layout (GQA, untied, o/qkv biases via `attention_bias`) and a Qwen2-layout (qkv
 //! biases, tied embeddings) model.
 //!
+//! Also: a LoRA adapter saved by us loads in PEFT (`PeftModel.from_pretrained`) and gives the
+//! same logits as our LoRA forward.
+//!
 //! Needs a Python with torch + transformers: run with
 //! `TANDEM_REF_PYTHON=/path/to/python cargo test -p tandem-plugin-native --test hf_parity -- --ignored`.
 //! Ignored by default (never silently passed): without `TANDEM_REF_PYTHON` it fails.
@@ -16,8 +19,13 @@ use tandem_plugin_native::acts::ActLayout;
 use tandem_plugin_native::buffer::VecProvider;
 use tandem_plugin_native::config::{Arch, ModelConfig};
 use tandem_plugin_native::forward::forward;
+use tandem_plugin_native::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
 
 fn parity(cfg: ModelConfig) {
+    parity_with(cfg, None);
+}
+
+fn parity_with(cfg: ModelConfig, lora: Option<LoraConfig>) {
     let python = std::env::var("TANDEM_REF_PYTHON")
         .expect("set TANDEM_REF_PYTHON to a python with torch + transformers");
     let dir = tempfile::tempdir().unwrap();
@@ -27,9 +35,16 @@ fn parity(cfg: ModelConfig) {
     let (b, t) = (2, 11);
     let v = model.cfg.vocab_size;
     let toks = tokens(b * t, v, 23);
-    let al = ActLayout::new(&model.cfg, b, t, None);
+    let adapter = lora.map(|lc| {
+        let mut ad = LoraAdapter::new(&model.cfg, lc, &mut p).unwrap();
+        let vals = common::seq(ad.layout.total_len(), 0.2, 5);
+        ad.weights.as_mut_slice().copy_from_slice(&vals);
+        ad.save(&dir.path().join("adapter")).unwrap();
+        ad
+    });
+    let al = ActLayout::new(&model.cfg, b, t, adapter.as_ref().map(|a| &a.cfg));
     let mut acts = vec![0.0; al.total_len()];
-    forward(&model, None, &toks, &al, &mut acts, true).unwrap();
+    forward(&model, adapter.as_ref(), &toks, &al, &mut acts, true).unwrap();
     let lo = al.logits_offset();
     let bytes: Vec<u8> = acts[lo..lo + b * t * v]
         .iter()
@@ -43,11 +58,12 @@ fn parity(cfg: ModelConfig) {
     )
     .unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/hf_parity.py");
-    let out = Command::new(&python)
-        .arg(script)
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(&python);
+    cmd.arg(script).arg(dir.path());
+    if adapter.is_some() {
+        cmd.arg("--adapter").arg(dir.path().join("adapter"));
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
     assert!(
@@ -88,4 +104,16 @@ fn llama_plain_logits_match_transformers() {
 #[ignore = "needs TANDEM_REF_PYTHON (torch + transformers)"]
 fn qwen2_logits_match_transformers() {
     parity(bigger(Arch::Qwen2, true));
+}
+
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers + peft)"]
+fn lora_adapter_loads_in_peft_with_matching_logits() {
+    let lc = LoraConfig {
+        r: 4,
+        alpha: 8.0,
+        targets: ALL_TARGETS.to_vec(),
+        base_model: "random-llama".into(),
+    };
+    parity_with(bigger(Arch::Llama, false), Some(lc));
 }

@@ -140,6 +140,13 @@ fn policy_loss_moves_logprobs_with_the_advantage_sign() {
     tr.zero_grad();
     tr.accumulate(&batch, &Loss::Sft, None, &mut p).unwrap();
     let old = tr.last_logprobs().to_vec();
+    // Forward-only logprobs agree with the ones of the training forward, and touch no grads.
+    let grads_before = tr.grads().to_vec();
+    let fwd = tr.logprobs(&batch, &mut p).unwrap();
+    assert_eq!(tr.grads(), &grads_before[..]);
+    for (a, b) in fwd.iter().zip(&old) {
+        assert!((a - b).abs() < 1e-6);
+    }
     let cfg = PolicyLossConfig {
         clip_low: 0.2,
         clip_high: 0.2,
