@@ -3,11 +3,16 @@
 //! same size, plus RSS and system `Shmem` before and after a pause of the largest region.
 //!
 //! How the limit is measured: after one pause/resume cycle the region's backup buffer is warm, so
-//! the bench copies the resident region into it directly (best of two) - a plain memcpy between
-//! two faulted-in buffers of the region's size, with no extra memory.
-//! Note: `resume_discard` is also the kernel's page-allocation rate (fallocate + mapping), which
-//! bounds every resume on a given machine.
+//! the bench copies the resident region into it directly (best of two, one thread) - a plain
+//! memcpy between two faulted-in buffers of the region's size, with no extra memory.
+//!
+//! Kernel ceilings, measured on the same region right after: `kernel_punch_hole` (returning its
+//! pages, what every pause pays), `kernel_shmem_alloc` (`fallocate`: allocating and zeroing
+//! pages) and `kernel_shmem_pwrite` (allocating pages filled by a write, what a resume pays with
+//! 4 KiB shmem pages), each in one thread. `shmem_huge_mapped` says how much of the region the
+//! kernel mapped with 2 MiB pages (its limit name carries the `shmem_enabled` setting).
 
+use std::os::fd::AsFd;
 use std::time::Instant;
 
 use crate::error::{MemoryError, Result};
@@ -40,12 +45,16 @@ impl Default for BenchOptions {
 pub struct Measurement {
     /// What was measured, e.g. `pause_backup/64MiB`.
     pub case: String,
+    /// Region size the case ran at, in bytes.
+    pub size: usize,
     /// The figure.
     pub value: f64,
     /// Its unit (`GB/s`, `bytes`).
     pub unit: &'static str,
     /// The limit: memcpy GB/s at the same size for throughputs; the region size for byte counts.
     pub limit: f64,
+    /// What the limit is (`memcpy`, `region size`, ...).
+    pub limit_name: String,
 }
 
 /// Runs the memory benchmark.
@@ -68,9 +77,11 @@ pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
         if !fits(size) {
             out.push(Measurement {
                 case: format!("skipped/{}", label(size)),
+                size,
                 value: (2 * size) as f64,
                 unit: "bytes",
                 limit: stats::mem_available_bytes()? as f64,
+                limit_name: "MemAvailable".into(),
             });
             continue;
         }
@@ -118,11 +129,16 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
     } else {
         None
     };
-    let resume1 = gbs(size, || mgr.resume(tags).map(drop))?;
+    let mut resume = gbs(size, || mgr.resume(tags).map(drop))?;
     let memcpy = memcpy_limit(&region)?;
-    let pause_warm = gbs(size, || mgr.pause(tags).map(drop))?;
-    let resume2 = gbs(size, || mgr.resume(tags).map(drop))?;
+    let mut pause_warm = 0f64;
+    for _ in 0..2 {
+        pause_warm = pause_warm.max(gbs(size, || mgr.pause(tags).map(drop))?);
+        resume = resume.max(gbs(size, || mgr.resume(tags).map(drop))?);
+    }
     check(&region)?;
+    let huge = stats::shmem_huge_mapped_bytes(region.as_ptr() as usize)?;
+    let kernel = kernel_rates(&region)?;
     drop(region);
 
     let mut discard = mgr
@@ -135,16 +151,33 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
     let mut push = |case: &str, value: f64| {
         out.push(Measurement {
             case: format!("{case}/{l}"),
+            size,
             value,
             unit: "GB/s",
             limit: memcpy,
+            limit_name: "memcpy".into(),
         })
     };
     push("pause_backup_cold", pause_cold);
     push("pause_backup", pause_warm);
-    push("resume_backup", resume1.max(resume2));
+    push("resume_backup", resume);
     push("pause_discard", pause_discard);
     push("resume_discard", resume_discard);
+    push("kernel_punch_hole", kernel.punch);
+    push("kernel_shmem_alloc", kernel.alloc);
+    push("kernel_shmem_pwrite", kernel.pwrite);
+    let mut bytes = |case: &str, value: u64, limit_name: String| {
+        out.push(Measurement {
+            case: format!("{case}/{l}"),
+            size,
+            value: value as f64,
+            unit: "bytes",
+            limit: size as f64,
+            limit_name,
+        })
+    };
+    let thp = format!("region size; shmem_enabled={}", sys::shmem_thp_setting());
+    bytes("shmem_huge_mapped", huge, thp);
     if let (Some((rss0, shm0)), Some((rss1, shm1))) = (before, after) {
         for (case, v) in [
             ("rss_before_pause", rss0),
@@ -152,15 +185,42 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
             ("shmem_before_pause", shm0),
             ("shmem_after_pause", shm1),
         ] {
-            out.push(Measurement {
-                case: format!("{case}/{l}"),
-                value: v as f64,
-                unit: "bytes",
-                limit: size as f64,
-            });
+            bytes(case, v, "region size".into());
         }
     }
     Ok(())
+}
+
+/// The kernel's own rates on a region's memfd, in GB/s (one thread each).
+struct KernelRates {
+    punch: f64,
+    alloc: f64,
+    pwrite: f64,
+}
+
+/// Measures [`KernelRates`] on a resident region (its contents are garbage afterwards, and it is
+/// left resident).
+fn kernel_rates(region: &crate::Region) -> Result<KernelRates> {
+    let cell = &region.cell;
+    let res = cell.lock_exclusive()?;
+    let fd = cell.fd.as_fd();
+    let len = cell.map.len();
+    let backup = res.backup.as_ref().ok_or_else(|| {
+        MemoryError::InvalidArgument("bench: no backup buffer after a pause".into())
+    })?;
+    let punch = gbs(len, || sys::punch_hole(fd, 0..len))?;
+    let alloc = gbs(len, || sys::allocate(fd, 0..len))?;
+    sys::punch_hole(fd, 0..len)?;
+    // SAFETY: we hold the region's write lock; only this region writes its (retained) backup.
+    let src = unsafe { backup.bytes() };
+    let pwrite = gbs(len, || sys::pwrite_all(fd, &src[..len], 0))?;
+    cell.map.touch_read(0..len);
+    backup.lazy_free();
+    Ok(KernelRates {
+        punch,
+        alloc,
+        pwrite,
+    })
 }
 
 fn fill(region: &mut crate::Region) -> Result<()> {

@@ -153,6 +153,14 @@ pub enum MemoryError {
         /// What went wrong.
         reason: String,
     },
+    /// A region key could not be resolved to the owner's memory.
+    #[error("cannot attach region `{key}`: {reason}")]
+    Attach {
+        /// The key.
+        key: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The CUDA backend failed or is unavailable.
     #[error("CUDA: {0}")]
     Cuda(String),

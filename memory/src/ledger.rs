@@ -94,6 +94,15 @@ impl ProcessReport {
         self.regions.iter().for_each(|r| t.add(r));
         t
     }
+
+    /// Sums over this process's regions, by tag.
+    pub fn by_tag(&self) -> BTreeMap<Tag, Totals> {
+        let mut m: BTreeMap<Tag, Totals> = BTreeMap::new();
+        for r in &self.regions {
+            m.entry(r.tag.clone()).or_default().add(r);
+        }
+        m
+    }
 }
 
 /// The controller's view of one device across processes.

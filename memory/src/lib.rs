@@ -15,8 +15,9 @@
 //! ```
 //!
 //! Codemap: `tag` (Tag, DType, BackupPolicy, RegionSpec), `region` (one memfd region and its
-//! handle/views), `manager` (MemoryManager, pause/resume, guards, budget checks), `snapshot`,
-//! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, fd passing), `stats`
+//! handle/views), `manager` (MemoryManager, pause/resume, guards, budget checks), `mover` (the
+//! two-thread copy/punch/populate pipelines of pause and resume), `snapshot`,
+//! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, fd passing), `key` (RegionKey: share by `/proc` path), `stats`
 //! (/proc readings), `bench`, `sys` (all CPU syscalls and their `unsafe`), `cuda` (feature).
 
 mod bench;
@@ -24,8 +25,10 @@ mod budget;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod error;
+mod key;
 mod ledger;
 mod manager;
+mod mover;
 mod region;
 mod share;
 mod snapshot;
@@ -36,6 +39,7 @@ mod tag;
 pub use bench::{BenchOptions, Measurement, bench};
 pub use budget::{Budget, SAFETY_MARGIN, check_fractions, cpu_capacity_bytes};
 pub use error::{MemoryError, Result};
+pub use key::RegionKey;
 pub use ledger::{DeviceLedger, ProcessReport, RegionReport, Totals};
 pub use manager::{ManagerConfig, MemoryManager, Moved, ResidentGuard};
 pub use region::{Element, Region, RegionView, RegionViewMut};

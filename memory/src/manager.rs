@@ -31,6 +31,9 @@ pub struct ManagerConfig {
     pub device: String,
     /// Byte cap on resident memory.
     pub budget: Budget,
+    /// Threads a pause or resume of a large region may use (1 = the calling thread only).
+    /// Default: 2 when the machine has at least 2 CPUs.
+    pub move_threads: usize,
 }
 
 impl ManagerConfig {
@@ -40,7 +43,14 @@ impl ManagerConfig {
             process: process.into(),
             device: "cpu".into(),
             budget: Budget::unlimited(),
+            move_threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         }
+    }
+
+    /// The same config with another thread count for moving memory (at least 1).
+    pub fn with_move_threads(mut self, threads: usize) -> Self {
+        self.move_threads = threads.max(1);
+        self
     }
     /// The same config with a budget.
     pub fn with_budget(mut self, budget: Budget) -> Self {
@@ -215,7 +225,7 @@ impl MemoryManager {
         }
         let mut moved = Moved::default();
         for (c, g) in cells.iter().zip(locks.iter_mut()) {
-            c.pause(g)?;
+            c.pause(g, self.inner.config.move_threads)?;
             st.resident -= c.spec.size as u64;
             moved.regions += 1;
             moved.bytes += c.spec.size as u64;
@@ -246,7 +256,7 @@ impl MemoryManager {
         self.check_budget(&st, &names.join(","), need)?;
         let mut moved = Moved::default();
         for (c, g) in cells.iter().zip(locks.iter_mut()) {
-            c.resume(g)?;
+            c.resume(g, self.inner.config.move_threads)?;
             st.resident += c.spec.size as u64;
             st.peak_resident = st.peak_resident.max(st.resident);
             moved.regions += 1;

@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Wea
 use crate::error::{MemoryError, Result};
 use crate::ledger::RegionReport;
 use crate::manager::Inner;
+use crate::mover;
 use crate::sys::{self, Mapping};
 use crate::tag::{BackupPolicy, DType, RegionSpec, Tag};
 
@@ -72,8 +73,9 @@ impl RegionCell {
         }
     }
 
-    /// Copies out (per policy) and returns the pages to the OS. Caller holds the write lock.
-    pub(crate) fn pause(&self, res: &mut Residency) -> Result<()> {
+    /// Copies out (per policy) and returns the pages to the OS, using up to `threads` threads.
+    /// Caller holds the write lock.
+    pub(crate) fn pause(&self, res: &mut Residency, threads: usize) -> Result<()> {
         if res.paused {
             return Err(MemoryError::AlreadyPaused {
                 id: self.id,
@@ -81,43 +83,49 @@ impl RegionCell {
             });
         }
         let len = self.map.len();
-        if self.spec.backup == BackupPolicy::Cpu {
-            let backup = match res.backup.take() {
-                Some(b) => b,
-                None => Mapping::anonymous(len)?,
-            };
-            // SAFETY: the write lock excludes views; raw-pointer users must not touch a region
-            // while it is being paused (documented on `Region::as_ptr`).
-            unsafe { sys::copy(&backup, &self.map, len) };
-            res.backup = Some(backup);
+        if self.spec.backup == BackupPolicy::Cpu && res.backup.is_none() {
+            res.backup = Some(Mapping::anonymous(len)?);
         }
-        sys::punch_hole(self.fd.as_fd(), len)?;
+        let backup = match self.spec.backup {
+            BackupPolicy::Cpu => res.backup.as_ref(),
+            BackupPolicy::Discard => None,
+        };
+        // Raw-pointer users must not touch a region while it is being paused (documented on
+        // `Region::as_ptr`); the write lock excludes views.
+        mover::pause(&self.parts(backup), threads)?;
         res.paused = true;
         res.backup_live = self.spec.backup == BackupPolicy::Cpu;
         Ok(())
     }
 
-    /// Brings the pages back at the same address. Caller holds the write lock.
-    pub(crate) fn resume(&self, res: &mut Residency) -> Result<()> {
+    /// Brings the pages back at the same address, using up to `threads` threads. Caller holds
+    /// the write lock.
+    pub(crate) fn resume(&self, res: &mut Residency, threads: usize) -> Result<()> {
         if !res.paused {
             return Err(MemoryError::NotPaused {
                 id: self.id,
                 tag: self.spec.tag.to_string(),
             });
         }
-        let len = self.map.len();
-        match (&res.backup, res.backup_live) {
-            (Some(backup), true) => {
-                // SAFETY: only this region writes its backup, and we hold its write lock.
-                sys::pwrite_all(self.fd.as_fd(), unsafe { &backup.bytes()[..len] })?;
-                backup.lazy_free();
-            }
-            _ => sys::allocate(self.fd.as_fd(), len)?,
+        let backup = match (&res.backup, res.backup_live) {
+            (Some(b), true) => Some(b),
+            _ => None,
+        };
+        mover::resume(&self.parts(backup), threads)?;
+        if let Some(b) = backup {
+            b.lazy_free();
         }
-        self.map.touch_read();
         res.paused = false;
         res.backup_live = false;
         Ok(())
+    }
+
+    fn parts<'a>(&'a self, backup: Option<&'a Mapping>) -> mover::Parts<'a> {
+        mover::Parts {
+            map: &self.map,
+            fd: self.fd.as_fd(),
+            backup,
+        }
     }
 
     pub(crate) fn allocated_bytes(&self) -> u64 {

@@ -43,6 +43,35 @@ pub fn mem_available_bytes() -> Result<u64> {
     meminfo_bytes("MemAvailable")
 }
 
+/// `ShmemPmdMapped` of this process's mapping that starts at `addr` (`/proc/self/smaps`): the
+/// bytes of it mapped with 2 MiB shmem pages.
+pub fn shmem_huge_mapped_bytes(addr: usize) -> Result<u64> {
+    const PATH: &str = "/proc/self/smaps";
+    const FIELD: &str = "ShmemPmdMapped";
+    let text = read(PATH, FIELD)?;
+    let start = format!("{addr:x}-");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&start));
+    let header = lines.next().ok_or_else(|| MemoryError::Proc {
+        path: PATH,
+        field: FIELD,
+        reason: format!("no mapping starts at {addr:#x}"),
+    })?;
+    // Fields run until the next mapping's header line (`start-end perms ...`).
+    let block: String = lines
+        .take_while(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.ends_with(':'))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    field_kb(&block, PATH, FIELD).map_err(|e| MemoryError::Proc {
+        path: PATH,
+        field: FIELD,
+        reason: format!("{e} (mapping `{header}`)"),
+    })
+}
+
 /// One `kB` field of `/proc/meminfo`, in bytes.
 pub(crate) fn meminfo_bytes(field: &'static str) -> Result<u64> {
     const PATH: &str = "/proc/meminfo";
@@ -97,5 +126,21 @@ mod tests {
         let r = process_rss().unwrap();
         assert!(r.total > 0 && r.total >= r.anon);
         assert!(system_shmem_bytes().is_ok());
+    }
+
+    #[test]
+    fn finds_the_huge_page_figure_of_one_mapping() {
+        use std::os::fd::AsFd;
+        let len = 4 << 20;
+        let fd = crate::sys::create_memfd(c"stats-test", len).unwrap();
+        let map = crate::sys::Mapping::shared(fd.as_fd(), len).unwrap();
+        map.populate_write(0..len).unwrap();
+        let huge = shmem_huge_mapped_bytes(map.ptr() as usize).unwrap();
+        assert!(huge <= len as u64 && huge.is_multiple_of(2 << 20), "{huge}");
+        if !crate::sys::shmem_thp_enabled() {
+            assert_eq!(huge, 0);
+        }
+        let e = shmem_huge_mapped_bytes(1).unwrap_err().to_string();
+        assert!(e.contains("no mapping starts at 0x1"), "{e}");
     }
 }

@@ -11,8 +11,10 @@
 //!   (fault-around), so touching one byte per page after `pwrite` maps the region cheaply.
 
 use std::ffi::CStr;
+use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
@@ -53,23 +55,29 @@ pub(crate) fn file_size_and_allocated(fd: BorrowedFd<'_>) -> Result<(u64, u64)> 
     Ok((st.st_size.max(0) as u64, st.st_blocks.max(0) as u64 * 512))
 }
 
-/// Returns the pages of `[0, len)` of the file to the OS; the size and every mapping stay.
-pub(crate) fn punch_hole(fd: BorrowedFd<'_>, len: usize) -> Result<()> {
+/// Returns the pages of `range` of the file to the OS; the size and every mapping stay.
+pub(crate) fn punch_hole(fd: BorrowedFd<'_>, range: Range<usize>) -> Result<()> {
     let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    fallocate(fd, flags, 0, len as i64).map_err(|e| MemoryError::errno("fallocate(PUNCH_HOLE)", e))
+    fallocate(fd, flags, range.start as i64, range.len() as i64)
+        .map_err(|e| MemoryError::errno("fallocate(PUNCH_HOLE)", e))
 }
 
-/// Allocates (zeroed) pages for `[0, len)` of the file now, so a later touch cannot SIGBUS.
-pub(crate) fn allocate(fd: BorrowedFd<'_>, len: usize) -> Result<()> {
-    fallocate(fd, FallocateFlags::empty(), 0, len as i64)
-        .map_err(|e| MemoryError::errno("fallocate(allocate)", e))
+/// Allocates (zeroed) pages for `range` of the file now, so a later touch cannot SIGBUS.
+pub(crate) fn allocate(fd: BorrowedFd<'_>, range: Range<usize>) -> Result<()> {
+    fallocate(
+        fd,
+        FallocateFlags::empty(),
+        range.start as i64,
+        range.len() as i64,
+    )
+    .map_err(|e| MemoryError::errno("fallocate(allocate)", e))
 }
 
-/// Writes all of `src` to the file at offset 0.
-pub(crate) fn pwrite_all(fd: BorrowedFd<'_>, src: &[u8]) -> Result<()> {
+/// Writes all of `src` to the file at offset `at`.
+pub(crate) fn pwrite_all(fd: BorrowedFd<'_>, src: &[u8], at: usize) -> Result<()> {
     let mut off = 0usize;
     while off < src.len() {
-        match nix::sys::uio::pwrite(fd, &src[off..], off as i64) {
+        match nix::sys::uio::pwrite(fd, &src[off..], (at + off) as i64) {
             Ok(0) => return Err(MemoryError::InvalidArgument("pwrite wrote 0 bytes".into())),
             Ok(n) => off += n,
             Err(nix::errno::Errno::EINTR) => {}
@@ -77,6 +85,35 @@ pub(crate) fn pwrite_all(fd: BorrowedFd<'_>, src: &[u8]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether shmem (memfd) mappings that ask for huge pages get them: the kernel's
+/// `shmem_enabled` setting for 2 MiB pages is `always`, `within_size`, `advise` or `force`.
+/// Read once per process.
+pub(crate) fn shmem_thp_setting() -> &'static str {
+    static SETTING: OnceLock<String> = OnceLock::new();
+    SETTING.get_or_init(|| {
+        let read = |p: &str| {
+            let text = std::fs::read_to_string(p).ok()?;
+            let start = text.find('[')? + 1;
+            let end = start + text[start..].find(']')?;
+            Some(text[start..end].to_string())
+        };
+        const BASE: &str = "/sys/kernel/mm/transparent_hugepage";
+        match read(&format!("{BASE}/hugepages-2048kB/shmem_enabled")).as_deref() {
+            Some("inherit") | None => read(&format!("{BASE}/shmem_enabled")),
+            Some(s) => Some(s.to_string()),
+        }
+        .unwrap_or_else(|| "unknown".to_string())
+    })
+}
+
+/// See [`shmem_thp_setting`].
+pub(crate) fn shmem_thp_enabled() -> bool {
+    matches!(
+        shmem_thp_setting(),
+        "always" | "within_size" | "advise" | "force"
+    )
 }
 
 /// An owned mapping; unmapped on drop. Its address never changes while it lives.
@@ -93,9 +130,12 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `fd` shared, read-write.
+    /// Maps `len` bytes of `fd` shared, read-write, asking for huge pages (honoured only where
+    /// the kernel's shmem THP setting allows it, see [`shmem_thp_enabled`]).
     pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> Result<Mapping> {
-        Self::map(len, libc::MAP_SHARED, fd.as_raw_fd(), "mmap(MAP_SHARED)")
+        let m = Self::map(len, libc::MAP_SHARED, fd.as_raw_fd(), "mmap(MAP_SHARED)")?;
+        m.advise(0..len, libc::MADV_HUGEPAGE);
+        Ok(m)
     }
 
     /// Maps `len` bytes of private anonymous memory, asking for transparent huge pages (first
@@ -107,10 +147,48 @@ impl Mapping {
             -1,
             "mmap(anonymous)",
         )?;
-        // SAFETY: the range is exactly our fresh mapping; MADV_HUGEPAGE only changes policy.
-        // Failure (THP disabled) is harmless, so the result is ignored on purpose.
-        let _ = unsafe { libc::madvise(m.ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) };
+        m.advise(0..len, libc::MADV_HUGEPAGE);
         Ok(m)
+    }
+
+    /// `madvise` for a policy-only advice (huge pages); failure is harmless and ignored.
+    fn advise(&self, range: Range<usize>, advice: i32) {
+        if range.end > self.len || range.is_empty() {
+            return;
+        }
+        // SAFETY: the range lies inside our live mapping; the advice only changes paging policy
+        // and never invalidates contents.
+        let _ = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(range.start).cast(),
+                range.len(),
+                advice,
+            )
+        };
+    }
+
+    /// Faults `range` in writable now (allocating zeroed pages of a shared file where it has
+    /// holes), without touching the bytes from user space.
+    pub(crate) fn populate_write(&self, range: Range<usize>) -> Result<()> {
+        if range.end > self.len {
+            return Err(MemoryError::InvalidArgument(format!(
+                "populate range {range:?} is outside the {}-byte mapping",
+                self.len
+            )));
+        }
+        // SAFETY: the range lies inside our live mapping; MADV_POPULATE_WRITE only faults pages
+        // in (as a write of unchanged bytes would) and never changes contents.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().add(range.start).cast(),
+                range.len(),
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r != 0 {
+            return Err(MemoryError::last_os("madvise(MADV_POPULATE_WRITE)"));
+        }
+        Ok(())
     }
 
     fn map(len: usize, flags: i32, fd: i32, op: &'static str) -> Result<Mapping> {
@@ -146,12 +224,14 @@ impl Mapping {
         self.len
     }
 
-    /// Reads one byte per page so every page is mapped (fault-around maps neighbours too).
-    pub(crate) fn touch_read(&self) {
+    /// Reads one byte per page of `range` so every page is mapped (fault-around maps neighbours
+    /// too).
+    pub(crate) fn touch_read(&self, range: Range<usize>) {
         let step = page_size();
-        let mut off = 0;
+        let mut off = range.start;
+        let end = range.end.min(self.len);
         let mut acc = 0u8;
-        while off < self.len {
+        while off < end {
             // SAFETY: off < len, so the address is inside our live mapping.
             acc ^= unsafe { std::ptr::read_volatile(self.ptr.as_ptr().add(off)) };
             off += step;
@@ -191,9 +271,30 @@ impl Drop for Mapping {
 /// # Safety
 /// Nobody may access `dst`'s first `len` bytes or write `src`'s during the copy.
 pub(crate) unsafe fn copy(dst: &Mapping, src: &Mapping, len: usize) {
-    debug_assert!(len <= dst.len && len <= src.len);
-    // SAFETY: distinct mappings never overlap; the caller guarantees exclusivity and bounds.
-    unsafe { std::ptr::copy_nonoverlapping(src.ptr.as_ptr(), dst.ptr.as_ptr(), len) }
+    // SAFETY: forwarded contract.
+    unsafe { copy_range(dst, src, 0..len) }
+}
+
+/// Copies bytes `range` of `src` to the same offsets of `dst` (distinct mappings; a range past
+/// either end is clamped away in release builds and caught in debug ones).
+///
+/// # Safety
+/// Nobody may access `dst`'s `range` or write `src`'s `range` during the copy.
+pub(crate) unsafe fn copy_range(dst: &Mapping, src: &Mapping, range: Range<usize>) {
+    debug_assert!(range.end <= dst.len && range.end <= src.len);
+    let end = range.end.min(dst.len).min(src.len);
+    if range.start >= end {
+        return;
+    }
+    // SAFETY: distinct mappings never overlap; the range is inside both (clamped above); the
+    // caller guarantees exclusivity.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            src.ptr.as_ptr().add(range.start),
+            dst.ptr.as_ptr().add(range.start),
+            end - range.start,
+        )
+    }
 }
 
 /// Duplicates an fd as a new close-on-exec owned fd.

@@ -20,16 +20,28 @@ fn bench_reports_each_case_beside_its_limit() {
             "resume_backup",
             "pause_discard",
             "resume_discard",
+            "kernel_punch_hole",
+            "kernel_shmem_alloc",
+            "kernel_shmem_pwrite",
         ] {
             let name = format!("{case}/{size}");
             let m = ms
                 .iter()
                 .find(|m| m.case == name)
                 .unwrap_or_else(|| panic!("missing {name}: {ms:?}"));
-            assert_eq!(m.unit, "GB/s");
+            assert_eq!((m.unit, m.limit_name.as_str()), ("GB/s", "memcpy"));
+            assert_eq!(m.size, if size == "1MiB" { 1 << 20 } else { 4 << 20 });
             assert!(m.value.is_finite() && m.value > 0.0, "{m:?}");
             assert!(m.limit.is_finite() && m.limit > 0.0, "{m:?}");
         }
+    }
+    for size in [1usize << 20, 4 << 20] {
+        let m = ms
+            .iter()
+            .find(|m| m.case.starts_with("shmem_huge_mapped/") && m.size == size)
+            .unwrap();
+        assert!(m.value <= size as f64, "{m:?}");
+        assert!(m.limit_name.contains("shmem_enabled="), "{m:?}");
     }
     // footprint figures for the largest size; a 4 MiB pause leaves Shmem lower or within noise
     for case in [

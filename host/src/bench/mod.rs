@@ -3,6 +3,7 @@
 //! `{"bench", "case", "value", "unit", "limit", "ratio"}`.
 
 pub mod abi;
+pub mod memory;
 
 use serde::Serialize;
 

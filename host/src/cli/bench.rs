@@ -8,11 +8,14 @@ use crate::error::HostError;
 pub enum BenchName {
     /// Engine-trait call across the plugin ABI vs a direct `dyn` call.
     Abi,
+    /// Memory-layer pause/resume beside memcpy and the kernel's page rates.
+    Memory,
 }
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
     let figures: Vec<Figure> = match name {
         BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
+        BenchName::Memory => bench::memory::run(quick)?,
     };
     if json {
         for f in &figures {

@@ -1,0 +1,209 @@
+//! Moving a region's bytes across a pause: out to the backup and back to the kernel (pause), and
+//! from the kernel and the backup into the region (resume), in chunks worked on by two threads at
+//! once for large regions.
+//!
+//! Why two threads: the kernel's per-page work (returning a page on punch, allocating and
+//! zeroing one on resume) costs more than copying it on the project machine, and it runs in the
+//! calling thread. A pipeline overlaps them: one thread copies chunk k while the other hands
+//! chunk k-1 to the kernel. The file's hole-punch and `pwrite` take the inode lock, so at most
+//! one thread at a time calls them; the other only copies or faults pages (page faults take no
+//! inode lock).
+//!
+//! Resume picks its path by the kernel's shmem huge-page setting: with 4 KiB shmem pages
+//! `pwrite` allocates pages without zeroing them (the cheapest way in), then the mapping is
+//! populated; with shmem THP on, `pwrite` would still allocate 4 KiB pages (it has no mapping
+//! to ask for huge ones), so pages are faulted in through the mapping (2 MiB at a time) and the
+//! backup is copied into them.
+
+use std::ops::Range;
+use std::os::fd::BorrowedFd;
+use std::sync::mpsc;
+
+use crate::error::{MemoryError, Result};
+use crate::sys::{self, Mapping};
+
+/// Chunk size of the pipeline.
+const CHUNK: usize = 16 << 20;
+
+/// Regions below this size move in one thread (spawning costs more than it saves).
+pub(crate) const PARALLEL_MIN: usize = 32 << 20;
+
+/// Where one region's bytes live: its mapping and memfd, and its backup buffer if it has one.
+pub(crate) struct Parts<'a> {
+    pub(crate) map: &'a Mapping,
+    pub(crate) fd: BorrowedFd<'a>,
+    pub(crate) backup: Option<&'a Mapping>,
+}
+
+/// Pause: copy the region into its backup (if any), then return its pages to the OS.
+///
+/// The caller holds the region's write lock (nobody in this process reads or writes it).
+pub(crate) fn pause(p: &Parts<'_>, threads: usize) -> Result<()> {
+    let len = p.map.len();
+    let copy = |r: Range<usize>| {
+        if let Some(b) = p.backup {
+            // SAFETY: the caller holds the region's write lock and the backup is the region's
+            // own; each chunk is copied by one thread only.
+            unsafe { sys::copy_range(b, p.map, r) };
+        }
+        Ok(())
+    };
+    let punch = |r: Range<usize>| sys::punch_hole(p.fd, r);
+    if p.backup.is_none() || threads < 2 || len < PARALLEL_MIN {
+        copy(0..len)?;
+        return punch(0..len);
+    }
+    pipeline(len, copy, punch)
+}
+
+/// Resume: bring the pages back with the backup's bytes (or zeroed without a backup) and map
+/// them. The caller holds the region's write lock.
+pub(crate) fn resume(p: &Parts<'_>, threads: usize) -> Result<()> {
+    let len = p.map.len();
+    let parallel = threads >= 2 && len >= PARALLEL_MIN;
+    match (p.backup, sys::shmem_thp_enabled()) {
+        (Some(b), false) => {
+            let write = |r: Range<usize>| {
+                // SAFETY: only this region writes its backup, and the caller holds its lock.
+                let src = unsafe { &b.bytes()[r.clone()] };
+                sys::pwrite_all(p.fd, src, r.start)
+            };
+            let map = |r: Range<usize>| {
+                p.map.touch_read(r);
+                Ok(())
+            };
+            run(parallel, len, write, map)
+        }
+        (Some(b), true) => {
+            let fault = |r: Range<usize>| p.map.populate_write(r);
+            let copy = |r: Range<usize>| {
+                // SAFETY: the caller holds the region's write lock; chunks are disjoint.
+                unsafe { sys::copy_range(p.map, b, r) };
+                Ok(())
+            };
+            run(parallel, len, fault, copy)
+        }
+        (None, false) => {
+            sys::allocate(p.fd, 0..len)?;
+            p.map.touch_read(0..len);
+            Ok(())
+        }
+        (None, true) => p.map.populate_write(0..len),
+    }
+}
+
+fn run(
+    parallel: bool,
+    len: usize,
+    first: impl Fn(Range<usize>) -> Result<()>,
+    then: impl Fn(Range<usize>) -> Result<()> + Sync,
+) -> Result<()> {
+    if parallel {
+        pipeline(len, first, then)
+    } else {
+        first(0..len)?;
+        then(0..len)
+    }
+}
+
+/// Runs `first` over `[0, len)` chunk by chunk in this thread and `then` on each chunk in a
+/// helper thread as soon as `first` is done with it. Stops at the first error of either.
+fn pipeline(
+    len: usize,
+    first: impl Fn(Range<usize>) -> Result<()>,
+    then: impl Fn(Range<usize>) -> Result<()> + Sync,
+) -> Result<()> {
+    let (tx, rx) = mpsc::channel::<Range<usize>>();
+    std::thread::scope(|s| {
+        let helper = s.spawn(|| -> Result<()> {
+            for r in rx {
+                then(r)?;
+            }
+            Ok(())
+        });
+        let mut front = Ok(());
+        let mut at = 0;
+        while at < len {
+            let r = at..(at + CHUNK).min(len);
+            if let Err(e) = first(r.clone()) {
+                front = Err(e);
+                break;
+            }
+            at = r.end;
+            if tx.send(r).is_err() {
+                break; // the helper failed; its error is reported below
+            }
+        }
+        drop(tx);
+        let back = helper.join().unwrap_or_else(|_| {
+            Err(MemoryError::InvalidArgument(
+                "memory pipeline helper thread panicked".into(),
+            ))
+        });
+        front.and(back)
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn pipeline_visits_every_chunk_in_order_once() {
+        let len = 3 * CHUNK + 5;
+        let firsts = Mutex::new(Vec::new());
+        let thens = Mutex::new(Vec::new());
+        pipeline(
+            len,
+            |r| {
+                firsts.lock().unwrap().push(r);
+                Ok(())
+            },
+            |r| {
+                thens.lock().unwrap().push(r);
+                Ok(())
+            },
+        )
+        .unwrap();
+        let want = vec![
+            0..CHUNK,
+            CHUNK..2 * CHUNK,
+            2 * CHUNK..3 * CHUNK,
+            3 * CHUNK..len,
+        ];
+        assert_eq!(*firsts.lock().unwrap(), want);
+        assert_eq!(*thens.lock().unwrap(), want);
+    }
+
+    #[test]
+    fn pipeline_reports_an_error_of_either_stage() {
+        let e = pipeline(
+            4 * CHUNK,
+            |_| Ok(()),
+            |r| {
+                if r.start == CHUNK {
+                    Err(MemoryError::InvalidArgument("then failed".into()))
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("then failed"), "{e}");
+        let e = pipeline(
+            4 * CHUNK,
+            |r| {
+                if r.start == 2 * CHUNK {
+                    Err(MemoryError::InvalidArgument("first failed".into()))
+                } else {
+                    Ok(())
+                }
+            },
+            |_| Ok(()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("first failed"), "{e}");
+    }
+}
