@@ -6,10 +6,12 @@
 //! the bench copies the resident region into it directly (best of two, one thread) - a plain
 //! memcpy between two faulted-in buffers of the region's size, with no extra memory.
 //!
-//! Kernel ceilings, measured on the same region right after: `kernel_punch_hole` (returning its
-//! pages, what every pause pays), `kernel_shmem_alloc` (`fallocate`: allocating and zeroing
-//! pages) and `kernel_shmem_pwrite` (allocating pages filled by a write, what a resume pays with
-//! 4 KiB shmem pages), each in one thread. `shmem_huge_mapped` says how much of the region the
+//! Kernel ceilings, measured on the same region right after, each in one thread:
+//! `kernel_punch_hole` (returning its pages: what every pause pays on top of the copy),
+//! `kernel_page_alloc` (faulting zeroed pages in through the mapping with `MADV_POPULATE_WRITE`:
+//! what a discard resume, and a backup resume with shmem huge pages, pays before copying) and
+//! `kernel_shmem_pwrite` (`pwrite` into a hole: page allocation without zeroing, what a backup
+//! resume pays with 4 KiB shmem pages). `shmem_huge_mapped` says how much of the region the
 //! kernel mapped with 2 MiB pages (its limit name carries the `shmem_enabled` setting).
 
 use std::os::fd::AsFd;
@@ -29,6 +31,8 @@ pub struct BenchOptions {
     /// Largest region size in bytes (default 4 GiB). Sizes go up by 4x from `min_size`; a size
     /// that does not fit twice into `MemAvailable` is skipped and reported as `skipped/<size>`.
     pub max_size: usize,
+    /// Threads a pause or resume may use ([`ManagerConfig::move_threads`]).
+    pub move_threads: usize,
 }
 
 impl Default for BenchOptions {
@@ -36,6 +40,7 @@ impl Default for BenchOptions {
         BenchOptions {
             min_size: 1 << 20,
             max_size: 4 << 30,
+            move_threads: ManagerConfig::cpu("bench").move_threads,
         }
     }
 }
@@ -85,7 +90,7 @@ pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
             });
             continue;
         }
-        bench_size(size, Some(size) == largest, &mut out)?;
+        bench_size(size, Some(size) == largest, opts.move_threads, &mut out)?;
     }
     Ok(out)
 }
@@ -110,8 +115,13 @@ fn gbs(size: usize, f: impl FnOnce() -> Result<()>) -> Result<f64> {
     Ok(size as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9)
 }
 
-fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Result<()> {
-    let mgr = MemoryManager::new(ManagerConfig::cpu("bench"));
+fn bench_size(
+    size: usize,
+    footprint: bool,
+    threads: usize,
+    out: &mut Vec<Measurement>,
+) -> Result<()> {
+    let mgr = MemoryManager::new(ManagerConfig::cpu("bench").with_move_threads(threads));
     let tag = Tag::Custom("bench".into());
     let tags = std::slice::from_ref(&tag);
     let l = label(size);
@@ -164,7 +174,7 @@ fn bench_size(size: usize, footprint: bool, out: &mut Vec<Measurement>) -> Resul
     push("pause_discard", pause_discard);
     push("resume_discard", resume_discard);
     push("kernel_punch_hole", kernel.punch);
-    push("kernel_shmem_alloc", kernel.alloc);
+    push("kernel_page_alloc", kernel.alloc);
     push("kernel_shmem_pwrite", kernel.pwrite);
     let mut bytes = |case: &str, value: u64, limit_name: String| {
         out.push(Measurement {
@@ -209,7 +219,7 @@ fn kernel_rates(region: &crate::Region) -> Result<KernelRates> {
         MemoryError::InvalidArgument("bench: no backup buffer after a pause".into())
     })?;
     let punch = gbs(len, || sys::punch_hole(fd, 0..len))?;
-    let alloc = gbs(len, || sys::allocate(fd, 0..len))?;
+    let alloc = gbs(len, || cell.map.populate_write(0..len))?;
     sys::punch_hole(fd, 0..len)?;
     // SAFETY: we hold the region's write lock; only this region writes its (retained) backup.
     let src = unsafe { backup.bytes() };

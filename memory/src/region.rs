@@ -92,7 +92,7 @@ impl RegionCell {
         };
         // Raw-pointer users must not touch a region while it is being paused (documented on
         // `Region::as_ptr`); the write lock excludes views.
-        mover::pause(&self.parts(backup), threads)?;
+        mover::pause(&self.parts(backup), mover::How::with_threads(threads))?;
         res.paused = true;
         res.backup_live = self.spec.backup == BackupPolicy::Cpu;
         Ok(())
@@ -111,7 +111,7 @@ impl RegionCell {
             (Some(b), true) => Some(b),
             _ => None,
         };
-        mover::resume(&self.parts(backup), threads)?;
+        mover::resume(&self.parts(backup), mover::How::with_threads(threads))?;
         if let Some(b) = backup {
             b.lazy_free();
         }

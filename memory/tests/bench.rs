@@ -11,6 +11,7 @@ fn bench_reports_each_case_beside_its_limit() {
     let opts = BenchOptions {
         min_size: 1 << 20,
         max_size: 4 << 20,
+        ..BenchOptions::default()
     };
     let ms = bench(&opts).unwrap();
     for size in ["1MiB", "4MiB"] {
@@ -21,7 +22,7 @@ fn bench_reports_each_case_beside_its_limit() {
             "pause_discard",
             "resume_discard",
             "kernel_punch_hole",
-            "kernel_shmem_alloc",
+            "kernel_page_alloc",
             "kernel_shmem_pwrite",
         ] {
             let name = format!("{case}/{size}");
@@ -64,6 +65,7 @@ fn bench_rejects_inverted_sizes() {
     let e = bench(&BenchOptions {
         min_size: 8 << 20,
         max_size: 1 << 20,
+        ..BenchOptions::default()
     })
     .unwrap_err()
     .to_string();
