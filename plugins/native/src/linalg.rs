@@ -8,6 +8,7 @@
 //! (an `assert!`, a programmer error, never user input) before the one unsafe call.
 
 use gemm::Parallelism;
+use rayon::prelude::*;
 
 /// Work (m*n*k) above which a product is split across threads.
 const PAR_THRESHOLD: usize = 1 << 21;
@@ -116,19 +117,80 @@ pub fn gemm_into(
     }
 }
 
+/// Few-row products (decode) at least this large (m·n·k) are split over output features.
+const SPLIT_THRESHOLD: usize = 1 << 17;
+/// Largest row count handled by the feature-split path.
+const SPLIT_MAX_ROWS: usize = 16;
+
+thread_local! {
+    /// Transposed-output scratch of the feature-split path (grows once, then reused).
+    static YT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Linear layer: `y[m, n] (+)= x[m, k] · w[n, k]ᵀ` (Hugging Face `[out, in]` weights).
+///
+/// For few rows (decode) the GEMM crate's own threading does not pay off, so the output
+/// features are split into blocks computed in parallel as `yᵀ[n, m] = W[n, k] · xᵀ` (each
+/// block reads a contiguous slice of weight rows), then transposed into `y`.
 pub fn linear(y: &mut [f32], x: &[f32], w: &[f32], m: usize, k: usize, n: usize, accumulate: bool) {
-    gemm_into(
-        y,
-        n,
-        m,
-        n,
-        k,
-        Mat::rm(x, k),
-        Mat::rm_t(w, k),
-        1.0,
-        accumulate,
+    let threads = rayon::current_num_threads();
+    let split = (2..=SPLIT_MAX_ROWS).contains(&m)
+        && m * n * k >= SPLIT_THRESHOLD
+        && threads > 1
+        && n >= 64
+        && rayon::current_thread_index().is_none();
+    if !split {
+        gemm_into(
+            y,
+            n,
+            m,
+            n,
+            k,
+            Mat::rm(x, k),
+            Mat::rm_t(w, k),
+            1.0,
+            accumulate,
+        );
+        return;
+    }
+    assert!(
+        y.len() >= m * n && x.len() >= m * k && w.len() >= n * k,
+        "linear: slices too small"
     );
+    YT.with(|cell| {
+        let mut yt = cell.borrow_mut();
+        if yt.len() < m * n {
+            yt.resize(m * n, 0.0);
+        }
+        let yt = &mut yt[..m * n];
+        let blocks = threads * 2;
+        let nb = n.div_ceil(blocks).div_ceil(16) * 16;
+        yt.par_chunks_mut(nb * m).enumerate().for_each(|(bi, blk)| {
+            let (n0, nn) = (bi * nb, blk.len() / m);
+            let wb = &w[n0 * k..(n0 + nn) * k];
+            gemm_into(
+                blk,
+                m,
+                nn,
+                m,
+                k,
+                Mat::rm(wb, k),
+                Mat::rm_t(x, k),
+                1.0,
+                false,
+            );
+        });
+        for (i, yr) in y.chunks_exact_mut(n).take(m).enumerate() {
+            for (j, o) in yr.iter_mut().enumerate() {
+                let v = yt[j * m + i];
+                if accumulate {
+                    *o += v;
+                } else {
+                    *o = v;
+                }
+            }
+        }
+    });
 }
 
 /// Input gradient of a linear layer: `dx[m, k] (+)= dy[m, n] · w[n, k]`.
@@ -191,6 +253,26 @@ mod tests {
             }
         }
         c
+    }
+
+    #[test]
+    fn feature_split_path_matches_naive() {
+        // m small, n·k large enough to take the parallel feature-split path.
+        let (m, k, n) = (3, 128, 400);
+        let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.013).sin()).collect();
+        let w: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.007).cos()).collect();
+        let mut y = vec![0.5; m * n];
+        linear(&mut y, &x, &w, m, k, n, true);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f32 = 0.5 + (0..k).map(|p| x[i * k + p] * w[j * k + p]).sum::<f32>();
+                assert!(
+                    (y[i * n + j] - want).abs() < 1e-3,
+                    "({i},{j}) {} vs {want}",
+                    y[i * n + j]
+                );
+            }
+        }
     }
 
     #[test]
