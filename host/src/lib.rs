@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod logging;
+pub mod placement;
 pub mod registry;
 pub mod services;
 

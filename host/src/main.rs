@@ -4,5 +4,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `tandem bench transport` re-runs this executable as its peer processes.
+    tandem_transport::bench::child_main_if_requested();
     tandem_host::cli::main()
 }

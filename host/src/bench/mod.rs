@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod memory;
+pub mod transport;
 
 use serde::Serialize;
 

@@ -10,12 +10,15 @@ pub enum BenchName {
     Abi,
     /// Memory-layer pause/resume beside memcpy and the kernel's page rates.
     Memory,
+    /// Transport point-to-point/broadcast bandwidth and latency beside memcpy.
+    Transport,
 }
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
     let figures: Vec<Figure> = match name {
         BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
         BenchName::Memory => bench::memory::run(quick)?,
+        BenchName::Transport => bench::transport::run(quick)?,
     };
     if json {
         for f in &figures {

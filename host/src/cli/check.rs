@@ -63,6 +63,7 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
         ),
         format!("  transport  {}", plan.transport),
     ];
+    out.extend(plan.transport_groups.iter().map(|g| format!("    {g}")));
     out.retain(|l| !l.is_empty());
     out.join("\n")
 }

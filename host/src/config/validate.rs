@@ -38,6 +38,8 @@ pub struct ResolvedPlan {
     pub bridge: ResolvedBridge,
     /// Transport backend requested.
     pub transport: String,
+    /// Transport chosen per group, one line each (e.g. `trainers [0, 1]: shm (1 pair)`).
+    pub transport_groups: Vec<String>,
 }
 
 /// A resolved engine or trainer.
@@ -244,14 +246,20 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
             "point it at a Hugging Face model directory, or set init_preset = \"tiny\"".into(),
         );
     }
-    if !["auto", "shm", "tcp", "nccl"].contains(&j.transport.backend.as_str()) {
-        issues.push(
-            "transport.backend",
-            None,
-            format!("unknown transport backend `{}`", j.transport.backend),
-            "use auto, shm, tcp or nccl".into(),
-        );
-    }
+    let transport_groups = match crate::placement::Layout::of(j)
+        .and_then(|layout| layout.transport_plan(&j.transport.backend))
+    {
+        Ok(groups) => groups.iter().map(ToString::to_string).collect(),
+        Err(message) => {
+            issues.push(
+                "transport.backend",
+                None,
+                message,
+                "use auto, shm, tcp or nccl; nccl needs CUDA and distinct GPUs".into(),
+            );
+            Vec::new()
+        }
+    };
     let a = &j.algorithm;
     if a.name != "grpo" {
         issues.push(
@@ -297,6 +305,7 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
             trainer,
             bridge,
             transport: j.transport.backend.clone(),
+            transport_groups,
         }),
         _ => Err(ConfigError::Invalid {
             issues: issues.list,
