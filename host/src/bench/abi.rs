@@ -56,7 +56,7 @@ pub fn run(calls: u64) -> Vec<Figure> {
             black_box(black_box(&abi).health());
         },
         || {
-            black_box(black_box(&direct).health());
+            let _ = black_box(black_box(&direct).health());
         },
     );
     let (abi_stats, direct_stats) = time_pair(
@@ -65,7 +65,7 @@ pub fn run(calls: u64) -> Vec<Figure> {
             black_box(black_box(&abi).stats());
         },
         || {
-            black_box(black_box(&direct).stats());
+            let _ = black_box(black_box(&direct).stats());
         },
     );
     vec![
