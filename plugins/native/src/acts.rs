@@ -29,6 +29,8 @@ pub struct ActLayout {
     final_sizes: [usize; 4],
     scratch_sizes: [usize; SCRATCH_SLOTS],
     layers: usize,
+    /// Inference-only: one layer section reused by every layer (no backward possible).
+    pub shared: bool,
 }
 
 impl ActLayout {
@@ -88,7 +90,17 @@ impl ActLayout {
                 n * r,
             ],
             layers: c.num_hidden_layers,
+            shared: false,
         }
+    }
+
+    /// Inference-only layout (scoring, prefill): one layer section is reused by all layers,
+    /// so memory does not grow with depth; [`crate::backward::backward`] rejects it.
+    pub fn for_inference(c: &ModelConfig, b: usize, t: usize, lora: Option<&LoraConfig>) -> Self {
+        let mut al = Self::new(c, b, t, lora);
+        al.layers = c.num_hidden_layers.min(1);
+        al.shared = true;
+        al
     }
 
     /// f32 elements of one layer's section.

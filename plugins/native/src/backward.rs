@@ -83,6 +83,12 @@ pub fn backward(
     mut grads: Grads<'_>,
 ) -> Result<()> {
     crate::forward::check_inputs(model, tokens, al, acts)?;
+    if al.shared {
+        return Err(NativeError::Input(
+            "backward needs a training activation layout (ActLayout::new), got an inference one"
+                .into(),
+        ));
+    }
     if grads.lora.is_some() != lora.is_some() {
         return Err(NativeError::Input(
             "LoRA gradients given without an adapter (or vice versa)".into(),

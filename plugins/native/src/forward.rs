@@ -136,6 +136,32 @@ pub fn forward(
     acts: &mut [f32],
     with_logits: bool,
 ) -> Result<()> {
+    forward_hooked(
+        model,
+        lora,
+        tokens,
+        al,
+        acts,
+        with_logits,
+        &mut |_, _, _| Ok(()),
+    )
+}
+
+/// Per-layer callback of [`forward_hooked`]: `(layer, k, v)` with the layer's post-RoPE keys
+/// and values, head-major `[B, KV, T, hd]`.
+pub type LayerHook<'a> = dyn FnMut(usize, &[f32], &[f32]) -> Result<()> + 'a;
+
+/// [`forward`] calling `hook` after every layer (the engine copies K/V into its cache there).
+/// With an inference layout ([`ActLayout::for_inference`]) one layer section is reused.
+pub fn forward_hooked(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    with_logits: bool,
+    hook: &mut LayerHook<'_>,
+) -> Result<()> {
     check_inputs(model, tokens, al, acts)?;
     let c = &model.cfg;
     let w = model.w();
@@ -155,6 +181,16 @@ pub fn forward(
         }
     }
     for l in 0..c.num_hidden_layers {
+        if al.shared {
+            let cur = &mut layers[..per];
+            layer_forward(model, lora, l, al, cur, &mut fin[..n * d], scratch)?;
+            let parts = al.layer(cur)?;
+            hook(l, parts[4], parts[5])?;
+            if l + 1 < c.num_hidden_layers {
+                cur[..n * d].copy_from_slice(&fin[..n * d]);
+            }
+            continue;
+        }
         let (head, after) = layers.split_at_mut((l + 1) * per);
         let cur = &mut head[l * per..];
         let next: &mut [f32] = if l + 1 < c.num_hidden_layers {
@@ -163,6 +199,8 @@ pub fn forward(
             &mut fin[..n * d]
         };
         layer_forward(model, lora, l, al, cur, next, scratch)?;
+        let parts = al.layer(cur)?;
+        hook(l, parts[4], parts[5])?;
     }
     let [xf, rf, hf, logits] = al.final_parts(fin)?;
     rmsnorm(

@@ -160,3 +160,42 @@ fn stop_tokens_and_limits_end_generation() {
             .is_err()
     );
 }
+
+#[test]
+fn inference_layout_matches_training_layout_and_cannot_backprop() {
+    use tandem_plugin_native::acts::ActLayout;
+    use tandem_plugin_native::backward::{Grads, backward};
+    use tandem_plugin_native::forward::forward;
+    let mut p = VecProvider::new();
+    let model = random_model(cfg(), 8, &mut p);
+    let toks = common::tokens(2 * 6, 40, 3);
+    let run = |al: &ActLayout| {
+        let mut acts = vec![0.0; al.total_len()];
+        forward(&model, None, &toks, al, &mut acts, true).unwrap();
+        let lo = al.logits_offset();
+        (acts[lo..lo + 12 * 40].to_vec(), acts)
+    };
+    let train = ActLayout::new(&model.cfg, 2, 6, None);
+    let inf = ActLayout::for_inference(&model.cfg, 2, 6, None);
+    assert!(inf.total_len() < train.total_len());
+    let (a, _) = run(&train);
+    let (b, mut acts) = run(&inf);
+    assert_eq!(a, b);
+    let mut g = vec![0.0; model.layout.total_len()];
+    let err = backward(
+        &model,
+        None,
+        &toks,
+        &inf,
+        &mut acts,
+        Grads {
+            base: Some(&mut g),
+            lora: None,
+        },
+    );
+    assert!(
+        err.unwrap_err()
+            .to_string()
+            .contains("training activation layout")
+    );
+}

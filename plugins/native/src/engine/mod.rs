@@ -10,7 +10,7 @@
 use crate::acts::ActLayout;
 use crate::buffer::{BufferProvider, BufferTag, Region};
 use crate::error::{NativeError, Result};
-use crate::forward::forward;
+use crate::forward::{forward, forward_hooked};
 use crate::linalg::linear;
 use crate::lora::LoraAdapter;
 use crate::model::Model;
@@ -224,7 +224,7 @@ impl Engine {
         let ai = self.adapter_index(&adapter.map(String::from))?;
         let t = tokens.len();
         let lora_cfg = ai.map(|i| self.adapters[i].1.cfg.clone());
-        let al = ActLayout::new(&self.model.cfg, 1, t, lora_cfg.as_ref());
+        let al = ActLayout::for_inference(&self.model.cfg, 1, t, lora_cfg.as_ref());
         self.prefill_buf(&al, provider)?;
         let buf = self
             .prefill
@@ -346,7 +346,7 @@ impl Engine {
         let c = self.model.cfg.clone();
         let t = prompt.len();
         let lora = adapter.map(|i| &self.adapters[i].1);
-        let al = ActLayout::new(&c, 1, t, lora.map(|l| &l.cfg));
+        let al = ActLayout::for_inference(&c, 1, t, lora.map(|l| &l.cfg));
         if self
             .prefill
             .as_ref()
@@ -364,7 +364,6 @@ impl Engine {
             .as_mut()
             .map(|p| p.as_mut_slice())
             .unwrap_or_default();
-        forward(&self.model, lora, prompt, &al, buf, false)?;
         // Copy each layer's post-RoPE K and V ([1, KV, T, hd]) into the cache slot.
         let (kvh, hd, ms, nb) = (
             c.num_key_value_heads,
@@ -374,17 +373,23 @@ impl Engine {
         );
         let half = c.num_hidden_layers * nb * kvh * ms * hd;
         let kv = self.kv.as_mut_slice();
-        let per = al.per_layer();
-        for l in 0..c.num_hidden_layers {
-            let parts = al.layer(&mut buf[l * per..(l + 1) * per])?;
-            let (k, v) = (&parts[4], &parts[5]);
-            for h in 0..kvh {
-                let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
-                kv[dst..dst + t * hd].copy_from_slice(&k[h * t * hd..(h + 1) * t * hd]);
-                kv[half + dst..half + dst + t * hd]
-                    .copy_from_slice(&v[h * t * hd..(h + 1) * t * hd]);
-            }
-        }
+        forward_hooked(
+            &self.model,
+            lora,
+            prompt,
+            &al,
+            buf,
+            false,
+            &mut |l, k, v| {
+                for h in 0..kvh {
+                    let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
+                    kv[dst..dst + t * hd].copy_from_slice(&k[h * t * hd..(h + 1) * t * hd]);
+                    kv[half + dst..half + dst + t * hd]
+                        .copy_from_slice(&v[h * t * hd..(h + 1) * t * hd]);
+                }
+                Ok(())
+            },
+        )?;
         let d = c.hidden_size;
         let ho = al.hidden_offset() + (t - 1) * d;
         let last = buf[ho..ho + d].to_vec();
