@@ -4,10 +4,14 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod error;
+pub mod launch;
 pub mod logging;
 pub mod placement;
+pub mod orchestrator;
 pub mod registry;
 pub mod services;
+pub mod worker;
 
 pub use error::HostError;

@@ -72,6 +72,9 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Run one worker process (started by `tandem run`'s launcher, not by hand).
+    #[command(hide = true)]
+    Worker(crate::worker::WorkerArgs),
 }
 
 /// Parses the process arguments, runs the command, and maps errors to exit codes.
@@ -104,6 +107,7 @@ fn dispatch(cli: Cli) -> Result<(), HostError> {
             json,
         } => run::run(&cli.plugin_dirs, &job, output_dir, json),
         Command::Bench { name, json, quick } => bench::run(name, json, quick),
+        Command::Worker(args) => crate::worker::run(args),
     }
 }
 
