@@ -36,5 +36,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.batch, t.seq, t.median_s, t.compute_bound_s
         );
     }
+    if only("candle-ref") && !args.is_empty() {
+        // The configuration measured with candle 0.11.1 in shared/reference/rust-deps.md §3:
+        // vocab 2048, d 256, 4 layers, 4 heads / 2 KV, MLP 688 (3.95 M params, untied).
+        let mut cfg = Preset::Tiny.config();
+        cfg.vocab_size = 2048;
+        cfg.tie_word_embeddings = false;
+        for f in bench::decode(&cfg, &[1, 8, 64], 112, &lim)? {
+            println!(
+                "candle-ref decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0})",
+                f.batch, f.tokens_per_s, f.bandwidth_bound_tokens_per_s
+            );
+        }
+        let t = bench::train_step(&cfg, 8, 64, 7, &lim)?;
+        println!(
+            "candle-ref train step b{} t{}: {:.3} s median (compute bound {:.3} s)",
+            t.batch, t.seq, t.median_s, t.compute_bound_s
+        );
+    }
     Ok(())
 }
