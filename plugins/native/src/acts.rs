@@ -2,7 +2,7 @@
 //! tokens: per layer the tensors backward needs, then the final norm + logits, then scratch.
 //!
 //! Per layer (N = B·T): `x_in[N,d] r1[N] h1[N,d] q[B,H,T,hd] k[B,KV,T,hd] v[B,KV,T,hd]
-//! p[B,H,T,T] att[N,q_dim] x_mid[N,d] r2[N] h2[N,d] g[N,ff] u[N,ff] a[N,ff]` and, for each
+//! lse[B,H,T] att[N,q_dim] x_mid[N,d] r2[N] h2[N,d] g[N,ff] u[N,ff] a[N,ff]` and, for each
 //! LoRA target slot, `x·Aᵀ [N,r]` (size 0 when not adapted). `x_in` comes first so a layer
 //! writes its output straight into the next layer's (or the final section's) first slot.
 
@@ -38,7 +38,7 @@ impl ActLayout {
     pub fn new(c: &ModelConfig, b: usize, t: usize, lora: Option<&LoraConfig>) -> Self {
         let n = b * t;
         let (d, qd, kvd, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
-        let p = b * c.num_attention_heads * t * t;
+        let p = b * c.num_attention_heads * t;
         let mut ls = [
             n * d,
             n,

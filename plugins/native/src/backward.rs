@@ -1,7 +1,7 @@
 //! Backward pass, hand-written for the decoder of [`crate::forward`]. Reads the activations
 //! saved by the forward (and dlogits, written over the logits by a loss), accumulates into
 //! the gradient buffers: `base` (same layout as the weights; `None` = base frozen) and
-//! `lora` (same layout as the adapter). The saved attention softmax is overwritten.
+//! `lora` (same layout as the adapter). The softmax is recomputed from the saved log-sum-exp.
 
 use std::ops::Range;
 
