@@ -260,6 +260,51 @@ fn a_killed_worker_fails_the_call_in_flight_and_the_next_call() {
     }
     assert!(engine.dead_reason().is_some());
     assert!(!is_running(engine.pid()));
+    // The rank can be started again (recovery restarts the worker).
+    let again = l.spawn_engines(&specs).unwrap().remove(0);
+    assert_ne!(again.pid(), engine.pid());
+    assert_eq!(tokens(&again, &[&[3]]).unwrap(), [vec![1003]]);
+}
+
+#[test]
+fn a_worker_exits_when_its_parent_dies() {
+    let (plugins, rundir) = (fixtures(), tempfile::tempdir().unwrap());
+    let server = control::ControlServer::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let spec_path = rundir.path().join("engine-0.json");
+    spec(Role::Engine, 0, "fixture-alpha", "{}", plugins.path())
+        .write(&spec_path)
+        .unwrap();
+    // A parent shell that starts the worker in the background and exits when told to.
+    let script = r#""$0" worker --role engine --rank 0 --control "$1" --token-env "$2" --spec "$3" & read _; exit 0"#;
+    let mut parent = std::process::Command::new("sh")
+        .args(["-c", script, env!("CARGO_BIN_EXE_tandem")])
+        .arg(server.connect_addr().to_string())
+        .arg(TOKEN_ENV)
+        .arg(&spec_path)
+        .env(TOKEN_ENV, server.token())
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut conn = server
+        .claim(Role::Engine, 0, Duration::from_secs(20))
+        .expect("the worker connects");
+    // Wait for its first frame after the hello (`Ready`): it is serving now.
+    use std::io::{Read, Write};
+    conn.stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut len = [0u8; 4];
+    conn.stream.read_exact(&mut len).unwrap();
+    let mut ready = vec![0u8; u32::from_be_bytes(len) as usize];
+    conn.stream.read_exact(&mut ready).unwrap();
+    parent.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(parent.wait().unwrap().success());
+    // The orphaned worker exits by itself, which closes its end of the connection.
+    let mut rest = Vec::new();
+    conn.stream
+        .read_to_end(&mut rest)
+        .expect("the orphaned worker exits (EOF) instead of serving on");
 }
 
 #[test]

@@ -9,7 +9,8 @@
 //! an error reply; it never ends the worker.
 //!
 //! The token travels in the environment variable named by `--token-env`, never in argv,
-//! where every local user could read it in `ps`.
+//! where every local user could read it in `ps`. A worker whose parent process dies exits
+//! within [`PARENT_POLL`], even in the middle of a plugin call.
 
 mod serve;
 
@@ -26,6 +27,9 @@ use tandem_plugin_api::{ComponentConfig, EngineBox, ErrorCode, PluginError, Trai
 
 /// How long a worker tries to reach the controller.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a worker checks that its parent still lives.
+const PARENT_POLL: Duration = Duration::from_millis(250);
 
 /// Arguments of `tandem worker`.
 #[derive(Debug, Clone, clap::Args)]
@@ -133,6 +137,7 @@ pub fn run(args: WorkerArgs) -> Result<(), HostError> {
         std::process::id(),
         args.control
     );
+    watch_parent();
     let services = Services::new();
     let (component, name) = match construct(&args, &services) {
         Ok(c) => c,
@@ -149,6 +154,27 @@ pub fn run(args: WorkerArgs) -> Result<(), HostError> {
     frame::write(&mut stream, &ready)
         .map_err(|e| HostError::Runtime(format!("worker: sending ready to the controller: {e}")))?;
     serve::serve(stream, component, &services)
+}
+
+/// Exits the process once its parent (the controller) is gone and it was re-parented, even
+/// while a plugin call is running: a worker never outlives the run that started it. (The
+/// control connection's EOF catches the same case, but only between calls' reads.)
+fn watch_parent() {
+    let parent = std::os::unix::process::parent_id();
+    let spawned = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(PARENT_POLL);
+                if std::os::unix::process::parent_id() != parent {
+                    tracing::error!("the controller (pid {parent}) is gone; exiting");
+                    std::process::exit(1);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot watch the controller process: {e}");
+    }
 }
 
 fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, String), HostError> {
