@@ -101,6 +101,34 @@ impl Model {
         self.weights.as_slice()
     }
 
+    /// Read view of one parameter by Hugging Face name.
+    pub fn tensor(&self, name: &str) -> Result<&[f32]> {
+        let r = self.layout.require(name)?.range();
+        Ok(&self.weights.as_slice()[r])
+    }
+
+    /// Write view of one parameter by Hugging Face name (weight updates by name, e.g. a
+    /// bucketed broadcast). Writing `model.embed_tokens.weight` of a tied model also changes
+    /// the lm_head (they are one tensor).
+    pub fn tensor_mut(&mut self, name: &str) -> Result<&mut [f32]> {
+        let r = self.layout.require(name)?.range();
+        Ok(&mut self.weights.as_mut_slice()[r])
+    }
+
+    /// Replaces all weights with `src` (same layout, e.g. a trainer's weights buffer).
+    pub fn copy_weights_from(&mut self, src: &[f32]) -> Result<()> {
+        let dst = self.weights.as_mut_slice();
+        if src.len() != self.layout.total_len() || dst.len() < src.len() {
+            return Err(NativeError::Buffer(format!(
+                "weight update of {} f32 does not match the layout's {}",
+                src.len(),
+                self.layout.total_len()
+            )));
+        }
+        dst[..src.len()].copy_from_slice(src);
+        Ok(())
+    }
+
     /// Errors unless every token id is < vocab_size.
     pub fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         if let Some(t) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {

@@ -4,6 +4,8 @@
 //! the adapter in LoRA mode), `optimizer` (m then v, same layout), `activations`
 //! (grown through the provider when a larger batch arrives).
 
+use std::path::Path;
+
 use crate::acts::ActLayout;
 use crate::backward::{Grads, backward};
 use crate::buffer::{BufferProvider, BufferTag, Region};
@@ -255,6 +257,36 @@ impl Trainer {
             grad_norm,
             applied: true,
         })
+    }
+
+    /// Writes the trainable parameters atomically into `dir`: a Hugging Face model directory
+    /// (config.json + model.safetensors) in full fine-tuning, a PEFT adapter directory in LoRA
+    /// mode. Files go to a sibling temp directory, are fsynced, then renamed over `dir`.
+    pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        let name = dir.file_name().ok_or_else(|| {
+            NativeError::Input(format!(
+                "checkpoint path {} has no file name",
+                dir.display()
+            ))
+        })?;
+        let tmp = dir.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| NativeError::io(&tmp, e))?;
+        }
+        match &self.lora {
+            Some(ad) => ad.save(&tmp)?,
+            None => self.model.save(&tmp)?,
+        }
+        for entry in std::fs::read_dir(&tmp).map_err(|e| NativeError::io(&tmp, e))? {
+            let path = entry.map_err(|e| NativeError::io(&tmp, e))?.path();
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| NativeError::io(&path, e))?;
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| NativeError::io(dir, e))?;
+        }
+        std::fs::rename(&tmp, dir).map_err(|e| NativeError::io(dir, e))
     }
 
     /// `zero_grad` + `accumulate` + `optimizer_step`.

@@ -55,6 +55,23 @@ fn sft_full_finetune_memorises_a_batch() {
         last.loss
     );
     assert_eq!(tr.opt.step, 61);
+    // Full fine-tuning checkpoints are HF model directories; an engine can take the weights.
+    let dir = tempfile::tempdir().unwrap();
+    tr.save_checkpoint(&dir.path().join("ck")).unwrap();
+    let mut back =
+        tandem_plugin_native::model::Model::load(&dir.path().join("ck"), &mut p).unwrap();
+    assert_eq!(back.w(), tr.model.w());
+    back.tensor_mut("model.norm.weight").unwrap().fill(0.5);
+    assert!(
+        back.tensor("model.norm.weight")
+            .unwrap()
+            .iter()
+            .all(|&x| x == 0.5)
+    );
+    assert!(back.tensor("nope").is_err());
+    back.copy_weights_from(tr.model.w()).unwrap();
+    assert_eq!(back.w(), tr.model.w());
+    assert!(back.copy_weights_from(&[0.0; 3]).is_err());
 }
 
 #[test]
@@ -101,6 +118,15 @@ fn lora_mode_trains_only_the_adapter() {
         last.loss
     );
     assert_eq!(tr.model.w(), &base[..], "base weights must stay frozen");
+    // The checkpoint of a LoRA trainer is a PEFT adapter that loads back identically.
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("step-40");
+    tr.save_checkpoint(&ck).unwrap();
+    tr.save_checkpoint(&ck).unwrap(); // overwriting an existing checkpoint works
+    let back = LoraAdapter::load(&ck, &tr.model.cfg, &mut p).unwrap();
+    let ad = tr.lora.as_ref().unwrap();
+    assert_eq!(back.weights.as_slice(), ad.weights.as_slice());
+    assert!(!dir.path().join(".step-40.tmp").exists());
     assert_eq!(
         tr.grads().len(),
         tr.lora.as_ref().unwrap().layout.total_len()
