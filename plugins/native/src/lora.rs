@@ -182,6 +182,19 @@ impl LoraAdapter {
         }
     }
 
+    /// Errors unless this adapter's tensors have the shapes `model` needs.
+    pub fn check_for(&self, model: &ModelConfig) -> Result<()> {
+        let (want, _) = Self::layout(model, &self.cfg);
+        if want != self.layout {
+            return Err(NativeError::Input(format!(
+                "LoRA adapter (r={}, targets {:?}) does not fit this model ({} layers, d={}); \
+                 was it trained for another base model?",
+                self.cfg.r, self.cfg.targets, model.num_hidden_layers, model.hidden_size
+            )));
+        }
+        Ok(())
+    }
+
     /// Writes `adapter_config.json` + `adapter_model.safetensors` into `dir`.
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| NativeError::io(dir, e))?;

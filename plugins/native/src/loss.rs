@@ -112,6 +112,11 @@ pub fn apply_loss(
             logits.len()
         ));
     }
+    if let Some(bad_tok) = tokens.iter().find(|&&x| x as usize >= vocab) {
+        return bad(format!(
+            "token id {bad_tok} is out of range for vocab {vocab}"
+        ));
+    }
     if let Loss::Policy {
         cfg,
         advantages,

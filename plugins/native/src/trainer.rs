@@ -64,6 +64,9 @@ impl Trainer {
         opt: AdamW,
         provider: &mut dyn BufferProvider,
     ) -> Result<Self> {
+        if let Some(ad) = &lora {
+            ad.check_for(&model.cfg)?;
+        }
         let len = match &lora {
             Some(ad) => ad.layout.total_len(),
             None => model.layout.total_len(),

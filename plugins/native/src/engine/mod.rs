@@ -148,11 +148,9 @@ impl Engine {
         adapter: LoraAdapter,
         provider: &mut dyn BufferProvider,
     ) -> Result<()> {
-        if adapter.offs.len() != self.model.cfg.num_hidden_layers {
-            return Err(NativeError::Input(format!(
-                "adapter `{name}` was built for another model"
-            )));
-        }
+        adapter
+            .check_for(&self.model.cfg)
+            .map_err(|e| NativeError::Input(format!("adapter `{name}`: {e}")))?;
         let r_max = self
             .adapters
             .iter()
