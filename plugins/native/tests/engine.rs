@@ -199,3 +199,33 @@ fn inference_layout_matches_training_layout_and_cannot_backprop() {
             .contains("training activation layout")
     );
 }
+
+#[test]
+fn continuous_batching_refills_slots_without_changing_outputs() {
+    let mut p = VecProvider::new();
+    let mut e = engine(&mut p);
+    let ad = adapter(&e, &mut p);
+    e.add_adapter("a", ad, &mut p).unwrap();
+    // 9 requests with uneven lengths through 4 slots: slots are refilled mid-decode.
+    let reqs: Vec<GenRequest> = (0..9)
+        .map(|i| {
+            let mut r = req(
+                vec![1 + i as u32, 7, (3 * i % 40) as u32],
+                1.0,
+                100 + i as u64,
+                (i % 3 == 0).then_some("a"),
+            );
+            r.max_tokens = 1 + (i * 5) % 12;
+            r
+        })
+        .collect();
+    let together = e.generate(&reqs, true, &mut p).unwrap();
+    for (r, o) in reqs.iter().zip(&together) {
+        let alone = e.generate(std::slice::from_ref(r), true, &mut p).unwrap();
+        assert_eq!(o.tokens.len(), r.max_tokens);
+        assert_eq!(o.tokens, alone[0].tokens);
+        for (a, b) in o.logprobs.iter().zip(&alone[0].logprobs) {
+            assert!((a - b).abs() < 1e-5);
+        }
+    }
+}

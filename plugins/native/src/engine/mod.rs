@@ -246,7 +246,8 @@ impl Engine {
         Ok(out)
     }
 
-    /// Generates for every request (in waves of `max_batch`), returning outputs in order.
+    /// Generates for every request with continuous batching (at most `max_batch` sequences in
+    /// flight; a finished sequence's slot takes the next request), returning outputs in order.
     pub fn generate(
         &mut self,
         reqs: &[GenRequest],
@@ -277,13 +278,17 @@ impl Engine {
             })
             .collect();
         let max_seq = self.cfg.max_seq;
-        for wave in (0..reqs.len())
-            .collect::<Vec<_>>()
-            .chunks(self.cfg.max_batch)
-        {
-            let mut rows = Vec::with_capacity(wave.len());
-            for (slot, &ri) in wave.iter().enumerate() {
-                let r = &reqs[ri];
+        // Continuous batching: a slot freed by a finished sequence is refilled with the next
+        // pending request before the next decode step.
+        let mut next = 0;
+        let mut free: Vec<usize> = (0..self.cfg.max_batch).rev().collect();
+        let mut rows: Vec<Row> = Vec::with_capacity(self.cfg.max_batch);
+        loop {
+            while next < reqs.len()
+                && let Some(slot) = free.pop()
+            {
+                let (ri, r) = (next, &reqs[next]);
+                next += 1;
                 let adapter = self.adapter_index(&r.adapter)?;
                 let mut rng = Rng::new(r.sampling.seed);
                 let tok = self.prefill_one(
@@ -295,24 +300,31 @@ impl Engine {
                     &mut outs[ri],
                     provider,
                 )?;
-                rows.push(Row {
+                let row = Row {
                     req: ri,
                     slot,
                     pos: r.prompt.len(),
                     token: tok,
                     adapter,
                     rng,
-                });
+                };
+                if Self::finished(max_seq, r, &mut outs[ri], row.pos) {
+                    free.push(slot);
+                } else {
+                    rows.push(row);
+                }
             }
+            if rows.is_empty() {
+                break;
+            }
+            self.decode_step(&mut rows, reqs, &mut outs)?;
             rows.retain(|row| {
-                !Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos)
+                let done = Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos);
+                if done {
+                    free.push(row.slot);
+                }
+                !done
             });
-            while !rows.is_empty() {
-                self.decode_step(&mut rows, reqs, &mut outs)?;
-                rows.retain(|row| {
-                    !Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos)
-                });
-            }
         }
         Ok(outs)
     }
