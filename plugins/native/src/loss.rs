@@ -24,6 +24,11 @@
 //! `∂pg/∂lp = −A·r` when the unclipped term is the minimum, else 0;
 //! `∂kl/∂lp = 1 − exp(ref − lp)`.
 //!
+//! # Advantages (GRPO)
+//! [`grpo_advantages`]: for each group of `G` samples of one prompt with rewards `R_1..R_G`,
+//! `A_i = (R_i − mean(R)) / (std(R) + 1e-6)` (population std; `scale_by_std = false` gives
+//! `A_i = R_i − mean(R)`). Every response token of sample i gets `A_i`.
+//!
 //! # SFT
 //! `L = Σ_i mask_i · (−lp_i) / Z`, same alignment and normaliser.
 
@@ -226,4 +231,70 @@ pub fn apply_loss(
         clip_frac: acc[3] / tok,
         nll: acc[4] / tok,
     })
+}
+
+/// GRPO group-relative advantages: `rewards` holds consecutive groups of `group` samples.
+/// See the module doc for the exact definition.
+pub fn grpo_advantages(rewards: &[f32], group: usize, scale_by_std: bool) -> Result<Vec<f32>> {
+    if group == 0 || !rewards.len().is_multiple_of(group) {
+        return Err(NativeError::Input(format!(
+            "{} rewards do not split into groups of {group}",
+            rewards.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(rewards.len());
+    for g in rewards.chunks_exact(group) {
+        let mean = g.iter().map(|&r| r as f64).sum::<f64>() / group as f64;
+        let var = g.iter().map(|&r| (r as f64 - mean).powi(2)).sum::<f64>() / group as f64;
+        let denom = if scale_by_std { var.sqrt() + 1e-6 } else { 1.0 };
+        out.extend(g.iter().map(|&r| ((r as f64 - mean) / denom) as f32));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpo_advantages_are_group_normalised() {
+        let a = grpo_advantages(&[1.0, 0.0, 0.0, 1.0, 5.0, 5.0], 2, true).unwrap();
+        assert!(
+            (a[0] - 1.0).abs() < 1e-4 && (a[1] + 1.0).abs() < 1e-4,
+            "{a:?}"
+        );
+        assert!((a[2] + 1.0).abs() < 1e-4 && (a[3] - 1.0).abs() < 1e-4);
+        assert_eq!(&a[4..], &[0.0, 0.0], "equal rewards carry no signal");
+        let b = grpo_advantages(&[3.0, 1.0], 2, false).unwrap();
+        assert_eq!(b, vec![1.0, -1.0]);
+        assert!(grpo_advantages(&[1.0, 2.0, 3.0], 2, true).is_err());
+    }
+
+    #[test]
+    fn policy_loss_value_matches_the_documented_formula() {
+        // One sequence of 2 tokens, vocab 3: only token 1 counts.
+        let mut logits = vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
+        let tokens = [0u32, 2];
+        let mask = [0.0, 1.0];
+        let lp = (1.0f32 / 3.0).ln();
+        let (adv, old, rf) = ([0.0, 2.0], [0.0, lp - 0.5], [0.0, lp + 0.3]);
+        let cfg = PolicyLossConfig {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            kl_coef: 0.1,
+        };
+        let loss = Loss::Policy {
+            cfg,
+            advantages: &adv,
+            old_logprobs: &old,
+            ref_logprobs: Some(&rf),
+        };
+        let mut out = [0.0; 2];
+        let st = apply_loss(&mut logits, 3, &tokens, 2, &mask, &loss, None, &mut out).unwrap();
+        // r = e^0.5 > 1.2 with A > 0: clipped term 1.2·A is the min; k3 with Δ = 0.3.
+        let want = -(1.2 * 2.0) + 0.1 * (0.3f64.exp() - 0.3 - 1.0);
+        assert!((st.loss - want).abs() < 1e-5, "{} vs {want}", st.loss);
+        assert_eq!(st.clip_frac, 1.0);
+        assert!((out[1] - lp).abs() < 1e-6);
+    }
 }

@@ -1,21 +1,37 @@
 //! RMSNorm (Hugging Face `LlamaRMSNorm`): `y = w ⊙ x / sqrt(mean(x²) + eps)` per row.
 
+use rayon::prelude::*;
+
 /// Forward over rows of width `w.len()`; writes `y` and the per-row inverse RMS `rstd`.
 pub fn rmsnorm(y: &mut [f32], rstd: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
     let d = w.len();
-    for ((yr, r), xr) in y
-        .chunks_exact_mut(d)
-        .zip(rstd.iter_mut())
-        .zip(x.chunks_exact(d))
-    {
+    let row = |(yr, r, xr): (&mut [f32], &mut f32, &[f32])| {
         let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
         let inv = 1.0 / (ms + eps).sqrt();
         *r = inv;
         for ((o, xv), wv) in yr.iter_mut().zip(xr).zip(w) {
             *o = wv * (xv * inv);
         }
+    };
+    if x.len() >= PAR_MIN {
+        y.par_chunks_exact_mut(d)
+            .zip(rstd.par_iter_mut())
+            .zip(x.par_chunks_exact(d))
+            .with_min_len(16)
+            .for_each(|((yr, r), xr)| row((yr, r, xr)));
+    } else {
+        for ((yr, r), xr) in y
+            .chunks_exact_mut(d)
+            .zip(rstd.iter_mut())
+            .zip(x.chunks_exact(d))
+        {
+            row((yr, r, xr));
+        }
     }
 }
+
+/// Elements above which row loops run in parallel.
+const PAR_MIN: usize = 1 << 15;
 
 /// Backward: `dx (+)= ∂L/∂x` and (if given) `dw += ∂L/∂w`, from `dy`, the input `x`, the
 /// weight `w` and the `rstd` saved by the forward.
@@ -29,11 +45,7 @@ pub fn rmsnorm_backward(
     accumulate: bool,
 ) {
     let d = w.len();
-    for ((dxr, (dyr, xr)), &r) in dx
-        .chunks_exact_mut(d)
-        .zip(dy.chunks_exact(d).zip(x.chunks_exact(d)))
-        .zip(rstd)
-    {
+    let row = |dxr: &mut [f32], dyr: &[f32], xr: &[f32], r: f32| {
         let dot: f32 = dyr
             .iter()
             .zip(w)
@@ -49,6 +61,21 @@ pub fn rmsnorm_backward(
                 *o = v;
             }
         }
+    };
+    if x.len() >= PAR_MIN {
+        dx.par_chunks_exact_mut(d)
+            .zip(dy.par_chunks_exact(d).zip(x.par_chunks_exact(d)))
+            .zip(rstd.par_iter())
+            .with_min_len(16)
+            .for_each(|((dxr, (dyr, xr)), &r)| row(dxr, dyr, xr, r));
+    } else {
+        for ((dxr, (dyr, xr)), &r) in dx
+            .chunks_exact_mut(d)
+            .zip(dy.chunks_exact(d).zip(x.chunks_exact(d)))
+            .zip(rstd)
+        {
+            row(dxr, dyr, xr, r);
+        }
     }
     if let Some(dw) = dw {
         for ((dyr, xr), &r) in dy.chunks_exact(d).zip(x.chunks_exact(d)).zip(rstd) {
@@ -63,6 +90,37 @@ pub fn rmsnorm_backward(
 mod tests {
     use super::*;
     use crate::ops::gradcheck::{check, seq};
+
+    #[test]
+    fn parallel_path_matches_row_formula() {
+        let (rows, d) = (300, 128); // above PAR_MIN
+        let x = seq(rows * d, 2.0, 8);
+        let w = seq(d, 1.0, 9);
+        let (mut y, mut s) = (vec![0.0; rows * d], vec![0.0; rows]);
+        rmsnorm(&mut y, &mut s, &x, &w, 1e-6);
+        for r in [0, 151, 299] {
+            let xr = &x[r * d..(r + 1) * d];
+            let inv = 1.0 / (xr.iter().map(|v| v * v).sum::<f32>() / d as f32 + 1e-6).sqrt();
+            for j in 0..d {
+                assert!((y[r * d + j] - w[j] * xr[j] * inv).abs() < 1e-5);
+            }
+        }
+        // Backward, parallel vs a sequential evaluation on a single row.
+        let dy = seq(rows * d, 1.0, 10);
+        let mut dx = vec![0.0; rows * d];
+        rmsnorm_backward(&mut dx, None, &dy, &x, &w, &s, false);
+        let mut one = vec![0.0; d];
+        rmsnorm_backward(
+            &mut one,
+            None,
+            &dy[151 * d..152 * d],
+            &x[151 * d..152 * d],
+            &w,
+            &s[151..152],
+            false,
+        );
+        assert_eq!(&dx[151 * d..152 * d], &one[..]);
+    }
 
     #[test]
     fn rmsnorm_grads_match_finite_differences() {
