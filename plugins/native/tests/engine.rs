@@ -229,3 +229,31 @@ fn continuous_batching_refills_slots_without_changing_outputs() {
         }
     }
 }
+
+#[test]
+fn padded_batched_prefill_matches_scoring() {
+    let mut p = VecProvider::new();
+    let mut e = engine(&mut p);
+    // Same adapter, different prompt lengths: one right-padded prefill forward.
+    let reqs = vec![
+        req(vec![3, 9, 27, 1, 5], 1.0, 1, None),
+        req(vec![8, 2], 1.0, 2, None),
+        req(vec![1, 2, 3, 4, 5, 6, 7, 8, 9], 1.0, 3, None),
+    ];
+    let outs = e.generate(&reqs, true, &mut p).unwrap();
+    for (r, o) in reqs.iter().zip(&outs) {
+        let mut full = r.prompt.clone();
+        full.extend(&o.tokens);
+        let scored = e.score(&full, None, &mut p).unwrap();
+        for (j, lp) in o.logprobs.iter().enumerate() {
+            let s = scored[r.prompt.len() + j];
+            assert!(
+                (lp - s).abs() < 1e-4,
+                "prompt len {}: token {j}: {lp} vs {s}",
+                r.prompt.len()
+            );
+        }
+        let alone = e.generate(std::slice::from_ref(r), false, &mut p).unwrap();
+        assert_eq!(alone[0].tokens, o.tokens);
+    }
+}

@@ -284,35 +284,46 @@ impl Engine {
         let mut free: Vec<usize> = (0..self.cfg.max_batch).rev().collect();
         let mut rows: Vec<Row> = Vec::with_capacity(self.cfg.max_batch);
         loop {
+            // Fill free slots with pending requests; prefill them in runs that share an
+            // adapter, one right-padded forward per run.
+            let mut fresh: Vec<(usize, usize)> = Vec::new(); // (request, slot)
             while next < reqs.len()
                 && let Some(slot) = free.pop()
             {
-                let (ri, r) = (next, &reqs[next]);
+                fresh.push((next, slot));
                 next += 1;
-                let adapter = self.adapter_index(&r.adapter)?;
-                let mut rng = Rng::new(r.sampling.seed);
-                let tok = self.prefill_one(
-                    slot,
-                    &r.prompt,
-                    adapter,
-                    &r.sampling,
-                    &mut rng,
-                    &mut outs[ri],
-                    provider,
-                )?;
-                let row = Row {
-                    req: ri,
-                    slot,
-                    pos: r.prompt.len(),
-                    token: tok,
-                    adapter,
-                    rng,
-                };
-                if Self::finished(max_seq, r, &mut outs[ri], row.pos) {
-                    free.push(slot);
-                } else {
-                    rows.push(row);
+            }
+            let mut i = 0;
+            while i < fresh.len() {
+                let adapter = self.adapter_index(&reqs[fresh[i].0].adapter)?;
+                let mut j = i + 1;
+                while j < fresh.len() && self.adapter_index(&reqs[fresh[j].0].adapter)? == adapter {
+                    j += 1;
                 }
+                let group = &fresh[i..j];
+                let mut rngs: Vec<Rng> = group
+                    .iter()
+                    .map(|&(ri, _)| Rng::new(reqs[ri].sampling.seed))
+                    .collect();
+                let toks =
+                    self.prefill_batch(group, adapter, reqs, &mut rngs, &mut outs, provider)?;
+                for ((&(ri, slot), token), rng) in group.iter().zip(toks).zip(rngs) {
+                    let r = &reqs[ri];
+                    let row = Row {
+                        req: ri,
+                        slot,
+                        pos: r.prompt.len(),
+                        token,
+                        adapter,
+                        rng,
+                    };
+                    if Self::finished(max_seq, r, &mut outs[ri], row.pos) {
+                        free.push(slot);
+                    } else {
+                        rows.push(row);
+                    }
+                }
+                i = j;
             }
             if rows.is_empty() {
                 break;
@@ -342,21 +353,27 @@ impl Engine {
         out.tokens.len() >= req.max_tokens || pos + 1 >= max_seq
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn prefill_one(
+    /// Prefills `group` (request, slot) pairs sharing `adapter` in one right-padded forward,
+    /// fills their cache slots and samples each one's first token.
+    fn prefill_batch(
         &mut self,
-        slot: usize,
-        prompt: &[u32],
+        group: &[(usize, usize)],
         adapter: Option<usize>,
-        sp: &SamplingParams,
-        rng: &mut Rng,
-        out: &mut GenOutput,
+        reqs: &[GenRequest],
+        rngs: &mut [Rng],
+        outs: &mut [GenOutput],
         provider: &mut dyn BufferProvider,
-    ) -> Result<u32> {
+    ) -> Result<Vec<u32>> {
         let c = self.model.cfg.clone();
-        let t = prompt.len();
+        let b = group.len();
+        let len = |bi: usize| reqs[group[bi].0].prompt.len();
+        let t = (0..b).map(len).max().unwrap_or(1);
+        let mut tokens = vec![0u32; b * t];
+        for (bi, &(ri, _)) in group.iter().enumerate() {
+            tokens[bi * t..bi * t + len(bi)].copy_from_slice(&reqs[ri].prompt);
+        }
         let lora = adapter.map(|i| &self.adapters[i].1);
-        let al = ActLayout::for_inference(&c, 1, t, lora.map(|l| &l.cfg));
+        let al = ActLayout::for_inference(&c, b, t, lora.map(|l| &l.cfg));
         if self
             .prefill
             .as_ref()
@@ -374,7 +391,8 @@ impl Engine {
             .as_mut()
             .map(|p| p.as_mut_slice())
             .unwrap_or_default();
-        // Copy each layer's post-RoPE K and V ([1, KV, T, hd]) into the cache slot.
+        // Copy each layer's post-RoPE K and V ([B, KV, T, hd]) of the real (unpadded)
+        // positions into each sequence's cache slot.
         let (kvh, hd, ms, nb) = (
             c.num_key_value_heads,
             c.head_dim,
@@ -386,40 +404,52 @@ impl Engine {
         forward_hooked(
             &self.model,
             lora,
-            prompt,
+            &tokens,
             &al,
             buf,
             false,
             &mut |l, k, v| {
-                for h in 0..kvh {
-                    let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
-                    kv[dst..dst + t * hd].copy_from_slice(&k[h * t * hd..(h + 1) * t * hd]);
-                    kv[half + dst..half + dst + t * hd]
-                        .copy_from_slice(&v[h * t * hd..(h + 1) * t * hd]);
+                for (bi, &(_, slot)) in group.iter().enumerate() {
+                    let n = len(bi) * hd;
+                    for h in 0..kvh {
+                        let src = (bi * kvh + h) * t * hd;
+                        let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
+                        kv[dst..dst + n].copy_from_slice(&k[src..src + n]);
+                        kv[half + dst..half + dst + n].copy_from_slice(&v[src..src + n]);
+                    }
                 }
                 Ok(())
             },
         )?;
         let d = c.hidden_size;
-        let ho = al.hidden_offset() + (t - 1) * d;
-        let last = buf[ho..ho + d].to_vec();
-        let mut logits = vec![0.0; c.vocab_size];
+        let mut last = vec![0.0; b * d];
+        for bi in 0..b {
+            let ho = al.hidden_offset() + (bi * t + len(bi) - 1) * d;
+            last[bi * d..(bi + 1) * d].copy_from_slice(&buf[ho..ho + d]);
+        }
+        let mut logits = vec![0.0; b * c.vocab_size];
         linear(
             &mut logits,
             &last,
             &self.model.w()[self.model.offs.lm_head.clone()],
-            1,
+            b,
             d,
             c.vocab_size,
             false,
         );
-        let tok = sample(&logits, sp, rng, &mut self.sample_scratch);
-        out.tokens.push(tok as u32);
-        out.logprobs.push(logprob_of(&logits, tok));
-        if let Some(h) = out.hidden.as_mut() {
-            h.extend_from_slice(&last);
+        let mut toks = Vec::with_capacity(b);
+        for (bi, (&(ri, _), rng)) in group.iter().zip(rngs.iter_mut()).enumerate() {
+            let lg = &logits[bi * c.vocab_size..(bi + 1) * c.vocab_size];
+            let tok = sample(lg, &reqs[ri].sampling, rng, &mut self.sample_scratch);
+            let out = &mut outs[ri];
+            out.tokens.push(tok as u32);
+            out.logprobs.push(logprob_of(lg, tok));
+            if let Some(h) = out.hidden.as_mut() {
+                h.extend_from_slice(&last[bi * d..(bi + 1) * d]);
+            }
+            toks.push(tok as u32);
         }
-        Ok(tok as u32)
+        Ok(toks)
     }
 }
 
