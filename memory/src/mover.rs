@@ -2,18 +2,20 @@
 //! from the kernel and the backup into the region (resume), in chunks worked on by two threads at
 //! once for large regions.
 //!
-//! Why two threads: the kernel's per-page work (returning a page on punch, allocating and
-//! zeroing one on resume) costs more than copying it on the project machine, and it runs in the
-//! calling thread. A pipeline overlaps them: one thread copies chunk k while the other hands
-//! chunk k-1 to the kernel. The file's hole-punch and `pwrite` take the inode lock, so at most
-//! one thread at a time calls them; the other only copies or faults pages (page faults take no
-//! inode lock).
+//! Why two threads: with 4 KiB shmem pages the kernel's per-page work (returning a page on
+//! punch, allocating one on `pwrite`, mapping it) costs more than copying it, and it runs in the
+//! calling thread. A pipeline overlaps them: one thread copies (or writes) chunk k while the
+//! other hands chunk k-1 to the kernel (punch) or maps it. The file's hole-punch and `pwrite`
+//! take the inode lock, so only one of the two threads calls them.
 //!
-//! Resume picks its path by the kernel's shmem huge-page setting: with 4 KiB shmem pages
-//! `pwrite` allocates pages without zeroing them (the cheapest way in), then the mapping is
-//! populated; with shmem THP on, `pwrite` would still allocate 4 KiB pages (it has no mapping
-//! to ask for huge ones), so pages are faulted in through the mapping (2 MiB at a time) and the
-//! backup is copied into them.
+//! The path depends on the kernel's shmem huge-page setting ([`sys::shmem_thp_enabled`]):
+//! - 4 KiB shmem pages: resume `pwrite`s the backup (shmem allocates pages a write fills without
+//!   zeroing them, the cheapest way in), then populates the mapping. Both directions pipelined.
+//! - Huge shmem pages: punching is ~free (one folio per 2 MiB) and `pwrite` would allocate
+//!   4 KiB pages (it has no mapping to ask for huge ones), so resume faults 2 MiB pages in
+//!   through the mapping (`MADV_POPULATE_WRITE`) and copies the backup into them. One thread
+//!   both ways: a helper thread measured slower here (the zeroing and the copy compete for the
+//!   same memory bandwidth, and the machine's second core is rarely idle).
 
 use std::ops::Range;
 use std::os::fd::BorrowedFd;
@@ -67,8 +69,8 @@ pub(crate) fn pause(p: &Parts<'_>, how: How) -> Result<()> {
         Ok(())
     };
     let punch = |r: Range<usize>| sys::punch_hole(p.fd, r);
-    // With huge shmem pages the punch is nearly free (one folio per 2 MiB), so a helper thread
-    // would only compete with the copy for the CPU.
+    // With huge shmem pages the punch is nearly free, so a helper would only compete with the
+    // copy for the CPU.
     if p.backup.is_none() || how.threads < 2 || len < PARALLEL_MIN || how.huge {
         copy(0..len)?;
         return punch(0..len);
@@ -95,13 +97,12 @@ pub(crate) fn resume(p: &Parts<'_>, how: How) -> Result<()> {
             run(parallel, len, write, map)
         }
         (Some(b), true) => {
-            let fault = |r: Range<usize>| p.map.populate_write(r);
-            let copy = |r: Range<usize>| {
-                // SAFETY: the caller holds the region's write lock; chunks are disjoint.
-                unsafe { sys::copy_range(p.map, b, r) };
-                Ok(())
-            };
-            run(parallel, len, fault, copy)
+            // One thread: populate-ahead in a helper measured slower here than this (the
+            // zeroing and the copy compete for the same memory bandwidth).
+            p.map.populate_write(0..len)?;
+            // SAFETY: the caller holds the region's write lock.
+            unsafe { sys::copy_range(p.map, b, 0..len) };
+            Ok(())
         }
         (None, false) => {
             sys::allocate(p.fd, 0..len)?;

@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 
 use tandem_memory::{
-    BackupPolicy, DType, DeviceLedger, ManagerConfig, MemoryManager, ProcessReport, RegionSpec,
-    Tag, recv_region, send_region,
+    BackupPolicy, DType, DeviceLedger, ManagerConfig, MemoryManager, ProcessReport, RegionKey,
+    RegionSpec, Tag, recv_region, send_region,
 };
 
 const SOCK_ENV: &str = "TANDEM_MEMORY_TEST_SOCK";
@@ -215,4 +215,31 @@ fn child_reports_ledger() {
     let mgr = MemoryManager::new(ManagerConfig::cpu("engine-0"));
     let _regions = allocate_plan(&mgr, &CHILD_PLAN);
     println!("REPORT {}", serde_json::to_string(&mgr.report()).unwrap());
+}
+
+#[test]
+fn a_region_key_resolves_to_the_same_memory_until_the_region_is_freed() {
+    let mgr = MemoryManager::new(ManagerConfig::cpu("owner"));
+    let mut w = mgr
+        .alloc(RegionSpec::new(Tag::Weights, 1 << 20, DType::U64))
+        .unwrap();
+    common::fill(&mut w.view_mut::<u64>().unwrap(), 5);
+    let key = RegionKey::of(&w).unwrap();
+    assert_eq!(key.to_string().parse::<RegionKey>().unwrap(), key);
+    let m = key.attach().unwrap();
+    assert_ne!(m.as_ptr(), w.as_ptr(), "a second mapping of the same memfd");
+    let mut buf = vec![0u8; 1 << 20];
+    m.read_at(0, &mut buf).unwrap();
+    assert!(common::bytes_match(&buf, 5));
+    drop(m);
+
+    // the fd number can be reused once the region is gone: the inode check catches it
+    drop(w);
+    let reuse = std::fs::File::open("/proc/self/status").unwrap();
+    let e = key.attach().unwrap_err().to_string();
+    assert!(
+        e.starts_with(&format!("cannot attach region `{key}`")) && e.contains("freed"),
+        "{e}"
+    );
+    drop(reuse);
 }
