@@ -13,9 +13,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rayon::current_num_threads()
     );
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let only = |what: &str| args.is_empty() || args.iter().any(|a| a == what);
+    let has = |what: &str| args.iter().any(|a| a == what);
+    // A filter group with no member given means "all of that group".
+    let any_preset = has("tiny") || has("small") || has("candle-ref");
+    let any_mode = has("decode") || has("train");
+    let only = |what: &str| match what {
+        "tiny" | "small" => !any_preset || has(what),
+        "decode" | "train" => !any_mode || has(what),
+        _ => has(what),
+    };
     for preset in [Preset::Tiny, Preset::Small] {
-        if !only(&format!("{preset:?}").to_lowercase()) && (only("tiny") || only("small")) {
+        if !only(&format!("{preset:?}").to_lowercase()) {
             continue;
         }
         let cfg = preset.config();
@@ -36,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.batch, t.seq, t.median_s, t.compute_bound_s
         );
     }
-    if only("candle-ref") && !args.is_empty() {
+    if only("candle-ref") {
         // The configuration measured with candle 0.11.1 in shared/reference/rust-deps.md §3:
         // vocab 2048, d 256, 4 layers, 4 heads / 2 KV, MLP 688 (3.95 M params, untied).
         let mut cfg = Preset::Tiny.config();
