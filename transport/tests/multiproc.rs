@@ -30,7 +30,13 @@ fn child_entry() {
 }
 
 fn run_role(role: &str) -> Result<(), String> {
-    let cfg = CommConfig::from_env().map_err(|e| e.to_string())?;
+    let mut cfg = CommConfig::from_env().map_err(|e| e.to_string())?;
+    // Ranks listed in TT_RING_ONLY run with the single-copy path disabled.
+    if let Ok(list) = std::env::var("TT_RING_ONLY")
+        && list.split(',').any(|r| r == cfg.rank.to_string())
+    {
+        cfg.shm.single_copy = false;
+    }
     let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
     let s = |e: TransportError| e.to_string();
     match role {
@@ -40,6 +46,8 @@ fn run_role(role: &str) -> Result<(), String> {
         "kill" => kill(&world, &cfg),
         "silent" => silent(&world),
         "colocated" => colocated(&world).map_err(s),
+        "paths" => paths(&world),
+        "eperm" => eperm(&world),
         other => Err(format!("unknown role {other}")),
     }
 }
@@ -209,6 +217,15 @@ fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
         };
         match r {
             Ok(()) => {
+                let st = w.shm_stats();
+                if first
+                    && cfg.transport.to_string() == "shm"
+                    && st.single_copy_sent + st.single_copy_received == 0
+                {
+                    return Err(format!(
+                        "64 MiB shm message did not go by single copy: {st:?}"
+                    ));
+                }
                 if first && w.rank() == 1 {
                     store.set("kill/ready", b"1").map_err(|e| e.to_string())?;
                 }
@@ -226,6 +243,128 @@ fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
                 ));
             }
         }
+    }
+}
+
+/// Which path large shm messages take (`TT_EXPECT`: `single`, `ring` or `fallback`), checked
+/// with the communicator's counters; bytes checked both ways, including an `isend` of an
+/// owned buffer, a message below the threshold and a size mismatch on a large message.
+fn paths(w: &Communicator) -> Result<(), String> {
+    let expect = std::env::var("TT_EXPECT").unwrap();
+    let e = |e: TransportError| e.to_string();
+    let sizes = [64usize << 20, 1 << 20, 4 << 20];
+    let small = 100 << 10; // below the 256 KiB threshold: always the ring
+    if w.rank() == 0 {
+        for (i, &len) in sizes.iter().enumerate() {
+            w.send(1, &pattern(i as u64, len), i as u32).map_err(e)?;
+        }
+        let h = w.isend(1, pattern(9, 8 << 20), 9);
+        w.send(1, &pattern(10, small), 10).map_err(e)?;
+        h.wait().map_err(e)?;
+        w.send(1, &pattern(11, 2 << 20), 11).map_err(e)?; // received with a wrong size
+        w.send(1, &pattern(12, 3 << 20), 12).map_err(e)?;
+    } else {
+        for (i, &len) in sizes.iter().enumerate() {
+            let mut got = vec![0u8; len];
+            w.recv(0, &mut got, i as u32).map_err(e)?;
+            check(&got, &pattern(i as u64, len), "large message");
+        }
+        // Tag 10 arrives after tag 9 is posted for: the large frame is stashed or read first.
+        let mut r10 = vec![0u8; small];
+        let r9 = w.irecv(0, vec![0u8; 8 << 20], 9).wait().map_err(e)?;
+        w.recv(0, &mut r10, 10).map_err(e)?;
+        check(&r9, &pattern(9, 8 << 20), "isend buffer");
+        check(&r10, &pattern(10, small), "small message");
+        let mut wrong = vec![0u8; 1 << 20];
+        match w.recv(0, &mut wrong, 11) {
+            Err(TransportError::SizeMismatch {
+                sent, expected: e2, ..
+            }) if sent == 2 << 20 && e2 == 1 << 20 => {}
+            other => return Err(format!("expected a size mismatch, got {other:?}")),
+        }
+        let mut ok = vec![0u8; 3 << 20];
+        w.recv(0, &mut ok, 12).map_err(e)?;
+        check(&ok, &pattern(12, 3 << 20), "after a large mismatch");
+    }
+    w.barrier().map_err(e)?;
+    let st = w.shm_stats();
+    let large: u64 = sizes.iter().map(|&l| l as u64).sum::<u64>() + (8 << 20) + (5 << 20);
+    let msgs = sizes.len() as u64 + 3;
+    let ok = match (expect.as_str(), w.rank()) {
+        // Only headers, descriptors and the small messages cross the ring.
+        ("single", 0) => st.single_copy_sent == msgs && st.ring_bytes_sent < 1 << 20,
+        ("single", _) => {
+            // The mismatched message is dropped without being copied.
+            st.single_copy_received == msgs - 1
+                && st.single_copy_bytes_received == large - (2 << 20)
+                && st.ring_bytes_received < 1 << 20
+                && st.fallbacks == 0
+        }
+        ("ring", 0) => st.single_copy_sent == 0 && st.ring_bytes_sent >= large,
+        ("ring", _) => st.single_copy_received == 0 && st.fallbacks == 0,
+        // The receiver answers the first descriptor with a fallback; the sender then stops
+        // posting descriptors on this link.
+        ("fallback", 0) => st.single_copy_sent == 0 && st.ring_bytes_sent >= large,
+        ("fallback", _) => {
+            st.single_copy_received == 0
+                && st.fallbacks == 1
+                && st.ring_bytes_received >= large - (2 << 20)
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "rank {} expected path {expect}, counters {st:?}",
+            w.rank()
+        ))
+    }
+}
+
+/// The kernel refuses the single-copy read (rank 0 is not dumpable; rank 1 drops root if it
+/// has it, losing CAP_SYS_PTRACE): the receiver falls back to the ring by itself and the data
+/// arrives intact. The other direction (rank 0 reads rank 1) still goes by single copy.
+fn eperm(w: &Communicator) -> Result<(), String> {
+    let e = |e: TransportError| e.to_string();
+    if w.rank() == 0 {
+        nix::sys::prctl::set_dumpable(false).map_err(|e| e.to_string())?;
+    } else {
+        // SAFETY: geteuid/setuid take and return integers; this child drops root (if it has
+        // it) for the rest of its life, which is what the test wants.
+        let failed = unsafe { libc::geteuid() == 0 && libc::setuid(65534) != 0 };
+        if failed {
+            return Err("setuid(65534) failed".into());
+        }
+    }
+    w.barrier().map_err(e)?;
+    let len = 4 << 20;
+    if w.rank() == 0 {
+        for i in 0..3 {
+            w.send(1, &pattern(i, len), 0).map_err(e)?;
+        }
+        let mut back = vec![0u8; len];
+        w.recv(1, &mut back, 1).map_err(e)?;
+        check(&back, &pattern(7, len), "reverse direction");
+    } else {
+        for i in 0..3 {
+            let mut got = vec![0u8; len];
+            w.recv(0, &mut got, 0).map_err(e)?;
+            check(&got, &pattern(i, len), "after fallback");
+        }
+        w.send(0, &pattern(7, len), 1).map_err(e)?;
+    }
+    w.barrier().map_err(e)?;
+    let st = w.shm_stats();
+    let ok = if w.rank() == 0 {
+        st.single_copy_sent == 0 && st.single_copy_received == 1
+    } else {
+        st.fallbacks == 1 && st.single_copy_received == 0 && st.single_copy_sent == 1
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("rank {}: unexpected counters {st:?}", w.rank()))
     }
 }
 
@@ -340,6 +479,39 @@ fn shm_peer_killed_mid_transfer() {
 fn tcp_peer_killed_mid_transfer() {
     kill_mid_transfer("tcp", 0);
     kill_mid_transfer("tcp", 1);
+}
+
+#[test]
+fn shm_large_messages_go_by_single_copy() {
+    run_ok(2, "shm", "paths", &[("TT_EXPECT", "single".into())]);
+}
+
+#[test]
+fn shm_single_copy_disabled_uses_the_ring() {
+    run_ok(
+        2,
+        "shm",
+        "paths",
+        &[("TT_EXPECT", "ring".into()), ("TT_RING_ONLY", "0,1".into())],
+    );
+}
+
+#[test]
+fn shm_receiver_without_single_copy_gets_a_ring_fallback() {
+    run_ok(
+        2,
+        "shm",
+        "paths",
+        &[
+            ("TT_EXPECT", "fallback".into()),
+            ("TT_RING_ONLY", "1".into()),
+        ],
+    );
+}
+
+#[test]
+fn shm_refused_single_copy_read_falls_back_to_the_ring() {
+    run_ok(2, "shm", "eperm", &[]);
 }
 
 #[test]

@@ -75,6 +75,12 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
 
     // Listeners, published before connecting to anyone.
     let shm_listener = if has_peer(BackendKind::Shm) {
+        if cfg.shm.single_copy && !crate::link::shm::allow_peer_reads() {
+            tracing::warn!(
+                "tandem-transport: prctl(PR_SET_PTRACER) failed; peers may fall back to the \
+                 two-copy shm ring"
+            );
+        }
         // Hash the world name: abstract socket names are limited to 107 bytes.
         let name = format!(
             "tandem/{:08x}/{}/{me}/{:x}",

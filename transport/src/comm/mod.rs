@@ -149,6 +149,21 @@ impl Communicator {
         Ok(self.peer(peer)?.link().kind())
     }
 
+    /// Counters of the shm links to this group's members (summed): which messages went by
+    /// single copy and how many payload bytes crossed the rings.
+    pub fn shm_stats(&self) -> crate::link::shm::ShmStats {
+        let mut total = crate::link::shm::ShmStats::default();
+        for &w in self.ranks.iter() {
+            if let Some(s) = self.world.peers[w]
+                .as_ref()
+                .and_then(|p| p.link().shm_stats())
+            {
+                total += s;
+            }
+        }
+        total
+    }
+
     /// The rendezvous store connection (for callers that exchange their own keys).
     pub fn store(&self) -> &StoreClient {
         &self.world.store
@@ -204,7 +219,9 @@ impl Communicator {
     }
 
     /// Sends `data` to group rank `dst` with `tag`. Returns when the data is handed to the
-    /// transport (the ring or socket), not necessarily received.
+    /// transport (the ring or socket), not necessarily received; shm messages of at least
+    /// [`ShmOptions::single_copy_min_bytes`](crate::ShmOptions) return once the receiver has
+    /// copied them out of `data` (single-copy rendezvous).
     pub fn send(&self, dst: usize, data: &[u8], tag: u32) -> Result<()> {
         self.send_kind(dst, data, kind::P2P, tag)
     }

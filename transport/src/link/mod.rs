@@ -28,7 +28,8 @@ pub(crate) struct MsgKey {
     pub tag: u32,
 }
 
-/// Frame header on the wire.
+/// Frame header on the wire. Bytes 24..32 are zero on the wire except where a backend uses
+/// them (shm: byte 24 flags a single-copy descriptor frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FrameHeader {
     pub key: MsgKey,
@@ -121,6 +122,10 @@ pub(crate) trait Link: Send + Sync {
     }
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
+    /// Path counters of a shm link (`None` for other backends).
+    fn shm_stats(&self) -> Option<shm::ShmStats> {
+        None
+    }
     /// Peer identity.
     fn peer(&self) -> &PeerInfo;
 }

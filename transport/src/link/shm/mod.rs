@@ -6,9 +6,14 @@
 //! Layout of the memfd: page 0 = header {magic, cap}; page 1 = control of direction 0
 //! (lower -> higher rank); page 2 = direction 1; then ring 0 and ring 1 (`cap` bytes each).
 
+mod cma;
 mod copy;
 mod futex;
 mod ring;
+mod vm;
+
+pub use cma::ShmStats;
+pub(crate) use vm::allow_peer_reads;
 
 use super::{FrameHeader, HEADER_LEN, Link, PeerInfo};
 use crate::error::{Result, TransportError};
@@ -20,10 +25,11 @@ use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 const PAGE: usize = 4096;
-const SHM_MAGIC: u64 = 0x544e_4453_484d_0001; // "TNDSHM" v1
+const SHM_MAGIC: u64 = 0x544e_4453_484d_0002; // "TNDSHM" v2 (single-copy hand-shake)
 
 /// Tuning of shm links.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +42,13 @@ pub struct ShmOptions {
     /// Largest piece the producer copies before publishing it (0 = ring/16, at most 256 KiB:
     /// small enough that the consumer reads it from cache).
     pub chunk_bytes: usize,
+    /// Single-copy path for large messages: the receiver copies straight from the sender's
+    /// memory with `process_vm_readv` (default on). Falls back to the ring by itself (once,
+    /// logged) where the kernel refuses; `false` always uses the ring.
+    pub single_copy: bool,
+    /// Smallest message sent by single copy (default 256 KiB). Such sends return only once the
+    /// receiver has copied the message (rendezvous), like ring sends larger than the ring.
+    pub single_copy_min_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -44,6 +57,8 @@ impl Default for ShmOptions {
             ring_bytes: 4 << 20,
             spin: Duration::from_micros(50),
             chunk_bytes: 0,
+            single_copy: true,
+            single_copy_min_bytes: 256 << 10,
         }
     }
 }
@@ -55,6 +70,7 @@ pub(crate) struct ShmLink {
     chunk: u64,
     sock: UnixStream,
     peer: PeerInfo,
+    cma: cma::Cma,
 }
 
 impl ShmLink {
@@ -197,7 +213,13 @@ impl ShmLink {
         let (tx, rx) = if side == 0 { (r0, r1) } else { (r1, r0) };
         sock.set_nonblocking(true)
             .map_err(|e| TransportError::io("shm liveness socket", e))?;
+        let peer_pid =
+            nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials)
+                .ok()
+                .map(|c| c.pid())
+                .filter(|&p| p > 0);
         Ok(ShmLink {
+            cma: cma::Cma::new(opts.single_copy, opts.single_copy_min_bytes, peer_pid),
             _map: map,
             tx,
             rx,
@@ -247,7 +269,11 @@ impl Drop for ShmLink {
 
 impl Link for ShmLink {
     fn send_frame(&self, hdr: &FrameHeader, payload: &[u8], idle: Duration) -> Result<()> {
+        if self.cma.use_for(payload.len()) {
+            return self.send_single_copy(hdr, payload, idle);
+        }
         let alive = || self.alive();
+        self.cma.ring_sent.fetch_add(payload.len() as u64, Relaxed);
         self.tx
             .write(&hdr.encode(), self.chunk, idle, &alive)
             .and_then(|()| self.tx.write(payload, self.chunk, idle, &alive))
@@ -264,18 +290,29 @@ impl Link for ShmLink {
         self.rx
             .read(Some(&mut b), HEADER_LEN as u64, idle, &alive)
             .map_err(|e| (self.map_end(e, "recv"), false))?;
-        FrameHeader::decode(&b, &self.peer).map_err(|e| (e, false))
+        let hdr = FrameHeader::decode(&b, &self.peer).map_err(|e| (e, false))?;
+        if b[cma::FLAG_BYTE] == 1 {
+            self.recv_desc(&hdr, idle).map_err(|e| (e, false))?;
+        }
+        Ok(hdr)
     }
 
     fn recv_payload(&self, buf: &mut [u8], idle: Duration) -> Result<()> {
+        if let Some(d) = self.cma.take_pending() {
+            return self.recv_single_copy(d, Some(buf), idle);
+        }
         let alive = || self.alive();
         let n = buf.len() as u64;
+        self.cma.ring_received.fetch_add(n, Relaxed);
         self.rx
             .read(Some(buf), n, idle, &alive)
             .map_err(|e| self.map_end(e, "recv"))
     }
 
     fn discard_payload(&self, len: u64, idle: Duration) -> Result<()> {
+        if let Some(d) = self.cma.take_pending() {
+            return self.recv_single_copy(d, None, idle);
+        }
         let alive = || self.alive();
         self.rx
             .read(None, len, idle, &alive)
@@ -284,6 +321,10 @@ impl Link for ShmLink {
 
     fn kind(&self) -> BackendKind {
         BackendKind::Shm
+    }
+
+    fn shm_stats(&self) -> Option<ShmStats> {
+        Some(self.cma.stats())
     }
 
     fn peer(&self) -> &PeerInfo {
@@ -327,6 +368,7 @@ mod tests {
             ring_bytes: 64 << 10,
             spin: Duration::from_micros(5),
             chunk_bytes: 4096,
+            ..Default::default()
         };
         let (tx, rx) = pair(opts);
         let sizes: Vec<usize> = (0..60).map(|i| (i * 7919 * 13) % 300_000).collect();

@@ -23,6 +23,12 @@ pub(crate) struct Ctrl {
     producer_waiting: AtomicU32,
     _pad1: [u8; 48],
     closed: AtomicU32,
+    _pad2: [u8; 60],
+    /// Single-copy (CMA) hand-shake of this direction: `seq << 3 | state` (see `cma.rs`).
+    cma_state: AtomicU32,
+    /// Bumped by the consumer after each piece of a single-copy read (progress for the
+    /// producer's idle timeout).
+    cma_progress: AtomicU32,
 }
 
 /// Why a wait ended without the condition.
@@ -89,8 +95,23 @@ impl Ring {
         futex::wake_all(&c.space_seq);
     }
 
-    fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.c().closed.load(SeqCst) != 0
+    }
+
+    /// The single-copy hand-shake word of this direction.
+    pub(crate) fn cma_state(&self) -> &AtomicU32 {
+        &self.c().cma_state
+    }
+
+    /// The single-copy progress counter of this direction.
+    pub(crate) fn cma_progress(&self) -> &AtomicU32 {
+        &self.c().cma_progress
+    }
+
+    /// The waiter's spin budget.
+    pub(crate) fn spin(&self) -> Duration {
+        self.spin
     }
 
     /// Producer: copies `src` into the ring, publishing at most `chunk` bytes at a time.
