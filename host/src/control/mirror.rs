@@ -7,6 +7,7 @@
 //! both directions. These types are private to the control plane: callers of the remote
 //! handles use the ABI types, so in-process and remote components take the same values.
 
+use super::packed;
 use serde::{Deserialize, Serialize};
 use tandem_plugin_api::{
     CheckpointInfo, Completion, ComponentStats, DType, EngineHealth, ErrorCode, FinishReason,
@@ -99,9 +100,9 @@ macro_rules! mirror_enum {
 
 /// A struct mirrored field by field (each field through [`Mirror`]).
 macro_rules! mirror_struct {
-    ($abi:ident => $wire:ident { $($f:ident: $t:ty),* $(,)? }) => {
+    ($abi:ident => $wire:ident { $($(#[$m:meta])* $f:ident: $t:ty),* $(,)? }) => {
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-        pub(crate) struct $wire { $(pub $f: <$t as Mirror>::Wire),* }
+        pub(crate) struct $wire { $($(#[$m])* pub $f: <$t as Mirror>::Wire),* }
         impl Mirror for $abi {
             type Wire = $wire;
             fn to_wire(self) -> $wire { $wire { $($f: Mirror::to_wire(self.$f)),* } }
@@ -127,11 +128,16 @@ mirror_struct!(SamplingParams => WireSamplingParams {
     seed: ROption<u64>, logprobs: bool, return_hidden_states: bool,
 });
 mirror_struct!(GenerateRequest => WireGenerateRequest {
-    prompts: RVec<RVec<u32>>, sampling: SamplingParams, adapter: ROption<RString>,
+    #[serde(with = "packed::nested")] prompts: RVec<RVec<u32>>,
+    sampling: SamplingParams,
+    adapter: ROption<RString>,
 });
 mirror_struct!(Completion => WireCompletion {
-    tokens: RVec<u32>, logprobs: RVec<f32>, finish_reason: FinishReason,
-    hidden_states: RVec<f32>, hidden_dim: u32,
+    #[serde(with = "packed")] tokens: RVec<u32>,
+    #[serde(with = "packed")] logprobs: RVec<f32>,
+    finish_reason: FinishReason,
+    #[serde(with = "packed")] hidden_states: RVec<f32>,
+    hidden_dim: u32,
 });
 mirror_struct!(GenerateResponse => WireGenerateResponse {
     completions: RVec<Completion>, weight_version: u64,
@@ -142,8 +148,11 @@ mirror_struct!(ComponentStats => WireComponentStats {
     weight_version: u64, state: RString, metrics: RVec<Metric>,
 });
 mirror_struct!(TrainSequence => WireTrainSequence {
-    tokens: RVec<u32>, prompt_len: u32, advantage: f32, old_logprobs: RVec<f32>,
-    ref_logprobs: RVec<f32>,
+    #[serde(with = "packed")] tokens: RVec<u32>,
+    prompt_len: u32,
+    advantage: f32,
+    #[serde(with = "packed")] old_logprobs: RVec<f32>,
+    #[serde(with = "packed")] ref_logprobs: RVec<f32>,
 });
 mirror_struct!(LossConfig => WireLossConfig {
     kind: LossKind, clip_eps_low: f32, clip_eps_high: f32, kl_coef: f32, learning_rate: f32,
@@ -282,6 +291,35 @@ mod tests {
             },
             adapter: ROption::RSome("lora-v3".into()),
         });
+        round_trip(GenerateResponse {
+            completions: vec![Completion {
+                tokens: vec![1u32, u32::MAX, 0].into(),
+                logprobs: vec![-0.5f32, -1e-30, f32::NEG_INFINITY].into(),
+                finish_reason: FinishReason::Stop,
+                hidden_states: vec![1.25f32; 6].into(),
+                hidden_dim: 2,
+            }]
+            .into(),
+            weight_version: 9,
+        });
+        round_trip(TrainBatch {
+            sequences: vec![TrainSequence {
+                tokens: vec![5u32, 6, 7].into(),
+                prompt_len: 1,
+                advantage: -0.25,
+                old_logprobs: vec![-0.1f32, -0.2].into(),
+                ref_logprobs: RVec::new(),
+            }]
+            .into(),
+            loss: LossConfig {
+                kind: LossKind::Grpo,
+                clip_eps_low: 0.2,
+                clip_eps_high: 0.28,
+                kl_coef: 0.0,
+                learning_rate: 1e-3,
+                grad_clip: 1.0,
+            },
+        });
         round_trip(WhichWeights::Snapshot("ref".into()));
         round_trip(WhichWeights::Current);
         round_trip(PluginError::invalid_input("bad").with_help("fix it"));
@@ -323,4 +361,38 @@ mod tests {
             });
         }
     }
+
+    #[test]
+    fn numeric_vectors_travel_as_blobs_and_bad_blobs_are_errors() {
+        let tokens = WireCompletion {
+            tokens: vec![7u32; 1000],
+            logprobs: Vec::new(),
+            finish_reason: WireFinishReason::Length,
+            hidden_states: Vec::new(),
+            hidden_dim: 0,
+        };
+        let bytes = rmp_serde::to_vec(&tokens).unwrap();
+        // 4000 bytes of tokens plus a few bytes of framing, not 1000 array elements.
+        assert!((4000..4032).contains(&bytes.len()), "{}", bytes.len());
+        // A blob whose length is not a multiple of 4 is refused, not misread.
+        let bad = rmp_serde::to_vec(&(serde_bytes_like(&[1, 2, 3]),)).unwrap();
+        let r: Result<(WirePacked,), _> = rmp_serde::from_slice(&bad);
+        assert!(r.unwrap_err().to_string().contains("not 4-byte elements"));
+        let good = rmp_serde::to_vec(&(serde_bytes_like(&[1, 0, 0, 0, 2, 0, 0, 0]),)).unwrap();
+        let (WirePacked(v),) = rmp_serde::from_slice(&good).unwrap();
+        assert_eq!(v, [1, 2]);
+    }
+
+    fn serde_bytes_like(b: &[u8]) -> impl Serialize {
+        struct B(Vec<u8>);
+        impl Serialize for B {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(&self.0)
+            }
+        }
+        B(b.to_vec())
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct WirePacked(#[serde(with = "packed")] Vec<u32>);
 }

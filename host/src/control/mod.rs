@@ -5,7 +5,7 @@
 //! token in a hello ([`server`]); a peer without it is refused with one log line. After that
 //! the controller sends calls that map 1:1 to the role-trait methods ([`protocol`]), each with
 //! its own timeout, and the worker answers each by id ([`channel`]). ABI values travel as serde
-//! twins ([`mirror`]).
+//! twins (`mirror`); token ids, logprobs and hidden states as packed byte blobs (`packed`).
 //!
 //! # Why not ZeroMQ
 //!
@@ -27,10 +27,12 @@
 //! A broadcast to many workers is a loop of calls; if fan-out ever dominates, it belongs on the
 //! data plane (`tandem-transport` collectives), not here.
 
+pub mod bench;
 pub mod channel;
 pub mod error;
 pub mod frame;
 pub(crate) mod mirror;
+mod packed;
 pub mod protocol;
 pub mod server;
 

@@ -8,6 +8,7 @@
 //! engine serves calls concurrently). [`Call::Exit`] ends the session.
 
 use super::mirror::*;
+use super::packed;
 use serde::{Deserialize, Serialize};
 
 /// Version of this protocol; a worker of another build is refused at the hello.
@@ -102,7 +103,7 @@ pub(crate) enum EngineCall {
     Health,
     Shutdown,
     Generate(WireGenerateRequest),
-    Score(Vec<Vec<u32>>),
+    Score(#[serde(with = "packed::nested")] Vec<Vec<u32>>),
     PauseGeneration(WirePauseMode),
     ContinueGeneration,
     FlushCache,
@@ -180,7 +181,7 @@ pub(crate) enum Reply {
     Unit,
     Health(WireEngineHealth),
     Generated(WireGenerateResponse),
-    Logprobs(Vec<Vec<f32>>),
+    Logprobs(#[serde(with = "packed::nested")] Vec<Vec<f32>>),
     Updated(WireUpdateReport),
     Stats(WireComponentStats),
     TrainerInfo(WireTrainerInfo),
