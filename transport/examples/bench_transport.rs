@@ -1,7 +1,8 @@
 //! Runs the transport benchmark and prints each figure beside its limit (what
 //! `tandem bench transport` prints). `cargo run --release -p tandem-transport --example
 //! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp [nobcast
-//! [spin_us [single_copy_min_bytes]]]]]]]]` (`single_copy_min_bytes` 0 = single copy off).
+//! [spin_us [single_copy_min_bytes]]]]]]]]` (`single_copy_min_bytes` 0 = single copy off;
+//! otherwise on from that size; absent = auto).
 
 fn main() {
     tandem_transport::bench::child_main_if_requested();
@@ -32,8 +33,11 @@ fn main() {
         opts.shm.spin = std::time::Duration::from_micros(us as u64);
     }
     match arg(8) {
-        Some(0) => opts.shm.single_copy = false,
-        Some(min) => opts.shm.single_copy_min_bytes = min,
+        Some(0) => opts.shm.single_copy = tandem_transport::SingleCopy::Off,
+        Some(min) => {
+            opts.shm.single_copy = tandem_transport::SingleCopy::On;
+            opts.shm.single_copy_min_bytes = min;
+        }
         None => {}
     }
     match tandem_transport::bench::bench(&opts) {

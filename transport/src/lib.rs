@@ -24,5 +24,5 @@ pub use comm::config::{CommConfig, env};
 pub use comm::init::cuda_available;
 pub use comm::{Communicator, Pending};
 pub use error::{Result, TransportError};
-pub use link::shm::{ShmOptions, ShmStats};
+pub use link::shm::{AUTO_RATIO, ShmOptions, ShmStats, SingleCopy, single_copy_calibration};
 pub use plan::{BackendKind, TransportOverride};

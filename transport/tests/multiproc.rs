@@ -35,7 +35,7 @@ fn run_role(role: &str) -> Result<(), String> {
     if let Ok(list) = std::env::var("TT_RING_ONLY")
         && list.split(',').any(|r| r == cfg.rank.to_string())
     {
-        cfg.shm.single_copy = false;
+        cfg.shm.single_copy = tandem_transport::SingleCopy::Off;
     }
     let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
     let s = |e: TransportError| e.to_string();
@@ -558,7 +558,8 @@ fn bench_reports_every_case_beside_a_limit() {
     ] {
         assert!(cases.contains(&want), "missing {want} in {cases:?}");
     }
-    assert_eq!(ms.len(), 2 * (1 + 3 + 3));
+    assert!(cases.contains(&"shm single-copy kernel copy 8 MiB"));
+    assert_eq!(ms.len(), 2 * (1 + 3 + 3) + 1);
     for m in &ms {
         assert!(m.value.is_finite() && m.value > 0.0, "{m:?}");
         assert!(m.limit.is_finite() && m.limit > 0.0, "{m:?}");

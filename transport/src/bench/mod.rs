@@ -127,6 +127,16 @@ pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
                 "the transport bench measures shm and tcp; NCCL is not benchmarked here".into(),
             ));
         }
+        if b == BackendKind::Shm {
+            // What `SingleCopy::Auto` decides on: the kernel copy beside memcpy.
+            let (kernel, user) = crate::link::shm::single_copy_calibration();
+            out.push(Measurement {
+                case: "shm single-copy kernel copy 8 MiB".into(),
+                value: kernel,
+                unit: "GB/s",
+                limit: user,
+            });
+        }
         out.extend(run_world(opts, b, 2, "p2p", &sizes)?);
         if opts.broadcast_ranks >= 2 {
             out.extend(run_world(opts, b, opts.broadcast_ranks, "bcast", &sizes)?);

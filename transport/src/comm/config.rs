@@ -34,7 +34,7 @@ pub mod env {
     pub const SHM_CHUNK_BYTES: &str = "TANDEM_TRANSPORT_SHM_CHUNK_BYTES";
     /// Spin before sleeping, in microseconds (default 50).
     pub const SHM_SPIN_US: &str = "TANDEM_TRANSPORT_SHM_SPIN_US";
-    /// Single-copy path for large shm messages, `1` or `0` (default 1).
+    /// Single-copy path for large shm messages: `auto`, `on` or `off` (default `auto`).
     pub const SHM_SINGLE_COPY: &str = "TANDEM_TRANSPORT_SHM_SINGLE_COPY";
     /// Smallest message sent by single copy, in bytes (default 262144).
     pub const SHM_SINGLE_COPY_MIN: &str = "TANDEM_TRANSPORT_SHM_SINGLE_COPY_MIN";
@@ -128,16 +128,12 @@ impl CommConfig {
             c.shm.chunk_bytes = num(env::SHM_CHUNK_BYTES, b)?;
         }
         if let Some(b) = get(env::SHM_SINGLE_COPY) {
-            c.shm.single_copy = match b.as_str() {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                _ => {
-                    return Err(TransportError::Invalid(format!(
-                        "{}={b:?} must be 1 or 0",
-                        env::SHM_SINGLE_COPY
-                    )));
-                }
-            };
+            c.shm.single_copy = b.parse().map_err(|_| {
+                TransportError::Invalid(format!(
+                    "{}={b:?} must be auto, on or off",
+                    env::SHM_SINGLE_COPY
+                ))
+            })?;
         }
         if let Some(b) = get(env::SHM_SINGLE_COPY_MIN) {
             c.shm.single_copy_min_bytes = num(env::SHM_SINGLE_COPY_MIN, b)?;
@@ -168,10 +164,7 @@ impl CommConfig {
             (env::SHM_RING_BYTES, self.shm.ring_bytes.to_string()),
             (env::SHM_CHUNK_BYTES, self.shm.chunk_bytes.to_string()),
             (env::SHM_SPIN_US, self.shm.spin.as_micros().to_string()),
-            (
-                env::SHM_SINGLE_COPY,
-                u8::from(self.shm.single_copy).to_string(),
-            ),
+            (env::SHM_SINGLE_COPY, self.shm.single_copy.to_string()),
             (
                 env::SHM_SINGLE_COPY_MIN,
                 self.shm.single_copy_min_bytes.to_string(),

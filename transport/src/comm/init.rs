@@ -75,7 +75,9 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
 
     // Listeners, published before connecting to anyone.
     let shm_listener = if has_peer(BackendKind::Shm) {
-        if cfg.shm.single_copy && !crate::link::shm::allow_peer_reads() {
+        if cfg.shm.single_copy != crate::link::shm::SingleCopy::Off
+            && !crate::link::shm::allow_peer_reads()
+        {
             tracing::warn!(
                 "tandem-transport: prctl(PR_SET_PTRACER) failed; peers may fall back to the \
                  two-copy shm ring"

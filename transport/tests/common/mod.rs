@@ -27,6 +27,8 @@ pub fn spawn(
             c.timeout = timeout;
             c.name = format!("{role}-{backend}-{n}");
             c.shm.ring_bytes = 4 << 20;
+            // Exercise the single-copy path on every host (Auto may measure it off).
+            c.shm.single_copy = tandem_transport::SingleCopy::On;
             c
         })
         .collect();

@@ -12,7 +12,7 @@ mod futex;
 mod ring;
 mod vm;
 
-pub use cma::ShmStats;
+pub use cma::{AUTO_RATIO, ShmStats, SingleCopy, single_copy_calibration};
 pub(crate) use vm::allow_peer_reads;
 
 use super::{FrameHeader, HEADER_LEN, Link, PeerInfo};
@@ -43,9 +43,9 @@ pub struct ShmOptions {
     /// small enough that the consumer reads it from cache).
     pub chunk_bytes: usize,
     /// Single-copy path for large messages: the receiver copies straight from the sender's
-    /// memory with `process_vm_readv` (default on). Falls back to the ring by itself (once,
-    /// logged) where the kernel refuses; `false` always uses the ring.
-    pub single_copy: bool,
+    /// memory with `process_vm_readv`. Falls back to the ring by itself (once, logged) where
+    /// the kernel refuses. Default [`SingleCopy::Auto`].
+    pub single_copy: SingleCopy,
     /// Smallest message sent by single copy (default 256 KiB). Such sends return only once the
     /// receiver has copied the message (rendezvous), like ring sends larger than the ring.
     pub single_copy_min_bytes: usize,
@@ -57,7 +57,7 @@ impl Default for ShmOptions {
             ring_bytes: 4 << 20,
             spin: Duration::from_micros(50),
             chunk_bytes: 0,
-            single_copy: true,
+            single_copy: SingleCopy::Auto,
             single_copy_min_bytes: 256 << 10,
         }
     }
@@ -368,6 +368,7 @@ mod tests {
             ring_bytes: 64 << 10,
             spin: Duration::from_micros(5),
             chunk_bytes: 4096,
+            single_copy: SingleCopy::On,
             ..Default::default()
         };
         let (tx, rx) = pair(opts);
@@ -399,6 +400,10 @@ mod tests {
             );
         }
         let tx = sender.join().unwrap();
+        let large = sizes.iter().filter(|&&n| n >= 256 << 10).count() as u64;
+        assert!(large > 0);
+        assert_eq!(tx.cma.stats().single_copy_sent, large);
+        assert_eq!(rx.cma.stats().single_copy_received, large);
         drop(tx);
         match rx.recv_header(idle) {
             Err((TransportError::PeerDied { rank: 0, .. }, _)) => {} // rank from the hello
