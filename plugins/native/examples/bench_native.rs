@@ -30,8 +30,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if only("decode") {
             for f in bench::decode(&cfg, &[1, 8, 64], 64, &lim)? {
                 println!(
-                    "{preset:?} decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0})",
-                    f.batch, f.tokens_per_s, f.bandwidth_bound_tokens_per_s
+                    "{preset:?} decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0}, compute bound {:.0})",
+                    f.batch,
+                    f.tokens_per_s,
+                    f.bandwidth_bound_tokens_per_s,
+                    f.compute_bound_tokens_per_s
                 );
             }
         }
@@ -52,8 +55,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cfg.tie_word_embeddings = false;
         for f in bench::decode(&cfg, &[1, 8, 64], 112, &lim)? {
             println!(
-                "candle-ref decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0})",
-                f.batch, f.tokens_per_s, f.bandwidth_bound_tokens_per_s
+                "candle-ref decode batch {:>2}: {:>8.1} tok/s (bandwidth bound {:.0}, compute bound {:.0})",
+                f.batch,
+                f.tokens_per_s,
+                f.bandwidth_bound_tokens_per_s,
+                f.compute_bound_tokens_per_s
             );
         }
         let t = bench::train_step(&cfg, 8, 64, 7, &lim)?;

@@ -60,6 +60,8 @@ pub struct DecodeFigure {
     /// Bound from bandwidth: each step reads every weight once →
     /// `batch · memcpy_bw / weight_bytes` tokens/s.
     pub bandwidth_bound_tokens_per_s: f64,
+    /// Bound from compute: `gemm_flops / (2 · params)` tokens/s (what large batches hit).
+    pub compute_bound_tokens_per_s: f64,
 }
 
 /// Decode tokens/s for each batch size with a random model of `cfg` (prompt 16 tokens,
@@ -124,6 +126,7 @@ pub fn decode(
             batch: b,
             tokens_per_s: decoded as f64 / (total - prefill).max(1e-9),
             bandwidth_bound_tokens_per_s: b as f64 * lim.memcpy_bytes_per_s / weight_bytes,
+            compute_bound_tokens_per_s: lim.gemm_flops / (2.0 * weight_bytes / 4.0),
         });
     }
     Ok(out)
