@@ -76,6 +76,16 @@ fn is_running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether a live process has `arg` on its command line.
+fn running_with_arg(arg: &Path) -> bool {
+    let arg = arg.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>();
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        pid.is_ok_and(is_running) && cmdline.split(|&b| b == 0).any(|a| a == arg)
+    })
+}
+
 #[test]
 fn engines_generate_across_the_process_boundary_and_survive_plugin_errors() {
     let (plugins, rundir) = (fixtures(), tempfile::tempdir().unwrap());
@@ -151,7 +161,11 @@ fn trainer_worker_serves_the_trainer_trait() {
     );
     assert!(err.to_string().contains("trainer rank 0"), "{err}");
     trainer.stats().unwrap();
-    l.shutdown(Duration::from_secs(10)).expect("clean shutdown");
+    // Dropping the launcher stops its workers; the handles say so instead of reporting a death.
+    drop(l);
+    let text = trainer.stats().unwrap_err().to_string();
+    assert!(text.contains("the launcher was shut down"), "{text}");
+    assert!(!is_running(trainer.pid()));
 }
 
 #[test]
@@ -192,6 +206,27 @@ fn constructor_failures_surface_as_one_clear_error() {
         text.contains("told to panic in its constructor [panicked]"),
         "{text}"
     );
+
+    // One bad worker fails its whole batch: the good one started with it is stopped.
+    let batch = [
+        spec(Role::Engine, 5, "fixture-alpha", "{}", plugins.path()),
+        spec(
+            Role::Engine,
+            6,
+            "fixture-alpha",
+            r#"{"behaviour":"error"}"#,
+            plugins.path(),
+        ),
+    ];
+    let text = l
+        .spawn_engines(&batch)
+        .err()
+        .expect("batch fails")
+        .to_string();
+    assert!(text.starts_with("engine rank 6 "), "{text}");
+    assert!(!running_with_arg(
+        &rundir.path().join("workers/engine-5.json")
+    ));
 
     let unknown = [spec(
         Role::Trainer,

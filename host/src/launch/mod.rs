@@ -159,14 +159,33 @@ impl LocalLauncher {
                 s.role, s.rank
             )));
         }
-        let procs = specs
-            .iter()
-            .map(|s| self.spawn(s))
-            .collect::<Result<Vec<_>, _>>()?;
-        procs
-            .into_iter()
-            .map(|p| self.await_ready(&p).map(|c| (c, p)))
-            .collect()
+        // All or nothing: when one worker of the batch fails, the others are stopped.
+        let abandon = |procs: &[Arc<WorkerProc>]| {
+            for p in procs {
+                stop(p, "another worker of its batch failed to start");
+            }
+        };
+        let mut procs = Vec::with_capacity(specs.len());
+        for s in specs {
+            match self.spawn(s) {
+                Ok(p) => procs.push(p),
+                Err(e) => {
+                    abandon(&procs);
+                    return Err(e);
+                }
+            }
+        }
+        let mut ready = Vec::with_capacity(procs.len());
+        for p in &procs {
+            match self.await_ready(p) {
+                Ok(c) => ready.push((c, p.clone())),
+                Err(e) => {
+                    abandon(&procs);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(ready)
     }
 
     fn spawn(&mut self, spec: &WorkerSpec) -> Result<Arc<WorkerProc>, HostError> {
@@ -335,8 +354,7 @@ impl LocalLauncher {
     fn teardown(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for p in &self.all {
-            p.kill();
-            p.channel.lock().unwrap_or_else(|e| e.into_inner()).take();
+            stop(p, "the launcher was shut down");
         }
         if let Some(m) = self.monitor.take() {
             let _ = m.join();
@@ -347,6 +365,14 @@ impl LocalLauncher {
     pub fn run_dir(&self) -> &Path {
         &self.opts.run_dir
     }
+}
+
+/// Kills a worker on purpose: its handles then fail with `reason`, not with a death report.
+fn stop(p: &WorkerProc, reason: &str) {
+    if let Some(c) = p.channel.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        c.expect_close(reason.to_string());
+    }
+    p.kill();
 }
 
 impl Drop for LocalLauncher {
