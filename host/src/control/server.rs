@@ -4,7 +4,8 @@
 //! accepts connections on a thread: each peer has a few seconds to send a hello of at most
 //! [`MAX_HELLO_BYTES`](super::frame::MAX_HELLO_BYTES) carrying the token; a peer without it is
 //! answered `Rejected`, logged in one line, and dropped. Accepted workers wait in a table
-//! keyed by (role, rank) until the launcher claims them with [`ControlServer::claim`].
+//! keyed by (role, rank) until the launcher claims them with [`ControlServer::claim`]; a newer
+//! connection for the same (role, rank) replaces an unclaimed older one.
 
 use super::error::ControlError;
 use super::frame::{self, MAX_HELLO_BYTES};
@@ -198,9 +199,13 @@ fn handshake(mut stream: TcpStream, shared: &Shared) {
         Err(e) => return refuse(stream, format!("no valid hello within 5 s ({e})")),
     };
     let mut table = shared.table.lock().unwrap_or_else(|p| p.into_inner());
-    if table.accepted.contains_key(&(role, rank)) {
-        drop(table);
-        return refuse(stream, format!("{role} rank {rank} is already connected"));
+    if let Some(old) = table.accepted.get(&(role, rank)) {
+        // The newest process of a rank wins: an unclaimed older connection is a leftover
+        // (e.g. of a worker that was given up on); the launcher checks the pid it claims.
+        tracing::warn!(
+            "control plane: {role} rank {rank} (pid {pid}) replaces an unclaimed connection of pid {}",
+            old.pid
+        );
     }
     if let Err(e) = frame::write(&mut stream, &ToWorker::Welcome) {
         tracing::warn!("control plane: {role} rank {rank} left during the handshake: {e}");
@@ -280,7 +285,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
 
     use super::*;
-    use std::io::Write;
+    use std::io::{Read, Write};
 
     fn server() -> ControlServer {
         ControlServer::bind("127.0.0.1:0".parse().unwrap()).unwrap()
@@ -311,15 +316,21 @@ mod tests {
         junk.write_all(&[0, 0, 0, 2, 0xc1, 0xc1]).unwrap();
         let reply: Result<ToWorker, _> = frame::read(&mut junk, MAX_HELLO_BYTES);
         assert!(matches!(reply, Ok(ToWorker::Rejected { .. })), "{reply:?}");
-        let _ok = connect(addr, s.token(), Role::Trainer, 3, t).unwrap();
-        let dup = connect(addr, s.token(), Role::Trainer, 3, t).unwrap_err();
-        assert!(dup.to_string().contains("already connected"), "{dup}");
+        let mut first = connect(addr, s.token(), Role::Trainer, 3, t).unwrap();
+        let _second = connect(addr, s.token(), Role::Trainer, 3, t).unwrap();
         assert!(
             s.claim(Role::Engine, 0, Duration::from_millis(50))
                 .is_none()
         );
         let got = s.claim(Role::Trainer, 3, t).expect("trainer 3 accepted");
         assert_eq!(got.pid, std::process::id());
-        assert_eq!(s.rejected_peers(), 3);
+        // The newer connection replaced the older one, which the server dropped (EOF).
+        assert!(
+            s.claim(Role::Trainer, 3, Duration::from_millis(50))
+                .is_none()
+        );
+        first.set_read_timeout(Some(t)).unwrap();
+        assert_eq!(first.read(&mut [0u8; 1]).unwrap(), 0);
+        assert_eq!(s.rejected_peers(), 2);
     }
 }

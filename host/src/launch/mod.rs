@@ -266,8 +266,15 @@ impl LocalLauncher {
             ))
         };
         let accepted = loop {
-            if let Some(a) = self.server.claim(proc.role, proc.rank, monitor::POLL) {
-                break a;
+            match self.server.claim(proc.role, proc.rank, monitor::POLL) {
+                Some(a) if a.pid == proc.pid => break a,
+                // A late connection of an earlier process of this rank (e.g. one that timed
+                // out and was killed): drop it and keep waiting for ours.
+                Some(a) => tracing::warn!(
+                    "{name}: dropped a connection from pid {} claiming the same rank",
+                    a.pid
+                ),
+                None => {}
             }
             if let Some(exit) = proc.poll() {
                 return Err(failed(exit.report));
@@ -276,12 +283,6 @@ impl LocalLauncher {
                 return Err(not_ready());
             }
         };
-        if accepted.pid != proc.pid {
-            return Err(failed(format!(
-                "pid {} connected as this worker (a stray worker of this run?)",
-                accepted.pid
-            )));
-        }
         let mut stream = accepted.stream;
         let left = deadline.saturating_duration_since(Instant::now());
         let set = |s: &std::net::TcpStream, t| {
