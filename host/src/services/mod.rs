@@ -10,6 +10,11 @@
 //! the same user map them with `attach_region`, whose mappings are also kept here until freed.
 //! Owned regions use the memory manager's ids; attached ones get ids from
 //! [`ATTACHED_ID_BASE`] up. No lock of this module is held while the manager moves memory.
+//!
+//! Transport ([`transport`]): send / recv / broadcast on the named groups a worker joined
+//! ([`Services::with_transport`]).
+
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,6 +35,7 @@ use tandem_plugin_api::{
 pub struct Services {
     cancelled: Arc<AtomicBool>,
     memory: Option<Arc<MemoryServices>>,
+    transport: Option<Arc<transport::TransportServices>>,
 }
 
 impl Services {
@@ -44,6 +50,16 @@ impl Services {
             memory: Some(Arc::new(MemoryServices::new(manager))),
             ..Self::default()
         }
+    }
+
+    /// Adds the transport groups this process belongs to (name → communicator).
+    #[must_use]
+    pub fn with_transport(
+        mut self,
+        groups: std::collections::BTreeMap<String, tandem_transport::Communicator>,
+    ) -> Self {
+        self.transport = Some(Arc::new(transport::TransportServices::new(groups)));
+        self
     }
 
     /// The memory manager attached, if any (e.g. to send its report to the controller).
@@ -369,15 +385,24 @@ impl HostServices for Services {
         self.mem().map(|m| m.stats()).into()
     }
 
-    fn send(&self, _group: RStr<'_>, _dst: u32, _data: RSlice<'_, u8>, _tag: u64) -> PResult<()> {
-        not_available("transport")
+    fn send(&self, group: RStr<'_>, dst: u32, data: RSlice<'_, u8>, tag: u64) -> PResult<()> {
+        match &self.transport {
+            Some(t) => t.send(group.as_str(), dst, data.as_slice(), tag).into(),
+            None => not_available("transport"),
+        }
     }
 
-    fn recv(&self, _group: RStr<'_>, _src: u32, _buf: RSliceMut<'_, u8>, _tag: u64) -> PResult<()> {
-        not_available("transport")
+    fn recv(&self, group: RStr<'_>, src: u32, mut buf: RSliceMut<'_, u8>, tag: u64) -> PResult<()> {
+        match &self.transport {
+            Some(t) => t.recv(group.as_str(), src, buf.as_mut_slice(), tag).into(),
+            None => not_available("transport"),
+        }
     }
 
-    fn broadcast(&self, _group: RStr<'_>, _root: u32, _buf: RSliceMut<'_, u8>) -> PResult<()> {
-        not_available("transport")
+    fn broadcast(&self, group: RStr<'_>, root: u32, mut buf: RSliceMut<'_, u8>) -> PResult<()> {
+        match &self.transport {
+            Some(t) => t.broadcast(group.as_str(), root, buf.as_mut_slice()).into(),
+            None => not_available("transport"),
+        }
     }
 }
