@@ -48,6 +48,7 @@ fn run_role(role: &str) -> Result<(), String> {
         "colocated" => colocated(&world).map_err(s),
         "paths" => paths(&world),
         "eperm" => eperm(&world),
+        "late" => late(&world),
         other => Err(format!("unknown role {other}")),
     }
 }
@@ -368,6 +369,33 @@ fn eperm(w: &Communicator) -> Result<(), String> {
     }
 }
 
+/// Rank 1 posts its receive only after rank 0's single-copy send timed out: the sender gets
+/// `Timeout` naming rank 1 (and may reuse its buffer), the receiver an error instead of bytes
+/// read from a withdrawn buffer.
+fn late(w: &Communicator) -> Result<(), String> {
+    let len = 1 << 20;
+    if w.rank() == 0 {
+        match w.send(1, &pattern(1, len), 0) {
+            Err(TransportError::Timeout { rank: 1, what, .. }) if what.contains("single-copy") => {}
+            other => {
+                return Err(format!(
+                    "expected a single-copy Timeout naming rank 1, got {other:?}"
+                ));
+            }
+        }
+        std::thread::sleep(Duration::from_secs(3)); // stay alive while rank 1 receives
+        return Ok(());
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut buf = vec![0u8; len];
+    match w.recv(0, &mut buf, 0) {
+        Err(TransportError::Protocol { msg, .. }) if msg.contains("withdrew") => Ok(()),
+        other => Err(format!(
+            "expected the withdrawn message to fail, got {other:?}"
+        )),
+    }
+}
+
 /// Rank 1 stays alive but never sends; rank 0's receive times out naming rank 1.
 fn silent(w: &Communicator) -> Result<(), String> {
     if w.rank() == 1 {
@@ -512,6 +540,12 @@ fn shm_receiver_without_single_copy_gets_a_ring_fallback() {
 #[test]
 fn shm_refused_single_copy_read_falls_back_to_the_ring() {
     run_ok(2, "shm", "eperm", &[]);
+}
+
+#[test]
+fn single_copy_send_that_timed_out_is_withdrawn() {
+    let w = spawn(2, "shm", "late", Duration::from_secs(1), &[]);
+    assert_eq!(w.wait(Duration::from_secs(30)), vec![Some(0), Some(0)]);
 }
 
 #[test]
