@@ -9,10 +9,11 @@
 mod cma;
 mod copy;
 mod futex;
+mod policy;
 mod ring;
 mod vm;
 
-pub use cma::{AUTO_RATIO, ShmStats, SingleCopy, single_copy_calibration};
+pub use policy::{AUTO_RATIO, ShmStats, SingleCopy, single_copy_calibration};
 pub(crate) use vm::allow_peer_reads;
 
 use super::{FrameHeader, HEADER_LEN, Link, PeerInfo};
