@@ -3,6 +3,8 @@
 //! rebuilt against a copy of `plugin-api/` whose version is changed, in a scratch workspace
 //! under `target/abi-skew` (incremental across runs).
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! `bench`, `case`, `value`, `unit`, `limit`, `ratio`, and `ratio == value / limit`.
 //! (No timing is asserted: figures are for people, targets live in the printed table.)
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! `tandem check`: a valid job resolves to a plan; each kind of bad job file gets one line with
 //! the file, the key path and (where known) line:column, and exit code 2.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! constructor panic, not-a-plugin files, duplicate names, and two plugins of one interface in
 //! one process (which must not alias — the abi_stable root-module caching trap).
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! `examples/out-of-tree-plugin` is a separate crate depending on `tandem-plugin-api` by path
 //! only; it builds on its own and `tandem plugins --plugin-dir` lists it.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! processes join a world through a rendezvous store, attach their groups to `Services`, and
 //! exchange bytes through the ABI handle's send / recv / broadcast.
 
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
 use std::time::Duration;
 use tandem_host::services::Services;
 use tandem_plugin_api::{ErrorCode, HostBox, RResult};

@@ -222,7 +222,7 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
                         c.component,
                         if declared.is_empty() { "none".to_owned() } else { declared.join(", ") }
                     ),
-                    format!("pick a bridge mode both sides support; see `tandem plugins`"),
+                    "pick a bridge mode both sides support; see `tandem plugins`".into(),
                 );
             }
         }

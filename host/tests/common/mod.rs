@@ -1,7 +1,7 @@
 //! Shared helpers of the host's integration tests: the `tandem` binary, the fixture plugin
 //! libraries built by `cargo build --workspace`, and scratch plugin directories.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
