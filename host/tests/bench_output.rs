@@ -37,7 +37,9 @@ fn bench_table_prints_value_beside_limit() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let header = text.lines().next().unwrap();
-    for col in ["bench", "case", "value", "limit", "limit is", "ratio", "target"] {
+    for col in [
+        "bench", "case", "value", "limit", "limit is", "ratio", "target",
+    ] {
         assert!(header.contains(col), "{header}");
     }
     assert!(text.contains("direct dyn call"));

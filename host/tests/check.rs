@@ -33,14 +33,20 @@ mode = "checkpoint"
 
 fn check(job: &str, json: bool) -> (std::process::Output, tempfile::TempDir, tempfile::TempDir) {
     let plugins = plugin_dir(&[
-        (&cdylib("tandem_fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (
+            &cdylib("tandem_fixture_alpha"),
+            "libtandem_fixture_alpha.so",
+        ),
         (&cdylib("tandem_fixture_beta"), "libtandem_fixture_beta.so"),
     ]);
     let jobs = tempfile::tempdir().unwrap();
     let path = jobs.path().join("job.toml");
     std::fs::write(&path, job).unwrap();
     let mut cmd = tandem();
-    cmd.arg("check").arg(&path).arg("--plugin-dir").arg(plugins.path());
+    cmd.arg("check")
+        .arg(&path)
+        .arg("--plugin-dir")
+        .arg(plugins.path());
     if json {
         cmd.arg("--json");
     }
@@ -64,7 +70,10 @@ fn valid_job_resolves_to_a_plan() {
     assert_eq!(plan["bridge"]["update_kind"], "checkpoint_dir");
     assert_eq!(plan["placement"], "colocate");
     let out_dir = plan["output_dir"].as_str().unwrap();
-    assert!(Path::new(out_dir).starts_with(jobs.path()), "relative to the job file: {out_dir}");
+    assert!(
+        Path::new(out_dir).starts_with(jobs.path()),
+        "relative to the job file: {out_dir}"
+    );
 }
 
 #[test]
@@ -104,8 +113,14 @@ fn unknown_plugin_lists_the_known_ones() {
     let job = VALID.replace("plugin = \"fixture-alpha\"", "plugin = \"sglang-typo\"");
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
-    assert!(line.contains("engine.plugin: unknown engine plugin `sglang-typo`"), "{line}");
-    assert!(line.contains("known engines: fixture-alpha, fixture-beta"), "{line}");
+    assert!(
+        line.contains("engine.plugin: unknown engine plugin `sglang-typo`"),
+        "{line}"
+    );
+    assert!(
+        line.contains("known engines: fixture-alpha, fixture-beta"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -120,7 +135,11 @@ fn bridge_mode_not_declared_by_the_components_is_refused() {
     let job = VALID.replace("mode = \"checkpoint\"", "mode = \"carrier-pigeon\"");
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
-    assert!(line.contains("unknown bridge mode `carrier-pigeon`") && line.contains("ipc, lora, checkpoint, broadcast"), "{line}");
+    assert!(
+        line.contains("unknown bridge mode `carrier-pigeon`")
+            && line.contains("ipc, lora, checkpoint, broadcast"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -134,5 +153,8 @@ fn toml_syntax_error_is_one_line_with_position() {
 fn missing_job_file_is_one_line() {
     let out = run(tandem().args(["check", "/nonexistent/job.toml"]));
     let line = one_error(&out);
-    assert!(line.contains("/nonexistent/job.toml: cannot read job file"), "{line}");
+    assert!(
+        line.contains("/nonexistent/job.toml: cannot read job file"),
+        "{line}"
+    );
 }

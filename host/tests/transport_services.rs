@@ -56,7 +56,11 @@ fn child_entry() {
         assert!(buf == payload, "received bytes differ");
     }
     // `pair0` lists world rank 1 first: group rank 0 is world rank 1.
-    let mut b = if rank == 1 { b"from-rank-one".to_vec() } else { vec![0u8; 13] };
+    let mut b = if rank == 1 {
+        b"from-rank-one".to_vec()
+    } else {
+        vec![0u8; 13]
+    };
     ok(host.broadcast("pair0".into(), 0, b.as_mut_slice().into()));
     assert_eq!(&b, b"from-rank-one");
     // Errors are ABI errors with a code, never a panic.
@@ -64,7 +68,10 @@ fn child_entry() {
     match host.recv("trainers".into(), 0, small.as_mut_slice().into(), 1) {
         RResult::RErr(e) => {
             assert_eq!(e.code, ErrorCode::InvalidInput);
-            assert!(e.message.contains("not a member of transport group `trainers`"));
+            assert!(
+                e.message
+                    .contains("not a member of transport group `trainers`")
+            );
             assert!(e.help.contains("pair0, world"), "{}", e.help);
         }
         RResult::ROk(()) => panic!("unknown group must fail"),

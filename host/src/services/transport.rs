@@ -37,24 +37,42 @@ impl TransportServices {
         Ok(r)
     }
 
-    pub(super) fn send(&self, group: &str, dst: u32, data: &[u8], tag: u64) -> Result<(), PluginError> {
+    pub(super) fn send(
+        &self,
+        group: &str,
+        dst: u32,
+        data: &[u8],
+        tag: u64,
+    ) -> Result<(), PluginError> {
         let comm = self.group(group)?;
         let dst = Self::rank(comm, group, dst)?;
         comm.send(dst, data, wire_tag(tag)?)
             .map_err(|e| transport_error(group, e))
     }
 
-    pub(super) fn recv(&self, group: &str, src: u32, buf: &mut [u8], tag: u64) -> Result<(), PluginError> {
+    pub(super) fn recv(
+        &self,
+        group: &str,
+        src: u32,
+        buf: &mut [u8],
+        tag: u64,
+    ) -> Result<(), PluginError> {
         let comm = self.group(group)?;
         let src = Self::rank(comm, group, src)?;
         comm.recv(src, buf, wire_tag(tag)?)
             .map_err(|e| transport_error(group, e))
     }
 
-    pub(super) fn broadcast(&self, group: &str, root: u32, buf: &mut [u8]) -> Result<(), PluginError> {
+    pub(super) fn broadcast(
+        &self,
+        group: &str,
+        root: u32,
+        buf: &mut [u8],
+    ) -> Result<(), PluginError> {
         let comm = self.group(group)?;
         let root = Self::rank(comm, group, root)?;
-        comm.broadcast(root, buf).map_err(|e| transport_error(group, e))
+        comm.broadcast(root, buf)
+            .map_err(|e| transport_error(group, e))
     }
 }
 
