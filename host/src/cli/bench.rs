@@ -12,6 +12,8 @@ pub enum BenchName {
     Memory,
     /// Transport point-to-point/broadcast bandwidth and latency beside memcpy.
     Transport,
+    /// Control-plane call round trip and bulk replies beside raw TCP loopback.
+    Control,
 }
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
@@ -19,6 +21,7 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
         BenchName::Memory => bench::memory::run(quick)?,
         BenchName::Transport => bench::transport::run(quick)?,
+        BenchName::Control => crate::control::bench::run(quick)?,
     };
     if json {
         for f in &figures {
