@@ -15,3 +15,6 @@ pub mod services;
 pub mod worker;
 
 pub use error::HostError;
+
+// Links the built-in `native` plugin (registered with `register_builtin!`).
+use tandem_plugin_native as _;

@@ -2,6 +2,8 @@
 
 mod bench;
 mod check;
+mod generate;
+mod model;
 mod plugins;
 mod run;
 
@@ -72,6 +74,14 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Model files: `tandem model init --preset tiny|small --out DIR`.
+    Model {
+        /// What to do.
+        #[command(subcommand)]
+        command: model::ModelCommand,
+    },
+    /// One-shot generation with the native engine.
+    Generate(generate::GenerateArgs),
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
     #[command(hide = true)]
     Worker(crate::worker::WorkerArgs),
@@ -107,6 +117,8 @@ fn dispatch(cli: Cli) -> Result<(), HostError> {
             json,
         } => run::run(&cli.plugin_dirs, &job, output_dir, json),
         Command::Bench { name, json, quick } => bench::run(name, json, quick),
+        Command::Model { command } => model::run(command),
+        Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Worker(args) => crate::worker::run(args),
     }
 }

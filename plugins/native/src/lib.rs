@@ -20,9 +20,12 @@ pub mod loss;
 pub mod model;
 pub mod ops;
 pub mod optim;
+pub mod plugin;
 pub mod sampling;
 pub mod st_io;
 pub mod tokenizer;
 pub mod trainer;
 
 pub use error::{NativeError, Result};
+
+tandem_plugin_api::register_builtin!(plugin::NativePlugin);

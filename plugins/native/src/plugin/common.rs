@@ -1,0 +1,82 @@
+//! Shared glue helpers: `NativeError` → ABI error mapping, options parsing (serde,
+//! `deny_unknown_fields`), logging through the host.
+
+use serde::de::DeserializeOwned;
+use tandem_plugin_api::{ErrorCode, HostBox, LogLevel, PluginError};
+
+use crate::error::NativeError;
+
+/// Maps a core error to the ABI error record, prefixed with what the glue was doing.
+pub fn to_plugin(context: &str, e: NativeError) -> PluginError {
+    let code = match &e {
+        NativeError::Io { .. } => ErrorCode::Io,
+        NativeError::Safetensors { .. } => ErrorCode::Corrupt,
+        NativeError::Json { .. }
+        | NativeError::Config(_)
+        | NativeError::Param(_)
+        | NativeError::Input(_)
+        | NativeError::Tokenizer(_) => ErrorCode::InvalidInput,
+        NativeError::Buffer(_) => ErrorCode::Runtime,
+    };
+    let help = match code {
+        ErrorCode::Io => "check that the directory exists and holds a Hugging Face model",
+        ErrorCode::Corrupt => "the file is damaged or not safetensors; re-export the checkpoint",
+        ErrorCode::InvalidInput => "fix the input named above",
+        _ => "",
+    };
+    PluginError::new(code, format!("{context}: {e}")).with_help(help)
+}
+
+/// Extension turning a core `Result` into the SDK's, with context.
+pub trait Ctx<T> {
+    /// Maps the error with [`to_plugin`].
+    fn ctx(self, context: &str) -> Result<T, PluginError>;
+}
+
+impl<T> Ctx<T> for crate::error::Result<T> {
+    fn ctx(self, context: &str) -> Result<T, PluginError> {
+        self.map_err(|e| to_plugin(context, e))
+    }
+}
+
+/// Parses a component's options JSON (empty = all defaults) into `T`.
+pub fn parse_options<T: DeserializeOwned + Default>(
+    json: &str,
+    what: &str,
+) -> Result<T, PluginError> {
+    if json.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(json).map_err(|e| {
+        PluginError::invalid_input(format!("{what} options: {e}"))
+            .with_help("fix the component's `options` table in the job file")
+    })
+}
+
+/// Writes a log line through the host.
+pub fn log(host: &HostBox, level: LogLevel, message: &str) {
+    host.log(level, "native".into(), message.into());
+}
+
+/// Unwraps an ABI result from a host call into the SDK's `Result`, with context.
+pub fn host_call<T>(r: tandem_plugin_api::PResult<T>, context: &str) -> Result<T, PluginError> {
+    r.into_result().map_err(|e| PluginError {
+        message: format!("{context}: {}", e.message).into(),
+        ..e
+    })
+}
+
+/// Checks that every tag is one of `allowed`.
+pub fn check_tags(tags: &[String], allowed: &[&str], what: &str) -> Result<(), PluginError> {
+    for t in tags {
+        if !allowed.contains(&t.as_str()) {
+            return Err(PluginError::invalid_input(format!(
+                "{what}: tag `{t}` is not one this component holds (it holds {allowed:?})"
+            )));
+        }
+    }
+    if tags.is_empty() {
+        return Err(PluginError::invalid_input(format!("{what}: no tags given")));
+    }
+    Ok(())
+}

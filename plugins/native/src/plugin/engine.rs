@@ -1,0 +1,527 @@
+//! The `native` engine component: [`EngineImpl`] over the core [`Engine`] behind a mutex,
+//! plus an explicit serving/paused state and the set of released tags.
+//!
+//! Concurrency: `generate` registers itself as in flight, then runs its prompts in chunks
+//! of `max_batch`, taking the core lock per chunk; `pause_generation(abort)` makes the
+//! remaining chunks return [`FinishReason::Aborted`] (a chunk already decoding finishes), and
+//! both pause modes return once nothing is in flight. Requests arriving while paused fail
+//! with `InvalidState`. Released tags must be resumed before serving continues: no code
+//! touches a paused region.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use serde::Deserialize;
+use tandem_plugin_api::sdk::{EngineImpl, Result};
+use tandem_plugin_api::{
+    Completion, ComponentConfig, ComponentStats, EngineHealth, FinishReason, GenerateRequest,
+    GenerateResponse, HostBox, LogLevel, Metric, PauseMode, PluginError, RString, RVec,
+    UpdatePayload, UpdateReport, WeightUpdate,
+};
+
+use super::common::{Ctx, check_tags, host_call, log, parse_options};
+use super::provider::{Backing, PluginProvider};
+use crate::buffer::BufferTag;
+use crate::config::ModelConfig;
+use crate::engine::{self as core, Engine, EngineConfig, GenRequest};
+use crate::lora::LoraAdapter;
+use crate::model::Model;
+use crate::sampling::SamplingParams;
+use crate::st_io;
+
+/// Tags the engine can release (their regions come back at the same address).
+pub const RELEASABLE: [&str; 3] = ["weights", "kv_cache", "activations"];
+
+/// `options` of the engine component.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineOptions {
+    /// Sequences decoded together (KV cache slots).
+    pub max_batch: usize,
+    /// Longest prompt + completion (KV cache length); capped by the model's RoPE table.
+    pub max_seq_len: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_batch: 8,
+            max_seq_len: 1024,
+        }
+    }
+}
+
+struct Inner {
+    engine: Engine,
+    provider: PluginProvider,
+    weight_version: u64,
+}
+
+#[derive(Default)]
+struct State {
+    paused: bool,
+    abort: bool,
+    in_flight: usize,
+    released: BTreeSet<String>,
+}
+
+/// The engine component.
+pub struct NativeEngine {
+    inner: Mutex<Inner>,
+    state: Mutex<State>,
+    idle: Condvar,
+    host: HostBox,
+    model_dir: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl NativeEngine {
+    /// Loads the model of `config.model_path` and allocates the KV cache.
+    pub fn new(config: &ComponentConfig, host: HostBox) -> Result<Self> {
+        let opts: EngineOptions = parse_options(&config.options_json, "engine `native`")?;
+        let dir = PathBuf::from(config.model_path.as_str());
+        if config.model_path.is_empty() {
+            return Err(PluginError::invalid_input(
+                "engine `native` needs a model directory (model_path is empty)",
+            ));
+        }
+        let mut provider = PluginProvider::new(host.clone(), "engine").ctx("engine `native`")?;
+        let what = format!("loading model {}", dir.display());
+        let model = Model::load(&dir, &mut provider).ctx(&what)?;
+        let max_seq = opts.max_seq_len.min(model.rope.max_pos());
+        let cfg = EngineConfig {
+            max_batch: opts.max_batch,
+            max_seq,
+        };
+        let engine = Engine::new(model, cfg, &mut provider).ctx("engine `native` options")?;
+        log(
+            &host,
+            LogLevel::Info,
+            &format!(
+                "engine: {} loaded (max_batch {}, max_seq {max_seq}, buffers: {})",
+                dir.display(),
+                cfg.max_batch,
+                provider.backing().as_str()
+            ),
+        );
+        Ok(NativeEngine {
+            inner: Mutex::new(Inner {
+                engine,
+                provider,
+                weight_version: 0,
+            }),
+            state: Mutex::new(State::default()),
+            idle: Condvar::new(),
+            host,
+            model_dir: dir,
+        })
+    }
+
+    fn begin(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if st.paused {
+            return Err(PluginError::invalid_state(
+                "engine `native` is paused; call continue_generation first",
+            ));
+        }
+        if !st.released.is_empty() {
+            return Err(PluginError::invalid_state(format!(
+                "engine `native` has released {:?}; call resume_memory first",
+                st.released
+            )));
+        }
+        st.in_flight += 1;
+        Ok(())
+    }
+
+    fn end(&self) {
+        let mut st = lock(&self.state);
+        st.in_flight -= 1;
+        if st.in_flight == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    fn aborted(&self) -> bool {
+        lock(&self.state).abort
+    }
+
+    fn require_paused(&self, op: &str) -> Result<()> {
+        if lock(&self.state).paused {
+            Ok(())
+        } else {
+            Err(PluginError::invalid_state(format!(
+                "{op} needs a paused engine; call pause_generation first"
+            )))
+        }
+    }
+
+    fn require_resident(&self, tag: &str, op: &str) -> Result<()> {
+        if lock(&self.state).released.contains(tag) {
+            return Err(PluginError::invalid_state(format!(
+                "{op}: tag `{tag}` is released; call resume_memory first"
+            )));
+        }
+        Ok(())
+    }
+
+    fn run_generate(&self, request: &GenerateRequest) -> Result<GenerateResponse> {
+        let sp = &request.sampling;
+        let seed = sp.seed.into_option().unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        let adapter = request
+            .adapter
+            .as_ref()
+            .map(|a| a.to_string())
+            .into_option();
+        let reqs: Vec<GenRequest> = request
+            .prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| GenRequest {
+                prompt: p.to_vec(),
+                max_tokens: sp.max_tokens as usize,
+                stop_tokens: sp.stop_token_ids.to_vec(),
+                sampling: SamplingParams {
+                    temperature: sp.temperature,
+                    top_p: sp.top_p,
+                    top_k: sp.top_k as usize,
+                    // Distinct streams per prompt (a GRPO group repeats one prompt).
+                    seed: seed.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+                },
+                adapter: adapter.clone(),
+            })
+            .collect();
+        if !(sp.top_p > 0.0 && sp.top_p <= 1.0) || sp.temperature < 0.0 {
+            return Err(PluginError::invalid_input(format!(
+                "sampling needs 0 < top_p <= 1 and temperature >= 0 (got {}, {})",
+                sp.top_p, sp.temperature
+            )));
+        }
+        let mut completions = Vec::with_capacity(reqs.len());
+        let mut version = 0;
+        let chunk = lock(&self.inner).engine.config().max_batch;
+        for part in reqs.chunks(chunk) {
+            if self.aborted() {
+                completions.extend(part.iter().map(|_| aborted_completion()));
+                continue;
+            }
+            let mut guard = lock(&self.inner);
+            let inner = &mut *guard;
+            version = inner.weight_version;
+            let outs = inner
+                .engine
+                .generate(part, sp.return_hidden_states, &mut inner.provider)
+                .ctx("engine `native` generate")?;
+            let d = inner.engine.model.cfg.hidden_size as u32;
+            completions.extend(outs.into_iter().map(|o| completion(o, sp.logprobs, d)));
+        }
+        Ok(GenerateResponse {
+            completions: completions.into(),
+            weight_version: version,
+        })
+    }
+
+    fn load_checkpoint_dir(&self, dir: &Path) -> Result<u64> {
+        let cfg = ModelConfig::from_dir(dir).ctx("weight update")?;
+        let mut guard = lock(&self.inner);
+        let model = &mut guard.engine.model;
+        if cfg != model.cfg {
+            return Err(PluginError::invalid_input(format!(
+                "weight update {}: config.json describes another architecture than the served \
+                 model {}",
+                dir.display(),
+                self.model_dir.display()
+            )));
+        }
+        let files = st_io::model_files(dir).ctx("weight update")?;
+        // Load beside the served weights first, so a bad checkpoint leaves them untouched.
+        let mut staged = vec![0f32; model.layout.total_len()];
+        let tied = model.cfg.tie_word_embeddings;
+        st_io::load_into(&files, &model.layout, &mut staged, &|n| {
+            (!(tied && n == "lm_head.weight")).then(|| n.to_string())
+        })
+        .ctx(&format!("weight update {}", dir.display()))?;
+        model.copy_weights_from(&staged).ctx("weight update")?;
+        Ok((staged.len() * 4) as u64)
+    }
+
+    fn add_adapter(&self, name: &str, dir: &Path) -> Result<u64> {
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
+        let what = format!("adapter `{name}` from {}", dir.display());
+        let ad = LoraAdapter::load(dir, &inner.engine.model.cfg, &mut inner.provider).ctx(&what)?;
+        let bytes = (ad.layout.total_len() * 4) as u64;
+        inner
+            .engine
+            .add_adapter(name, ad, &mut inner.provider)
+            .ctx(&what)?;
+        Ok(bytes)
+    }
+}
+
+fn aborted_completion() -> Completion {
+    Completion {
+        tokens: RVec::new(),
+        logprobs: RVec::new(),
+        finish_reason: FinishReason::Aborted,
+        hidden_states: RVec::new(),
+        hidden_dim: 0,
+    }
+}
+
+fn completion(o: core::GenOutput, logprobs: bool, d: u32) -> Completion {
+    let hidden = o.hidden.unwrap_or_default();
+    Completion {
+        tokens: o.tokens.into(),
+        logprobs: if logprobs {
+            o.logprobs.into()
+        } else {
+            RVec::new()
+        },
+        finish_reason: match o.finish {
+            core::FinishReason::Stop => FinishReason::Stop,
+            core::FinishReason::Length => FinishReason::Length,
+        },
+        hidden_dim: if hidden.is_empty() { 0 } else { d },
+        hidden_states: hidden.into(),
+    }
+}
+
+fn strings(tags: &[String]) -> RVec<RString> {
+    tags.iter().map(|t| RString::from(t.as_str())).collect()
+}
+
+impl EngineImpl for NativeEngine {
+    fn component(&self) -> &str {
+        "native"
+    }
+
+    fn health(&self) -> Result<EngineHealth> {
+        let st = lock(&self.state);
+        let version = lock(&self.inner).weight_version;
+        Ok(EngineHealth {
+            ready: !st.paused && st.released.is_empty(),
+            weight_version: version,
+            detail: format!("{} ({})", state_name(&st), self.model_dir.display()).into(),
+        })
+    }
+
+    fn generate(&self, request: GenerateRequest) -> Result<GenerateResponse> {
+        self.begin()?;
+        let out = self.run_generate(&request);
+        self.end();
+        out
+    }
+
+    fn score(&self, sequences: Vec<RVec<u32>>) -> Result<Vec<RVec<f32>>> {
+        self.begin()?;
+        let out = (|| {
+            let mut guard = lock(&self.inner);
+            let inner = &mut *guard;
+            let mut out = Vec::with_capacity(sequences.len());
+            for (i, s) in sequences.iter().enumerate() {
+                if s.len() > inner.engine.config().max_seq {
+                    return Err(PluginError::invalid_input(format!(
+                        "score: sequence {i} has {} tokens, more than max_seq_len {}",
+                        s.len(),
+                        inner.engine.config().max_seq
+                    )));
+                }
+                inner.engine.model.check_tokens(s).ctx("score")?;
+                let lp = inner
+                    .engine
+                    .score(s, None, &mut inner.provider)
+                    .ctx("score")?;
+                out.push(lp.into_iter().skip(1).collect());
+            }
+            Ok(out)
+        })();
+        self.end();
+        out
+    }
+
+    fn pause_generation(&self, mode: PauseMode) -> Result<()> {
+        if mode == PauseMode::Keep {
+            return Err(PluginError::not_supported(
+                "pause_generation(keep)",
+                "native",
+            ));
+        }
+        let mut st = lock(&self.state);
+        st.paused = true;
+        st.abort = mode == PauseMode::Abort;
+        while st.in_flight > 0 {
+            st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    fn continue_generation(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        if !st.released.is_empty() {
+            return Err(PluginError::invalid_state(format!(
+                "continue_generation: {:?} still released; call resume_memory first",
+                st.released
+            )));
+        }
+        st.paused = false;
+        st.abort = false;
+        Ok(())
+    }
+
+    fn flush_cache(&self) -> Result<()> {
+        self.require_paused("flush_cache")?;
+        // A released KV cache comes back zeroed anyway; never touch a paused region.
+        if !lock(&self.state).released.contains("kv_cache") {
+            lock(&self.inner).engine.flush_cache();
+        }
+        Ok(())
+    }
+
+    fn release_memory(&self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &RELEASABLE, "release_memory")?;
+        // Lock order everywhere: state, then inner.
+        let mut st = lock(&self.state);
+        if !st.paused {
+            return Err(PluginError::invalid_state(
+                "release_memory needs a paused engine; call pause_generation first",
+            ));
+        }
+        let inner = lock(&self.inner);
+        if inner.provider.backing() != Backing::Host {
+            return Err(not_host("release_memory"));
+        }
+        let fresh: Vec<String> = tags
+            .into_iter()
+            .filter(|t| !st.released.contains(t))
+            .collect();
+        if !fresh.is_empty() {
+            host_call(self.host.pause_tags(strings(&fresh)), "release_memory")?;
+        }
+        st.released.extend(fresh);
+        drop(inner);
+        Ok(())
+    }
+
+    fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &RELEASABLE, "resume_memory")?;
+        let mut st = lock(&self.state);
+        let inner = lock(&self.inner);
+        if inner.provider.backing() != Backing::Host {
+            return Err(not_host("resume_memory"));
+        }
+        let held: Vec<String> = tags
+            .into_iter()
+            .filter(|t| st.released.contains(t))
+            .collect();
+        if !held.is_empty() {
+            host_call(self.host.resume_tags(strings(&held)), "resume_memory")?;
+        }
+        for t in &held {
+            st.released.remove(t);
+        }
+        drop(inner);
+        Ok(())
+    }
+
+    fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
+        self.require_resident("weights", "apply_weight_update")?;
+        let current = lock(&self.inner).weight_version;
+        if update.version < current {
+            return Err(PluginError::invalid_input(format!(
+                "weight update version {} is older than the served version {current}",
+                update.version
+            )));
+        }
+        let bytes = match &update.payload {
+            UpdatePayload::CheckpointDir { dir } => {
+                self.load_checkpoint_dir(Path::new(dir.as_str()))?
+            }
+            UpdatePayload::Adapter { name, dir } => {
+                self.add_adapter(name.as_str(), Path::new(dir.as_str()))?
+            }
+            other => {
+                return Err(PluginError::not_supported(
+                    &format!("apply_weight_update({})", other.kind().as_str()),
+                    "native",
+                ));
+            }
+        };
+        lock(&self.inner).weight_version = update.version;
+        Ok(UpdateReport {
+            version: update.version,
+            digest: RString::new(),
+            bytes_copied: bytes,
+        })
+    }
+
+    fn load_adapter(&self, name: String, dir: String) -> Result<()> {
+        self.add_adapter(&name, Path::new(&dir)).map(drop)
+    }
+
+    fn unload_adapter(&self, name: String) -> Result<()> {
+        if lock(&self.inner).engine.remove_adapter(&name) {
+            Ok(())
+        } else {
+            Err(PluginError::invalid_input(format!(
+                "unload_adapter: no adapter named `{name}` is loaded"
+            )))
+        }
+    }
+
+    fn stats(&self) -> Result<ComponentStats> {
+        let st = lock(&self.state);
+        let inner = lock(&self.inner);
+        let cfg = inner.engine.config();
+        let p = &inner.provider;
+        let mut metrics = vec![
+            Metric::new("host_regions", (p.backing() == Backing::Host) as u8 as f64),
+            Metric::new("max_batch", cfg.max_batch as f64),
+            Metric::new("max_seq_len", cfg.max_seq as f64),
+            Metric::new("adapters", inner.engine.adapter_names().len() as f64),
+            Metric::new("in_flight", st.in_flight as f64),
+        ];
+        for tag in [
+            BufferTag::Weights,
+            BufferTag::KvCache,
+            BufferTag::Activations,
+        ] {
+            metrics.push(Metric::new(
+                &format!("allocated_bytes.{}", tag.as_str()),
+                p.bytes(tag) as f64,
+            ));
+        }
+        Ok(ComponentStats {
+            weight_version: inner.weight_version,
+            state: state_name(&st).into(),
+            metrics: metrics.into(),
+        })
+    }
+}
+
+fn state_name(st: &State) -> String {
+    let base = if st.paused { "paused" } else { "serving" };
+    if st.released.is_empty() {
+        base.to_string()
+    } else {
+        let tags: Vec<&str> = st.released.iter().map(String::as_str).collect();
+        format!("{base}, released: {}", tags.join(","))
+    }
+}
+
+fn not_host(op: &str) -> PluginError {
+    PluginError::new(
+        tandem_plugin_api::ErrorCode::NotAvailable,
+        format!("{op}: this engine's buffers are heap vectors (no host memory services)"),
+    )
+    .with_help("run the engine inside a `tandem worker` process, which attaches memory services")
+}

@@ -1,0 +1,87 @@
+//! The plugin glue of `native`: manifest, constructors, the engine and trainer components, and
+//! the host-region [`BufferProvider`](crate::buffer::BufferProvider).
+//!
+//! Built in through `register_builtin!` in `lib.rs` (the host links this crate as an rlib);
+//! the `tandem-plugin-native-cdylib` crate exports the same [`NativePlugin`] as a library.
+//! See `plugins/native/PLUGIN-NOTES.md` for the codemap and invariants.
+
+pub mod batch;
+pub mod common;
+pub mod engine;
+pub mod provider;
+pub mod trainer;
+
+use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
+use tandem_plugin_api::{
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, HostBox, PauseMode,
+    PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
+};
+
+pub use engine::{EngineOptions, NativeEngine};
+pub use trainer::{NativeTrainer, TrainerOptions};
+
+/// The `native` plugin.
+pub struct NativePlugin;
+
+fn strs(v: &[&str]) -> tandem_plugin_api::RVec<RString> {
+    v.iter().map(|s| RString::from(*s)).collect()
+}
+
+impl Plugin for NativePlugin {
+    fn manifest() -> PluginManifest {
+        let engine = ComponentDecl {
+            kind: ComponentKind::Engine,
+            name: "native".into(),
+            description: "Llama/Qwen2 CPU engine: batched KV-cache decode, LoRA, host regions"
+                .into(),
+            caps: Capabilities {
+                update_kinds: vec![UpdateKind::CheckpointDir, UpdateKind::Adapter].into(),
+                releasable_tags: strs(&engine::RELEASABLE),
+                pause_modes: vec![PauseMode::Abort, PauseMode::Wait].into(),
+                hidden_states: true,
+                lora: true,
+                needs_gpu: Default::default(),
+                notes: strs(&[
+                    "abort takes effect between batches of max_batch prompts",
+                    "release/resume need host memory services (tandem worker)",
+                ]),
+            },
+        };
+        let trainer = ComponentDecl {
+            kind: ComponentKind::Trainer,
+            name: "native".into(),
+            description: "Llama/Qwen2 CPU trainer: SFT and GRPO, AdamW, full or LoRA".into(),
+            caps: Capabilities {
+                update_kinds: vec![UpdateKind::CheckpointDir, UpdateKind::Adapter].into(),
+                releasable_tags: strs(&trainer::OFFLOADABLE),
+                pause_modes: Default::default(),
+                hidden_states: false,
+                lora: true,
+                needs_gpu: Default::default(),
+                notes: strs(&["exports checkpoint_dir in full fine-tuning, adapter in LoRA mode"]),
+            },
+        };
+        sdk::manifest("native", env!("CARGO_PKG_VERSION"), vec![engine, trainer])
+    }
+
+    fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
+        check_component(&config)?;
+        Ok(engine_box(NativeEngine::new(&config, host)?))
+    }
+
+    fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
+        check_component(&config)?;
+        Ok(trainer_box(NativeTrainer::new(config, host)?))
+    }
+}
+
+fn check_component(config: &ComponentConfig) -> Result<()> {
+    if config.component.as_str() == "native" {
+        Ok(())
+    } else {
+        Err(PluginError::invalid_input(format!(
+            "plugin `native` has no component `{}`",
+            config.component
+        )))
+    }
+}

@@ -1,0 +1,627 @@
+//! The `native` trainer component: [`TrainerImpl`] over the core [`Trainer`].
+//!
+//! Full fine-tuning exports `CheckpointDir` updates; LoRA mode (`options.lora`) trains an
+//! adapter on a frozen base and exports `Adapter` updates. Snapshots go through the host
+//! (tags `weights` + `optimizer`) when memory services are attached, else they are in-plugin
+//! copies of the parameters and the optimizer step (moments are not copied: a gap).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tandem_plugin_api::sdk::{Result, TrainerImpl};
+use tandem_plugin_api::{
+    CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
+    PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate,
+    WhichWeights,
+};
+
+use super::batch::Padded;
+use super::common::{Ctx, check_tags, host_call, log, parse_options};
+use super::provider::{Backing, PluginProvider};
+use crate::buffer::{BufferTag, VecProvider};
+use crate::config::ModelConfig;
+use crate::lora::{ALL_TARGETS, LoraAdapter, LoraConfig, Target};
+use crate::loss::{Loss, PolicyLossConfig};
+use crate::model::Model;
+use crate::optim::AdamW;
+use crate::st_io;
+use crate::trainer::{Batch, Trainer};
+
+/// Tags the trainer can offload.
+pub const OFFLOADABLE: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
+const SNAPSHOT_TAGS: [&str; 2] = ["weights", "optimizer"];
+const SCRATCH_SNAPSHOT: &str = "native.trainer/scratch";
+const STATE_FILE: &str = "tandem_trainer_state.json";
+
+/// `options.lora`: train a LoRA adapter on a frozen base.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraOptions {
+    /// Rank.
+    pub rank: usize,
+    /// Scaling numerator (`scale = alpha / rank`).
+    pub alpha: f32,
+    /// PEFT module names (default: all seven projections).
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// Seed of A's initialisation.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// `options` of the trainer component (the learning rate and clip come with each step).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainerOptions {
+    /// AdamW decoupled weight decay.
+    pub weight_decay: f32,
+    /// AdamW β1.
+    pub beta1: f32,
+    /// AdamW β2.
+    pub beta2: f32,
+    /// AdamW ε.
+    pub eps: f32,
+    /// LoRA mode.
+    pub lora: Option<LoraOptions>,
+}
+
+impl Default for TrainerOptions {
+    fn default() -> Self {
+        let a = AdamW::default();
+        TrainerOptions {
+            weight_decay: 0.0,
+            beta1: a.beta1,
+            beta2: a.beta2,
+            eps: a.eps,
+            lora: None,
+        }
+    }
+}
+
+/// In-plugin snapshot (Vec backing) or the metadata of a host snapshot.
+struct Snap {
+    params: Option<(Vec<f32>, Option<Vec<f32>>)>,
+    step: u64,
+    version: u64,
+}
+
+/// The trainer component.
+pub struct NativeTrainer {
+    config: ComponentConfig,
+    opts: TrainerOptions,
+    host: HostBox,
+    provider: Option<PluginProvider>,
+    trainer: Option<Trainer>,
+    version: u64,
+    snapshots: HashMap<String, Snap>,
+    offloaded: BTreeSet<String>,
+}
+
+impl NativeTrainer {
+    /// Parses the options; the model is loaded by `init`.
+    pub fn new(config: ComponentConfig, host: HostBox) -> Result<Self> {
+        let opts: TrainerOptions = parse_options(&config.options_json, "trainer `native`")?;
+        if config.model_path.is_empty() {
+            return Err(PluginError::invalid_input(
+                "trainer `native` needs a model directory (model_path is empty)",
+            ));
+        }
+        Ok(NativeTrainer {
+            config,
+            opts,
+            host,
+            provider: None,
+            trainer: None,
+            version: 0,
+            snapshots: HashMap::new(),
+            offloaded: BTreeSet::new(),
+        })
+    }
+
+    fn ready(&mut self, op: &str) -> Result<(&mut Trainer, &mut PluginProvider)> {
+        if !self.offloaded.is_empty() {
+            return Err(PluginError::invalid_state(format!(
+                "{op}: {:?} are offloaded; call onload first",
+                self.offloaded
+            )));
+        }
+        match (self.trainer.as_mut(), self.provider.as_mut()) {
+            (Some(t), Some(p)) => Ok((t, p)),
+            _ => Err(PluginError::invalid_state(format!(
+                "{op}: trainer `native` is not initialised; call init first"
+            ))),
+        }
+    }
+
+    fn host_backed(&self) -> bool {
+        self.provider
+            .as_ref()
+            .is_some_and(|p| p.backing() == Backing::Host)
+    }
+
+    fn logprobs_current(&mut self, batch: &TrainBatch) -> Result<Vec<RVec<f32>>> {
+        let (tr, p) = self.ready("compute_logprobs")?;
+        let pad = Padded::new(&batch.sequences, tr.model.cfg.vocab_size)?;
+        let b = Batch {
+            tokens: &pad.tokens,
+            b: pad.b,
+            t: pad.t,
+            mask: &pad.mask,
+        };
+        let lp = tr.logprobs(&b, p).ctx("compute_logprobs")?;
+        Ok(pad.completions(&lp).into_iter().map(RVec::from).collect())
+    }
+
+    fn take_snapshot(&mut self, name: &str) -> Result<()> {
+        let host = self.host_backed();
+        let (tr, _) = self.ready("snapshot")?;
+        let step = tr.opt.step;
+        let params = if host {
+            None
+        } else {
+            Some((
+                tr.model.w().to_vec(),
+                tr.lora.as_ref().map(|l| l.weights.as_slice().to_vec()),
+            ))
+        };
+        if host {
+            let tags = SNAPSHOT_TAGS.iter().map(|t| RString::from(*t)).collect();
+            host_call(self.host.snapshot(name.into(), tags), "snapshot")?;
+        }
+        let version = self.version;
+        self.snapshots.insert(
+            name.to_string(),
+            Snap {
+                params,
+                step,
+                version,
+            },
+        );
+        Ok(())
+    }
+
+    fn restore_snapshot(&mut self, name: &str, meta: bool) -> Result<()> {
+        let Some(snap) = self.snapshots.get(name) else {
+            let known: Vec<&String> = self.snapshots.keys().collect();
+            return Err(PluginError::invalid_input(format!(
+                "restore: no snapshot named `{name}` (taken: {known:?})"
+            )));
+        };
+        let (step, version) = (snap.step, snap.version);
+        match &snap.params {
+            None => host_call(self.host.restore(name.into()), "restore")?,
+            Some((w, l)) => {
+                let (w, l) = (w.clone(), l.clone());
+                let (tr, _) = self.ready("restore")?;
+                tr.model.copy_weights_from(&w).ctx("restore")?;
+                if let (Some(ad), Some(l)) = (tr.lora.as_mut(), l) {
+                    ad.weights.as_mut_slice().copy_from_slice(&l);
+                }
+            }
+        }
+        if meta {
+            if let Some(tr) = self.trainer.as_mut() {
+                tr.opt.step = step;
+            }
+            self.version = version;
+        }
+        Ok(())
+    }
+
+    fn train(&mut self, batch: &TrainBatch) -> Result<Vec<Metric>> {
+        let lc = batch.loss.clone();
+        if !(lc.learning_rate > 0.0 && lc.learning_rate.is_finite()) {
+            return Err(PluginError::invalid_input(format!(
+                "train_step: learning_rate must be > 0 (got {})",
+                lc.learning_rate
+            )));
+        }
+        let (tr, p) = self.ready("train_step")?;
+        let pad = Padded::new(&batch.sequences, tr.model.cfg.vocab_size)?;
+        let b = Batch {
+            tokens: &pad.tokens,
+            b: pad.b,
+            t: pad.t,
+            mask: &pad.mask,
+        };
+        tr.opt.lr = lc.learning_rate;
+        tr.max_grad_norm = (lc.grad_clip > 0.0).then_some(lc.grad_clip);
+        let seqs = &batch.sequences;
+        let (stats, step) = match lc.kind {
+            LossKind::Sft => tr.train_step(&b, &Loss::Sft, p).ctx("train_step")?,
+            LossKind::Grpo => {
+                let adv: Vec<f32> = seqs
+                    .iter()
+                    .flat_map(|s| std::iter::repeat_n(s.advantage, pad.t))
+                    .collect();
+                let old = match pad.scatter(seqs, "old_logprobs", |s| &s.old_logprobs)? {
+                    Some(o) => o,
+                    // On-policy: the behaviour policy is the current one.
+                    None => tr.logprobs(&b, p).ctx("train_step")?,
+                };
+                let refs = pad.scatter(seqs, "ref_logprobs", |s| &s.ref_logprobs)?;
+                if lc.kl_coef > 0.0 && refs.is_none() {
+                    return Err(PluginError::invalid_input(
+                        "train_step: kl_coef > 0 needs ref_logprobs on every sequence",
+                    ));
+                }
+                let loss = Loss::Policy {
+                    cfg: PolicyLossConfig {
+                        clip_low: lc.clip_eps_low,
+                        clip_high: lc.clip_eps_high,
+                        kl_coef: lc.kl_coef,
+                    },
+                    advantages: &adv,
+                    old_logprobs: &old,
+                    ref_logprobs: refs.as_deref(),
+                };
+                tr.train_step(&b, &loss, p).ctx("train_step")?
+            }
+        };
+        if step.applied {
+            self.version += 1;
+        }
+        Ok(vec![
+            Metric::new("loss", stats.loss),
+            Metric::new("nll", stats.nll),
+            Metric::new("kl", stats.kl),
+            Metric::new("clip_frac", stats.clip_frac),
+            Metric::new("tokens", stats.tokens),
+            Metric::new("grad_norm", step.grad_norm),
+            Metric::new("applied", step.applied as u8 as f64),
+            Metric::new("weight_version", self.version as f64),
+        ])
+    }
+
+    fn save(&mut self, dir: &Path) -> Result<CheckpointInfo> {
+        let version = self.version;
+        let (tr, _) = self.ready("save_checkpoint")?;
+        tr.save_checkpoint(dir)
+            .ctx(&format!("save_checkpoint {}", dir.display()))?;
+        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
+        let path = dir.join(STATE_FILE);
+        std::fs::write(&path, state.to_string())
+            .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))?;
+        Ok(CheckpointInfo {
+            dir: dir.display().to_string().into(),
+            weight_version: version,
+            bytes: dir_bytes(dir),
+        })
+    }
+
+    fn load(&mut self, dir: &Path) -> Result<CheckpointInfo> {
+        let what = format!("load_checkpoint {}", dir.display());
+        let (tr, _) = self.ready("load_checkpoint")?;
+        match tr.lora.as_mut() {
+            Some(ad) => {
+                let staged =
+                    LoraAdapter::load(dir, &tr.model.cfg, &mut VecProvider::new()).ctx(&what)?;
+                if staged.layout != ad.layout {
+                    return Err(PluginError::invalid_input(format!(
+                        "{what}: adapter (r={}, targets {:?}) differs from the one being trained \
+                         (r={}, targets {:?})",
+                        staged.cfg.r, staged.cfg.targets, ad.cfg.r, ad.cfg.targets
+                    )));
+                }
+                ad.weights
+                    .as_mut_slice()
+                    .copy_from_slice(staged.weights.as_slice());
+            }
+            None => {
+                let cfg = ModelConfig::from_dir(dir).ctx(&what)?;
+                if cfg != tr.model.cfg {
+                    return Err(PluginError::invalid_input(format!(
+                        "{what}: config.json describes another architecture than the loaded model"
+                    )));
+                }
+                let files = st_io::model_files(dir).ctx(&what)?;
+                let mut staged = vec![0f32; tr.model.layout.total_len()];
+                let tied = cfg.tie_word_embeddings;
+                st_io::load_into(&files, &tr.model.layout, &mut staged, &|n| {
+                    (!(tied && n == "lm_head.weight")).then(|| n.to_string())
+                })
+                .ctx(&what)?;
+                tr.model.copy_weights_from(&staged).ctx(&what)?;
+            }
+        }
+        if let Ok(text) = std::fs::read_to_string(dir.join(STATE_FILE))
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            if let Some(s) = v.get("adam_step").and_then(|x| x.as_u64()) {
+                tr.opt.step = s;
+            }
+            if let Some(w) = v.get("weight_version").and_then(|x| x.as_u64()) {
+                self.version = w;
+            }
+        }
+        Ok(CheckpointInfo {
+            dir: dir.display().to_string().into(),
+            weight_version: self.version,
+            bytes: dir_bytes(dir),
+        })
+    }
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+fn parse_targets(names: &[String]) -> Result<Vec<Target>> {
+    if names.is_empty() {
+        return Ok(ALL_TARGETS.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            Target::from_module(n).ok_or_else(|| {
+                PluginError::invalid_input(format!(
+                    "trainer `native` options: lora target `{n}` is not one of q_proj, k_proj, \
+                     v_proj, o_proj, gate_proj, up_proj, down_proj"
+                ))
+            })
+        })
+        .collect()
+}
+
+fn tags_of(tags: &[String]) -> RVec<RString> {
+    tags.iter().map(|t| RString::from(t.as_str())).collect()
+}
+
+impl TrainerImpl for NativeTrainer {
+    fn component(&self) -> &str {
+        "native"
+    }
+
+    fn init(&mut self) -> Result<TrainerInfo> {
+        if self.trainer.is_some() {
+            return Err(PluginError::invalid_state(
+                "trainer `native` is already initialised",
+            ));
+        }
+        let dir = PathBuf::from(self.config.model_path.as_str());
+        let mut provider =
+            PluginProvider::new(self.host.clone(), "trainer").ctx("trainer `native`")?;
+        let what = format!("loading model {}", dir.display());
+        let model = Model::load(&dir, &mut provider).ctx(&what)?;
+        let lora = match &self.opts.lora {
+            None => None,
+            Some(o) => {
+                let cfg = LoraConfig {
+                    r: o.rank,
+                    alpha: o.alpha,
+                    targets: parse_targets(&o.targets)?,
+                    base_model: dir.display().to_string(),
+                };
+                let mut ad = LoraAdapter::new(&model.cfg, cfg, &mut provider)
+                    .ctx("trainer `native` lora")?;
+                ad.init_a(o.seed);
+                Some(ad)
+            }
+        };
+        let o = &self.opts;
+        let opt = AdamW {
+            lr: 0.0,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            step: 0,
+        };
+        let total = model.layout.num_params() as u64;
+        let adapter = lora.as_ref().map(|l| l.layout.num_params() as u64);
+        let trainer = Trainer::new(model, lora, opt, &mut provider).ctx("trainer `native`")?;
+        log(
+            &self.host,
+            LogLevel::Info,
+            &format!(
+                "trainer: {} loaded ({}, buffers: {})",
+                dir.display(),
+                if adapter.is_some() {
+                    "LoRA"
+                } else {
+                    "full fine-tuning"
+                },
+                provider.backing().as_str()
+            ),
+        );
+        self.trainer = Some(trainer);
+        self.provider = Some(provider);
+        Ok(TrainerInfo {
+            trainable_params: adapter.unwrap_or(total),
+            total_params: total + adapter.unwrap_or(0),
+            weight_version: self.version,
+        })
+    }
+
+    fn compute_logprobs(
+        &mut self,
+        batch: TrainBatch,
+        which: WhichWeights,
+    ) -> Result<Vec<RVec<f32>>> {
+        match which {
+            WhichWeights::Current => self.logprobs_current(&batch),
+            WhichWeights::Snapshot(name) => {
+                self.take_snapshot(SCRATCH_SNAPSHOT)?;
+                let out = self
+                    .restore_snapshot(name.as_str(), false)
+                    .and_then(|()| self.logprobs_current(&batch));
+                let back = self.restore_snapshot(SCRATCH_SNAPSHOT, false);
+                self.snapshots.remove(SCRATCH_SNAPSHOT);
+                if self.host_backed() {
+                    host_call(
+                        self.host.drop_snapshot(SCRATCH_SNAPSHOT.into()),
+                        "compute_logprobs",
+                    )?;
+                }
+                back?;
+                out
+            }
+        }
+    }
+
+    fn train_step(&mut self, batch: TrainBatch) -> Result<Vec<Metric>> {
+        self.train(&batch)
+    }
+
+    fn snapshot(&mut self, name: String) -> Result<()> {
+        if name == SCRATCH_SNAPSHOT {
+            return Err(PluginError::invalid_input(format!(
+                "snapshot name `{name}` is reserved"
+            )));
+        }
+        if self.snapshots.contains_key(&name) && self.host_backed() {
+            host_call(self.host.drop_snapshot(name.as_str().into()), "snapshot")?;
+        }
+        self.take_snapshot(&name)
+    }
+
+    fn restore(&mut self, name: String) -> Result<()> {
+        self.ready("restore")?;
+        self.restore_snapshot(&name, true)
+    }
+
+    fn save_checkpoint(&mut self, dir: String) -> Result<CheckpointInfo> {
+        self.save(Path::new(&dir))
+    }
+
+    fn load_checkpoint(&mut self, dir: String) -> Result<CheckpointInfo> {
+        self.load(Path::new(&dir))
+    }
+
+    fn export_weight_update(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
+        let lora = self.trainer.as_ref().is_some_and(|t| t.lora.is_some());
+        let want = if lora {
+            UpdateKind::Adapter
+        } else {
+            UpdateKind::CheckpointDir
+        };
+        if kind != want {
+            return Err(PluginError::invalid_input(format!(
+                "export_weight_update({}): this trainer {} exports `{}` updates",
+                kind.as_str(),
+                if lora {
+                    "trains a LoRA adapter and"
+                } else {
+                    "fine-tunes all weights and"
+                },
+                want.as_str()
+            ))
+            .with_help("pick the bridge mode matching the trainer's `lora` option"));
+        }
+        if self.config.run_dir.is_empty() {
+            return Err(PluginError::invalid_input(
+                "export_weight_update: the trainer has no run directory (run_dir is empty)",
+            ));
+        }
+        let v = self.version;
+        let sub = if lora { "adapters" } else { "weights" };
+        let dir = Path::new(self.config.run_dir.as_str())
+            .join(sub)
+            .join(format!("v{v}"));
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
+        }
+        let info = self.save(&dir)?;
+        let payload = if lora {
+            UpdatePayload::Adapter {
+                name: format!("native-v{v}").into(),
+                dir: info.dir,
+            }
+        } else {
+            UpdatePayload::CheckpointDir { dir: info.dir }
+        };
+        Ok(WeightUpdate {
+            version: v,
+            payload,
+            digest: RString::new(),
+        })
+    }
+
+    fn offload(&mut self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &OFFLOADABLE, "offload")?;
+        if !self.host_backed() {
+            return Err(not_host("offload"));
+        }
+        let fresh: Vec<String> = tags
+            .into_iter()
+            .filter(|t| !self.offloaded.contains(t))
+            .collect();
+        if !fresh.is_empty() {
+            host_call(self.host.pause_tags(tags_of(&fresh)), "offload")?;
+        }
+        self.offloaded.extend(fresh);
+        Ok(())
+    }
+
+    fn onload(&mut self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &OFFLOADABLE, "onload")?;
+        if !self.host_backed() {
+            return Err(not_host("onload"));
+        }
+        let held: Vec<String> = tags
+            .into_iter()
+            .filter(|t| self.offloaded.contains(t))
+            .collect();
+        if !held.is_empty() {
+            host_call(self.host.resume_tags(tags_of(&held)), "onload")?;
+        }
+        for t in &held {
+            self.offloaded.remove(t);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> Result<ComponentStats> {
+        let state = match (&self.trainer, self.offloaded.is_empty()) {
+            (None, _) => "uninitialised".to_string(),
+            (Some(_), true) => "ready".to_string(),
+            (Some(_), false) => format!(
+                "offloaded: {}",
+                self.offloaded.iter().cloned().collect::<Vec<_>>().join(",")
+            ),
+        };
+        let mut metrics = Vec::new();
+        if let Some(t) = &self.trainer {
+            metrics.push(Metric::new("optimizer_step", t.opt.step as f64));
+        }
+        if let Some(p) = &self.provider {
+            metrics.push(Metric::new(
+                "host_regions",
+                (p.backing() == Backing::Host) as u8 as f64,
+            ));
+            for tag in [
+                BufferTag::Weights,
+                BufferTag::Grads,
+                BufferTag::Optimizer,
+                BufferTag::Activations,
+            ] {
+                metrics.push(Metric::new(
+                    &format!("allocated_bytes.{}", tag.as_str()),
+                    p.bytes(tag) as f64,
+                ));
+            }
+        }
+        metrics.push(Metric::new("snapshots", self.snapshots.len() as f64));
+        Ok(ComponentStats {
+            weight_version: self.version,
+            state: state.into(),
+            metrics: metrics.into(),
+        })
+    }
+}
+
+fn not_host(op: &str) -> PluginError {
+    PluginError::new(
+        tandem_plugin_api::ErrorCode::NotAvailable,
+        format!("{op}: this trainer's buffers are heap vectors (no host memory services)"),
+    )
+    .with_help("run the trainer inside a `tandem worker` process, which attaches memory services")
+}
