@@ -387,3 +387,89 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     }
     assert_eq!(ok(engine.stats()).weight_version, 4);
 }
+
+#[test]
+fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_error() {
+    use tandem_plugin_api::{LossConfig, LossKind, TrainBatch, UpdateKind, WhichWeights};
+    let run_dir = tempfile::tempdir().expect("tempdir");
+    let registry = Registry::discover(&[]).expect("registry");
+    let config = |options: &str| ComponentConfig {
+        component: "native".into(),
+        model_path: model_dir().display().to_string().into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: run_dir.path().display().to_string().into(),
+    };
+    let err = registry
+        .new_engine(
+            config(r#"{"max_batch": 2, "max_sequence": 9}"#),
+            Services::new().handle(),
+        )
+        .err()
+        .expect("unknown option refused")
+        .to_string();
+    assert!(
+        err.contains("max_sequence") && err.contains("options"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let lora = r#"{"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "v_proj"], "seed": 1}}"#;
+    let mut trainer = registry
+        .new_trainer(config(lora), Services::new().handle())
+        .expect("trainer");
+    let info = ok(trainer.init());
+    assert!(info.trainable_params < info.total_params / 10, "{info:?}");
+    let tokens = [1u32, 40, 41, 42, 43, 44, 2];
+    let batch = TrainBatch {
+        sequences: vec![seq(&tokens, 2)].into(),
+        loss: LossConfig {
+            kind: LossKind::Sft,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: 1e-2,
+            grad_clip: 1.0,
+        },
+    };
+    for _ in 0..3 {
+        ok(trainer.train_step(batch.clone()));
+    }
+    match trainer.export_weight_update(UpdateKind::CheckpointDir) {
+        RResult::RErr(e) => assert_eq!(e.code, ErrorCode::InvalidInput, "{e}"),
+        RResult::ROk(u) => panic!("LoRA trainer exported a checkpoint dir: {u:?}"),
+    }
+    let update = ok(trainer.export_weight_update(UpdateKind::Adapter));
+    let engine = registry
+        .new_engine(config(""), Services::new().handle())
+        .expect("engine");
+    ok(engine.apply_weight_update(update));
+    let out = ok(engine.generate(GenerateRequest {
+        prompts: vec![RVec::from(tokens[..2].to_vec())].into(),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens: 1,
+            ..SamplingParams::default()
+        },
+        adapter: ROption::RSome("native-v3".into()),
+    }));
+    // The engine with the adapter gives its greedy token the trainer's logprob of that token.
+    let first = &out.completions[0];
+    let probe = [tokens[0], tokens[1], first.tokens[0]];
+    let probe_batch = TrainBatch {
+        sequences: vec![seq(&probe, 2)].into(),
+        loss: batch.loss.clone(),
+    };
+    let trained = ok(trainer.compute_logprobs(probe_batch, WhichWeights::Current));
+    let (e, t) = (first.logprobs[0], trained[0][0]);
+    assert!((e - t).abs() <= 1e-4, "engine+adapter {e} vs trainer {t}");
+    let base = ok(engine.score(vec![RVec::from(probe.to_vec())].into()));
+    assert!(
+        (base[0][1] - t).abs() > 1e-3,
+        "the adapter changed nothing: {base:?} vs {t}"
+    );
+    let scored = ok(engine.score(vec![RVec::from(tokens.to_vec())].into()));
+    assert_eq!(scored[0].len(), tokens.len() - 1);
+}
