@@ -8,7 +8,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
@@ -17,67 +16,25 @@ use tandem_plugin_api::{
 };
 
 use super::batch::Padded;
+mod options;
+mod state;
+
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
 use super::provider::{Backing, PluginProvider};
-use crate::buffer::{BufferTag, VecProvider};
-use crate::config::ModelConfig;
-use crate::lora::{ALL_TARGETS, LoraAdapter, LoraConfig, Target};
+use crate::buffer::BufferTag;
+use crate::lora::{LoraAdapter, LoraConfig};
 use crate::loss::{Loss, PolicyLossConfig};
 use crate::model::Model;
 use crate::optim::AdamW;
-use crate::st_io;
 use crate::trainer::{Batch, Trainer};
+use options::parse_targets;
+pub use options::{LoraOptions, TrainerOptions};
 
 /// Tags the trainer can offload.
 pub const OFFLOADABLE: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
 const SNAPSHOT_TAGS: [&str; 2] = ["weights", "optimizer"];
 const SCRATCH_SNAPSHOT: &str = "native.trainer/scratch";
 const STATE_FILE: &str = "tandem_trainer_state.json";
-
-/// `options.lora`: train a LoRA adapter on a frozen base.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoraOptions {
-    /// Rank.
-    pub rank: usize,
-    /// Scaling numerator (`scale = alpha / rank`).
-    pub alpha: f32,
-    /// PEFT module names (default: all seven projections).
-    #[serde(default)]
-    pub targets: Vec<String>,
-    /// Seed of A's initialisation.
-    #[serde(default)]
-    pub seed: u64,
-}
-
-/// `options` of the trainer component (the learning rate and clip come with each step).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TrainerOptions {
-    /// AdamW decoupled weight decay.
-    pub weight_decay: f32,
-    /// AdamW β1.
-    pub beta1: f32,
-    /// AdamW β2.
-    pub beta2: f32,
-    /// AdamW ε.
-    pub eps: f32,
-    /// LoRA mode.
-    pub lora: Option<LoraOptions>,
-}
-
-impl Default for TrainerOptions {
-    fn default() -> Self {
-        let a = AdamW::default();
-        TrainerOptions {
-            weight_decay: 0.0,
-            beta1: a.beta1,
-            beta2: a.beta2,
-            eps: a.eps,
-            lora: None,
-        }
-    }
-}
 
 /// In-plugin snapshot (Vec backing) or the metadata of a host snapshot.
 struct Snap {
@@ -153,62 +110,6 @@ impl NativeTrainer {
         Ok(pad.completions(&lp).into_iter().map(RVec::from).collect())
     }
 
-    fn take_snapshot(&mut self, name: &str) -> Result<()> {
-        let host = self.host_backed();
-        let (tr, _) = self.ready("snapshot")?;
-        let step = tr.opt.step;
-        let params = if host {
-            None
-        } else {
-            Some((
-                tr.model.w().to_vec(),
-                tr.lora.as_ref().map(|l| l.weights.as_slice().to_vec()),
-            ))
-        };
-        if host {
-            let tags = SNAPSHOT_TAGS.iter().map(|t| RString::from(*t)).collect();
-            host_call(self.host.snapshot(name.into(), tags), "snapshot")?;
-        }
-        let version = self.version;
-        self.snapshots.insert(
-            name.to_string(),
-            Snap {
-                params,
-                step,
-                version,
-            },
-        );
-        Ok(())
-    }
-
-    fn restore_snapshot(&mut self, name: &str, meta: bool) -> Result<()> {
-        let Some(snap) = self.snapshots.get(name) else {
-            let known: Vec<&String> = self.snapshots.keys().collect();
-            return Err(PluginError::invalid_input(format!(
-                "restore: no snapshot named `{name}` (taken: {known:?})"
-            )));
-        };
-        let (step, version) = (snap.step, snap.version);
-        match &snap.params {
-            None => host_call(self.host.restore(name.into()), "restore")?,
-            Some((w, l)) => {
-                let (w, l) = (w.clone(), l.clone());
-                let (tr, _) = self.ready("restore")?;
-                tr.model.copy_weights_from(&w).ctx("restore")?;
-                if let (Some(ad), Some(l)) = (tr.lora.as_mut(), l) {
-                    ad.weights.as_mut_slice().copy_from_slice(&l);
-                }
-            }
-        }
-        if meta {
-            if let Some(tr) = self.trainer.as_mut() {
-                tr.opt.step = step;
-            }
-            self.version = version;
-        }
-        Ok(())
-    }
-
     fn train(&mut self, batch: &TrainBatch) -> Result<Vec<Metric>> {
         let lc = batch.loss.clone();
         if !(lc.learning_rate > 0.0 && lc.learning_rate.is_finite()) {
@@ -273,101 +174,6 @@ impl NativeTrainer {
             Metric::new("weight_version", self.version as f64),
         ])
     }
-
-    fn save(&mut self, dir: &Path) -> Result<CheckpointInfo> {
-        let version = self.version;
-        let (tr, _) = self.ready("save_checkpoint")?;
-        tr.save_checkpoint(dir)
-            .ctx(&format!("save_checkpoint {}", dir.display()))?;
-        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
-        let path = dir.join(STATE_FILE);
-        std::fs::write(&path, state.to_string())
-            .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))?;
-        Ok(CheckpointInfo {
-            dir: dir.display().to_string().into(),
-            weight_version: version,
-            bytes: dir_bytes(dir),
-        })
-    }
-
-    fn load(&mut self, dir: &Path) -> Result<CheckpointInfo> {
-        let what = format!("load_checkpoint {}", dir.display());
-        let (tr, _) = self.ready("load_checkpoint")?;
-        match tr.lora.as_mut() {
-            Some(ad) => {
-                let staged =
-                    LoraAdapter::load(dir, &tr.model.cfg, &mut VecProvider::new()).ctx(&what)?;
-                if staged.layout != ad.layout {
-                    return Err(PluginError::invalid_input(format!(
-                        "{what}: adapter (r={}, targets {:?}) differs from the one being trained \
-                         (r={}, targets {:?})",
-                        staged.cfg.r, staged.cfg.targets, ad.cfg.r, ad.cfg.targets
-                    )));
-                }
-                ad.weights
-                    .as_mut_slice()
-                    .copy_from_slice(staged.weights.as_slice());
-            }
-            None => {
-                let cfg = ModelConfig::from_dir(dir).ctx(&what)?;
-                if cfg != tr.model.cfg {
-                    return Err(PluginError::invalid_input(format!(
-                        "{what}: config.json describes another architecture than the loaded model"
-                    )));
-                }
-                let files = st_io::model_files(dir).ctx(&what)?;
-                let mut staged = vec![0f32; tr.model.layout.total_len()];
-                let tied = cfg.tie_word_embeddings;
-                st_io::load_into(&files, &tr.model.layout, &mut staged, &|n| {
-                    (!(tied && n == "lm_head.weight")).then(|| n.to_string())
-                })
-                .ctx(&what)?;
-                tr.model.copy_weights_from(&staged).ctx(&what)?;
-            }
-        }
-        if let Ok(text) = std::fs::read_to_string(dir.join(STATE_FILE))
-            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-        {
-            if let Some(s) = v.get("adam_step").and_then(|x| x.as_u64()) {
-                tr.opt.step = s;
-            }
-            if let Some(w) = v.get("weight_version").and_then(|x| x.as_u64()) {
-                self.version = w;
-            }
-        }
-        Ok(CheckpointInfo {
-            dir: dir.display().to_string().into(),
-            weight_version: self.version,
-            bytes: dir_bytes(dir),
-        })
-    }
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
-
-fn parse_targets(names: &[String]) -> Result<Vec<Target>> {
-    if names.is_empty() {
-        return Ok(ALL_TARGETS.to_vec());
-    }
-    names
-        .iter()
-        .map(|n| {
-            Target::from_module(n).ok_or_else(|| {
-                PluginError::invalid_input(format!(
-                    "trainer `native` options: lora target `{n}` is not one of q_proj, k_proj, \
-                     v_proj, o_proj, gate_proj, up_proj, down_proj"
-                ))
-            })
-        })
-        .collect()
 }
 
 fn tags_of(tags: &[String]) -> RVec<RString> {

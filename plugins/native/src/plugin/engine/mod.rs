@@ -15,20 +15,19 @@ use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use serde::Deserialize;
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::{
-    Completion, ComponentConfig, ComponentStats, EngineHealth, FinishReason, GenerateRequest,
-    GenerateResponse, HostBox, LogLevel, Metric, PauseMode, PluginError, RString, RVec,
-    UpdatePayload, UpdateReport, WeightUpdate,
+    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
+    LogLevel, Metric, PauseMode, PluginError, RString, RVec, UpdatePayload, UpdateReport,
+    WeightUpdate,
 };
+
+mod generate;
+mod update;
 
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
 use super::provider::{Backing, PluginProvider};
 use crate::buffer::BufferTag;
-use crate::config::ModelConfig;
-use crate::engine::{self as core, Engine, EngineConfig, GenRequest};
-use crate::lora::LoraAdapter;
+use crate::engine::{Engine, EngineConfig};
 use crate::model::Model;
-use crate::sampling::SamplingParams;
-use crate::st_io;
 
 /// Tags the engine can release (their regions come back at the same address).
 pub const RELEASABLE: [&str; 3] = ["weights", "kv_cache", "activations"];
@@ -167,132 +166,6 @@ impl NativeEngine {
             )));
         }
         Ok(())
-    }
-
-    fn run_generate(&self, request: &GenerateRequest) -> Result<GenerateResponse> {
-        let sp = &request.sampling;
-        let seed = sp.seed.into_option().unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-        });
-        let adapter = request
-            .adapter
-            .as_ref()
-            .map(|a| a.to_string())
-            .into_option();
-        let reqs: Vec<GenRequest> = request
-            .prompts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| GenRequest {
-                prompt: p.to_vec(),
-                max_tokens: sp.max_tokens as usize,
-                stop_tokens: sp.stop_token_ids.to_vec(),
-                sampling: SamplingParams {
-                    temperature: sp.temperature,
-                    top_p: sp.top_p,
-                    top_k: sp.top_k as usize,
-                    // Distinct streams per prompt (a GRPO group repeats one prompt).
-                    seed: seed.wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-                },
-                adapter: adapter.clone(),
-            })
-            .collect();
-        if !(sp.top_p > 0.0 && sp.top_p <= 1.0) || sp.temperature < 0.0 {
-            return Err(PluginError::invalid_input(format!(
-                "sampling needs 0 < top_p <= 1 and temperature >= 0 (got {}, {})",
-                sp.top_p, sp.temperature
-            )));
-        }
-        let mut completions = Vec::with_capacity(reqs.len());
-        let mut version = 0;
-        let chunk = lock(&self.inner).engine.config().max_batch;
-        for part in reqs.chunks(chunk) {
-            if self.aborted() {
-                completions.extend(part.iter().map(|_| aborted_completion()));
-                continue;
-            }
-            let mut guard = lock(&self.inner);
-            let inner = &mut *guard;
-            version = inner.weight_version;
-            let outs = inner
-                .engine
-                .generate(part, sp.return_hidden_states, &mut inner.provider)
-                .ctx("engine `native` generate")?;
-            let d = inner.engine.model.cfg.hidden_size as u32;
-            completions.extend(outs.into_iter().map(|o| completion(o, sp.logprobs, d)));
-        }
-        Ok(GenerateResponse {
-            completions: completions.into(),
-            weight_version: version,
-        })
-    }
-
-    fn load_checkpoint_dir(&self, dir: &Path) -> Result<u64> {
-        let cfg = ModelConfig::from_dir(dir).ctx("weight update")?;
-        let mut guard = lock(&self.inner);
-        let model = &mut guard.engine.model;
-        if cfg != model.cfg {
-            return Err(PluginError::invalid_input(format!(
-                "weight update {}: config.json describes another architecture than the served \
-                 model {}",
-                dir.display(),
-                self.model_dir.display()
-            )));
-        }
-        let files = st_io::model_files(dir).ctx("weight update")?;
-        // Load beside the served weights first, so a bad checkpoint leaves them untouched.
-        let mut staged = vec![0f32; model.layout.total_len()];
-        let tied = model.cfg.tie_word_embeddings;
-        st_io::load_into(&files, &model.layout, &mut staged, &|n| {
-            (!(tied && n == "lm_head.weight")).then(|| n.to_string())
-        })
-        .ctx(&format!("weight update {}", dir.display()))?;
-        model.copy_weights_from(&staged).ctx("weight update")?;
-        Ok((staged.len() * 4) as u64)
-    }
-
-    fn add_adapter(&self, name: &str, dir: &Path) -> Result<u64> {
-        let mut guard = lock(&self.inner);
-        let inner = &mut *guard;
-        let what = format!("adapter `{name}` from {}", dir.display());
-        let ad = LoraAdapter::load(dir, &inner.engine.model.cfg, &mut inner.provider).ctx(&what)?;
-        let bytes = (ad.layout.total_len() * 4) as u64;
-        inner
-            .engine
-            .add_adapter(name, ad, &mut inner.provider)
-            .ctx(&what)?;
-        Ok(bytes)
-    }
-}
-
-fn aborted_completion() -> Completion {
-    Completion {
-        tokens: RVec::new(),
-        logprobs: RVec::new(),
-        finish_reason: FinishReason::Aborted,
-        hidden_states: RVec::new(),
-        hidden_dim: 0,
-    }
-}
-
-fn completion(o: core::GenOutput, logprobs: bool, d: u32) -> Completion {
-    let hidden = o.hidden.unwrap_or_default();
-    Completion {
-        tokens: o.tokens.into(),
-        logprobs: if logprobs {
-            o.logprobs.into()
-        } else {
-            RVec::new()
-        },
-        finish_reason: match o.finish {
-            core::FinishReason::Stop => FinishReason::Stop,
-            core::FinishReason::Length => FinishReason::Length,
-        },
-        hidden_dim: if hidden.is_empty() { 0 } else { d },
-        hidden_states: hidden.into(),
     }
 }
 
