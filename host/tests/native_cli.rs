@@ -278,7 +278,17 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     ok(engine.resume_memory(tags));
     assert_eq!(metric(&ok(host.memory_stats()), "resident_bytes"), resident);
     ok(engine.continue_generation());
-    let after = ok(engine.generate(request));
+    let after = ok(engine.generate(request.clone()));
+    ok(engine.pause_generation(PauseMode::Abort));
+    match engine.generate(request) {
+        RResult::RErr(e) => assert_eq!(e.code, ErrorCode::InvalidState, "{e}"),
+        RResult::ROk(_) => panic!("generate after pause(abort) must fail"),
+    }
+    match engine.pause_generation(PauseMode::Keep) {
+        RResult::RErr(e) => assert_eq!(e.code, ErrorCode::NotSupported, "{e}"),
+        RResult::ROk(()) => panic!("keep is not declared"),
+    }
+    ok(engine.continue_generation());
     for (b, a) in before.completions.iter().zip(after.completions.iter()) {
         assert_eq!(b.tokens, a.tokens);
         for (x, y) in b.logprobs.iter().zip(a.logprobs.iter()) {
@@ -386,6 +396,25 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
         );
     }
     assert_eq!(ok(engine.stats()).weight_version, 4);
+
+    // A GRPO step with a positive advantage raises the completion's logprob.
+    let mut grpo = batch.clone();
+    grpo.loss.kind = LossKind::Grpo;
+    grpo.loss.learning_rate = 1e-4;
+    grpo.sequences[0].advantage = 1.0;
+    grpo.sequences[0].old_logprobs = lp_now[0].clone();
+    let m = ok(trainer.train_step(grpo.clone()));
+    assert_eq!(metric(&m, "applied"), 1.0);
+    let lp_grpo = ok(trainer.compute_logprobs(grpo, WhichWeights::Current));
+    let up: f32 = lp_grpo[0]
+        .iter()
+        .zip(lp_now[0].iter())
+        .map(|(n, o)| n - o)
+        .sum();
+    assert!(
+        up > 0.0,
+        "GRPO with advantage +1 lowered the logprobs: {up}"
+    );
 }
 
 #[test]
