@@ -117,16 +117,14 @@ impl Trainer {
         Ok(())
     }
 
-    /// Forward + loss + backward; gradients are ADDED to the grads buffer (call
-    /// [`zero_grad`](Self::zero_grad) between steps). Returns loss statistics; the new
-    /// per-token logprobs are available from [`last_logprobs`](Self::last_logprobs).
-    pub fn accumulate(
+    /// Checks `batch`, sizes the activations buffer for it and runs the forward pass that
+    /// saves what backward needs. Shared by [`accumulate`](Self::accumulate) and
+    /// [`logprobs`](Self::logprobs).
+    fn forward_batch(
         &mut self,
         batch: &Batch<'_>,
-        loss: &Loss<'_>,
-        normalizer: Option<f32>,
         provider: &mut dyn BufferProvider,
-    ) -> Result<LossStats> {
+    ) -> Result<ActLayout> {
         self.check_batch(batch)?;
         let al = ActLayout::new(
             &self.model.cfg,
@@ -148,6 +146,25 @@ impl Trainer {
             acts,
             true,
         )?;
+        Ok(al)
+    }
+
+    /// Forward + loss + backward; gradients are ADDED to the grads buffer (call
+    /// [`zero_grad`](Self::zero_grad) between steps). Returns loss statistics; the new
+    /// per-token logprobs are available from [`last_logprobs`](Self::last_logprobs).
+    pub fn accumulate(
+        &mut self,
+        batch: &Batch<'_>,
+        loss: &Loss<'_>,
+        normalizer: Option<f32>,
+        provider: &mut dyn BufferProvider,
+    ) -> Result<LossStats> {
+        let al = self.forward_batch(batch, provider)?;
+        let acts = self
+            .acts
+            .as_mut()
+            .map(|a| a.as_mut_slice())
+            .unwrap_or_default();
         let vocab = self.model.cfg.vocab_size;
         let lo = al.logits_offset();
         self.logprobs.resize(al.n, 0.0);
@@ -190,27 +207,12 @@ impl Trainer {
         batch: &Batch<'_>,
         provider: &mut dyn BufferProvider,
     ) -> Result<Vec<f32>> {
-        self.check_batch(batch)?;
-        let al = ActLayout::new(
-            &self.model.cfg,
-            batch.b,
-            batch.t,
-            self.lora.as_ref().map(|l| &l.cfg),
-        );
-        self.ensure_acts(&al, provider)?;
+        let al = self.forward_batch(batch, provider)?;
         let acts = self
             .acts
             .as_mut()
             .map(|a| a.as_mut_slice())
             .unwrap_or_default();
-        forward(
-            &self.model,
-            self.lora.as_ref(),
-            batch.tokens,
-            &al,
-            acts,
-            true,
-        )?;
         let vocab = self.model.cfg.vocab_size;
         let lo = al.logits_offset();
         let mut out = vec![0.0; al.n];
