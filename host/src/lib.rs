@@ -2,6 +2,7 @@
 //! services, benchmarks, and the CLI the thin `tandem` binary runs.
 
 pub mod bench;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -11,7 +12,9 @@ pub mod logging;
 pub mod orchestrator;
 pub mod placement;
 pub mod registry;
+pub mod rl;
 pub mod services;
+pub mod task;
 pub mod worker;
 
 pub use error::HostError;

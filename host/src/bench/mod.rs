@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod memory;
+pub mod rl_loop;
 pub mod transport;
 
 use serde::Serialize;

@@ -51,17 +51,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a job.
-    Run {
-        /// The job file.
-        job: PathBuf,
-        /// Override the job file's run directory.
-        #[arg(long)]
-        output_dir: Option<PathBuf>,
-        /// Machine-readable output.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Run a job: the RL loop (`--resume RUN_DIR` continues a run).
+    Run(run::RunArgs),
     /// Run a benchmark; each figure is printed beside its limit measured in the same run.
     Bench {
         /// Which benchmark.
@@ -74,7 +65,7 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
-    /// Model files: `tandem model init --preset tiny|small --out DIR`.
+    /// Model files: `tandem model init` (preset models), `tandem model sft` (warm starts).
     Model {
         /// What to do.
         #[command(subcommand)]
@@ -111,13 +102,9 @@ fn dispatch(cli: Cli) -> Result<(), HostError> {
     match cli.command {
         Command::Plugins { json } => plugins::run(&cli.plugin_dirs, json),
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
-        Command::Run {
-            job,
-            output_dir,
-            json,
-        } => run::run(&cli.plugin_dirs, &job, output_dir, json),
+        Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
         Command::Bench { name, json, quick } => bench::run(name, json, quick),
-        Command::Model { command } => model::run(command),
+        Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Worker(args) => crate::worker::run(args),
     }

@@ -1,7 +1,11 @@
 //! `tandem model init --preset tiny|small --out DIR [--seed S]`: writes a random-initialised
 //! model with a locally trained tokenizer in the Hugging Face layout (native plugin's presets).
+//! `tandem model sft --model DIR --out DIR [--task KIND] [--steps N]`: supervised warm start
+//! on a built-in task (the same one `tandem run` does for `warm_start_steps`).
 
+use crate::config::TaskSection;
 use crate::error::HostError;
+use crate::rl::warmstart::{SftOptions, sft};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use tandem_plugin_native::buffer::VecProvider;
@@ -22,11 +26,67 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Supervised fine-tuning on a built-in task (a warm start for RL).
+    Sft {
+        /// Model directory to start from.
+        #[arg(long)]
+        model: PathBuf,
+        /// Output directory (must not exist; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Built-in task: `arithmetic` or `reverse`.
+        #[arg(long, default_value = "arithmetic")]
+        task: String,
+        /// Optimiser steps.
+        #[arg(long, default_value_t = 100)]
+        steps: u32,
+        /// Problems per step.
+        #[arg(long, default_value_t = 32)]
+        batch: u32,
+        /// Learning rate.
+        #[arg(long, default_value_t = 2e-3)]
+        lr: f32,
+        /// Seed of the problem stream.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
 }
 
-pub(super) fn run(cmd: ModelCommand) -> Result<(), HostError> {
+pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), HostError> {
     match cmd {
         ModelCommand::Init { preset, out, seed } => init(&preset, &out, seed),
+        ModelCommand::Sft {
+            model,
+            out,
+            task,
+            steps,
+            batch,
+            lr,
+            seed,
+        } => {
+            let section = TaskSection {
+                kind: task,
+                options: toml::Table::new(),
+            };
+            let task = crate::task::build(&section, seed)
+                .map_err(|e| HostError::Usage(format!("--task: {e}")))?;
+            let registry = super::load_registry(cli_dirs, &[])?;
+            let opts = SftOptions {
+                steps,
+                batch,
+                learning_rate: lr,
+                seed,
+            };
+            let r = sft(&registry, &model, &out, task.as_ref(), &opts)?;
+            println!(
+                "wrote {}: {steps} steps, loss {:.4} -> {:.4}, greedy exact-match {:.1}% on 64 held-out problems",
+                out.display(),
+                r.first_loss,
+                r.last_loss,
+                r.accuracy * 100.0
+            );
+            Ok(())
+        }
     }
 }
 

@@ -1,25 +1,96 @@
-//! `tandem run JOB.toml`: validate, prepare the run directory, and run the job.
+//! `tandem run JOB.toml` / `tandem run --resume RUN_DIR`: validate, prepare the run
+//! directory, and run the RL loop ([`crate::rl`]).
 
+use crate::config::LoadedJob;
 use crate::error::HostError;
-use std::path::{Path, PathBuf};
+use crate::rl::{self, RunOptions};
+use std::path::PathBuf;
 
-pub(super) fn run(
-    cli_dirs: &[PathBuf],
-    job_path: &Path,
-    output_dir: Option<PathBuf>,
-    json: bool,
-) -> Result<(), HostError> {
-    let (_, mut plan) = super::check::resolve(cli_dirs, job_path)?;
-    if let Some(dir) = output_dir {
-        plan.output_dir = dir;
-    }
-    if json {
-        super::print_json(&plan)?;
-    } else {
-        println!("{}", super::check::describe(&plan));
-    }
-    Err(HostError::Runtime(
-        "the RL loop is not part of this build yet: `tandem run` validated the job and stops here"
-            .into(),
-    ))
+/// Arguments of `tandem run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job file (optional with --resume: the run directory remembers it).
+    #[arg(required_unless_present = "resume")]
+    pub job: Option<PathBuf>,
+    /// Override the job file's run directory.
+    #[arg(long, conflicts_with = "resume")]
+    pub output_dir: Option<PathBuf>,
+    /// Continue the run in RUN_DIR from its newest complete checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Override the job file's number of steps.
+    #[arg(long)]
+    pub steps: Option<u32>,
+    /// Print the resolved plan as JSON and a JSON summary at the end.
+    #[arg(long)]
+    pub json: bool,
 }
+
+pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<(), HostError> {
+    let job_path = match (&args.job, &args.resume) {
+        (Some(j), _) => j.clone(),
+        (None, Some(run_dir)) => rl::driver::job_of_run(run_dir)?,
+        (None, None) => return Err(HostError::Usage("give a job file or --resume RUN_DIR".into())),
+    };
+    let (job, mut plan) = super::check::resolve(cli_dirs, &job_path)?;
+    let run_dir = match (&args.resume, args.output_dir) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(dir)) => dir,
+        (None, None) => plan.output_dir.clone(),
+    };
+    plan.output_dir = run_dir.clone();
+    if args.json {
+        super::print_json(&plan)?;
+    } else if !quiet {
+        eprintln!("{}", super::check::describe(&plan));
+    }
+    let registry = registry_for(cli_dirs, &job)?;
+    let opts = RunOptions {
+        run_dir: run_dir.clone(),
+        resume: args.resume.is_some(),
+        steps: args.steps,
+        progress: !quiet && !args.json,
+        exe: None,
+        plugin_dirs: crate::registry::plugin_dirs(cli_dirs, &job_dirs(&job)),
+    };
+    let summary = rl::run(&job, &plan, &registry, opts)?;
+    let files = rl::driver::RunFiles::of(&run_dir);
+    if args.json {
+        let v = serde_json::json!({
+            "last_step": summary.last_step,
+            "first_reward": summary.first_reward,
+            "final_reward": summary.final_reward,
+            "run_dir": run_dir,
+            "metrics": files.metrics,
+            "plot": files.plot,
+            "checkpoint": summary.checkpoint,
+        });
+        super::print_json(&v)?;
+    } else if !quiet {
+        println!(
+            "done: {} steps, mean reward {:.3} at the start -> {:.3} over the last steps",
+            summary.last_step, summary.first_reward, summary.final_reward
+        );
+        println!("  metrics    {}", files.metrics.display());
+        println!("  plot       {}", files.plot.display());
+        println!("  events     {}", files.events.display());
+        if let Some(c) = &summary.checkpoint {
+            println!("  checkpoint {}", c.display());
+        }
+    }
+    Ok(())
+}
+
+fn job_dirs(job: &LoadedJob) -> Vec<PathBuf> {
+    job.job
+        .plugins
+        .dirs
+        .iter()
+        .map(|d| job.resolve_path(d))
+        .collect()
+}
+
+fn registry_for(cli_dirs: &[PathBuf], job: &LoadedJob) -> Result<crate::registry::Registry, HostError> {
+    super::load_registry(cli_dirs, &job_dirs(job))
+}
+

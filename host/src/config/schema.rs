@@ -121,6 +121,10 @@ pub struct ModelSection {
     /// Preset to create the model from when `path` does not exist (`tiny`, `small`).
     #[serde(default)]
     pub init_preset: Option<String>,
+    /// Supervised warm-start steps on the job's task when the model is created from
+    /// `init_preset` (0: none), so RL starts with signal.
+    #[serde(default)]
+    pub warm_start_steps: u32,
 }
 
 /// `[engine]`.

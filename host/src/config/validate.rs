@@ -230,12 +230,12 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
 
     let model_path = job.resolve_path(&j.model.path);
     if let Some(preset) = &j.model.init_preset {
-        if !["tiny", "small"].contains(&preset.as_str()) {
+        if let Err(e) = tandem_plugin_native::init::Preset::parse(preset) {
             issues.push(
                 "model.init_preset",
                 None,
                 format!("unknown preset `{preset}`"),
-                "use \"tiny\" or \"small\"".into(),
+                format!("{e}"),
             );
         }
     } else if !model_path.exists() {
@@ -244,6 +244,30 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
             None,
             format!("model directory {} does not exist", model_path.display()),
             "point it at a Hugging Face model directory, or set init_preset = \"tiny\"".into(),
+        );
+    }
+    if let Err(e) = crate::task::build(&j.task, j.run.seed) {
+        let msg = e.0;
+        let (key, rest) = match msg.split_once(": ") {
+            Some((k, r)) if !k.contains(' ') => (format!("task.{k}"), r.to_string()),
+            _ => ("task".to_string(), msg.clone()),
+        };
+        let (message, help) = match rest.split_once(" (help: ") {
+            Some((m, h)) => (m.to_string(), h.trim_end_matches(')').to_string()),
+            None => (rest, format!("built-in tasks: {}", crate::task::KINDS.join(", "))),
+        };
+        issues.push(&key, None, message, help);
+    }
+    let a = &j.algorithm;
+    if a.prompts_per_step == 0 || a.group_size < 2 || a.max_tokens == 0 {
+        issues.push(
+            "algorithm",
+            None,
+            format!(
+                "prompts_per_step = {}, group_size = {}, max_tokens = {}",
+                a.prompts_per_step, a.group_size, a.max_tokens
+            ),
+            "GRPO needs prompts_per_step >= 1, group_size >= 2 (advantages are relative to the group) and max_tokens >= 1".into(),
         );
     }
     let transport_groups = match crate::placement::Layout::of(j)

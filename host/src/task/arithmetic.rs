@@ -1,0 +1,88 @@
+//! `arithmetic`: `Q: a+b=? A:` with small operands; the answer is the sum (or difference).
+
+use super::{Problem, RewardKind, Task, TaskError, rng_for, score_answer};
+use rand_chacha::rand_core::RngCore;
+use serde::Deserialize;
+
+/// Options of `[task] kind = "arithmetic"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArithmeticOptions {
+    /// Largest operand (operands are drawn from `0..=max_operand`).
+    pub max_operand: u32,
+    /// Operators to draw from: `+` and/or `-` (differences are never negative).
+    pub ops: Vec<String>,
+    /// `exact` or `partial`.
+    pub reward: RewardKind,
+}
+
+impl Default for ArithmeticOptions {
+    fn default() -> Self {
+        ArithmeticOptions {
+            max_operand: 9,
+            ops: vec!["+".into()],
+            reward: RewardKind::Partial,
+        }
+    }
+}
+
+/// The arithmetic task.
+#[derive(Debug, Clone)]
+pub struct Arithmetic {
+    opts: ArithmeticOptions,
+    seed: u64,
+}
+
+impl Arithmetic {
+    /// Checks the options.
+    pub fn new(opts: ArithmeticOptions, seed: u64) -> Result<Self, TaskError> {
+        if opts.max_operand == 0 || opts.max_operand > 9999 {
+            return Err(TaskError(format!(
+                "options.max_operand: {} is out of range (help: use 1..=9999)",
+                opts.max_operand
+            )));
+        }
+        if opts.ops.is_empty() {
+            return Err(TaskError(
+                "options.ops: empty (help: use [\"+\"], [\"-\"] or both)".into(),
+            ));
+        }
+        if let Some(bad) = opts.ops.iter().find(|o| !matches!(o.as_str(), "+" | "-")) {
+            return Err(TaskError(format!(
+                "options.ops: unknown operator `{bad}` (help: use \"+\" or \"-\")"
+            )));
+        }
+        Ok(Arithmetic { opts, seed })
+    }
+}
+
+impl Task for Arithmetic {
+    fn kind(&self) -> &'static str {
+        "arithmetic"
+    }
+
+    fn problem(&self, index: u64) -> Problem {
+        let mut rng = rng_for(self.seed, index);
+        let n = u64::from(self.opts.max_operand) + 1;
+        let mut a = rng.next_u64() % n;
+        let mut b = rng.next_u64() % n;
+        let op = &self.opts.ops[(rng.next_u64() % self.opts.ops.len() as u64) as usize];
+        let answer = if op == "-" {
+            if a < b {
+                std::mem::swap(&mut a, &mut b);
+            }
+            a - b
+        } else {
+            a + b
+        };
+        Problem {
+            index,
+            prompt: format!("Q: {a}{op}{b}=? A:"),
+            answer: answer.to_string(),
+        }
+    }
+
+    fn reward(&self, problem: &Problem, completion: &str) -> f32 {
+        score_answer(self.opts.reward, &problem.answer, completion)
+    }
+}

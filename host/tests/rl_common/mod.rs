@@ -1,0 +1,310 @@
+//! Shared fixtures of the RL-loop tests: a scratch directory with a tiny model, job files,
+//! running `tandem`, reading what a run wrote, and finding / killing its workers.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `tandem` binary under test.
+pub fn tandem_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tandem")
+}
+
+/// Settings of a test job.
+pub struct JobOpts {
+    pub engines: u32,
+    pub steps: u32,
+    pub save_every: u32,
+    pub prompts: u32,
+    pub group: u32,
+    pub max_tokens: u32,
+    pub bridge: String,
+    pub placement: String,
+    pub extra_engine: String,
+    pub extra_trainer: String,
+    pub learning_rate: f32,
+    pub task_options: String,
+    pub model: Option<PathBuf>,
+}
+
+impl Default for JobOpts {
+    fn default() -> Self {
+        JobOpts {
+            engines: 1,
+            steps: 2,
+            save_every: 0,
+            prompts: 4,
+            group: 4,
+            max_tokens: 4,
+            bridge: "checkpoint".into(),
+            placement: "colocate".into(),
+            extra_engine: String::new(),
+            extra_trainer: String::new(),
+            learning_rate: 1e-3,
+            task_options: "max_operand = 9\n".into(),
+            model: None,
+        }
+    }
+}
+
+/// A temporary directory holding a tiny model, job files and run directories.
+pub struct Scratch {
+    _tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+pub trait OutputText {
+    fn stderr_text(&self) -> String;
+    fn stdout_text(&self) -> String;
+}
+
+impl OutputText for Output {
+    fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+    fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+}
+
+impl Scratch {
+    /// A scratch directory with `model/` = a fresh tiny preset model.
+    pub fn new() -> Scratch {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let out = Command::new(tandem_bin())
+            .args(["model", "init", "--preset", "tiny", "--out"])
+            .arg(dir.join("model"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", out.stderr_text());
+        Scratch { _tmp: tmp, dir }
+    }
+
+    /// Writes `job.toml` and returns its path.
+    pub fn job(&self, o: &JobOpts) -> PathBuf {
+        let model = o.model.clone().unwrap_or_else(|| self.dir.join("model"));
+        let text = format!(
+            r#"
+[run]
+name = "test"
+output_dir = "run"
+steps = {steps}
+seed = 1
+save_every = {save_every}
+
+[placement]
+mode = "{placement}"
+
+[model]
+path = "{model}"
+
+[engine]
+plugin = "native"
+ranks = {engines}
+{extra_engine}
+[engine.options]
+max_batch = 64
+max_seq_len = 64
+
+[trainer]
+plugin = "native"
+{extra_trainer}
+[bridge]
+mode = "{bridge}"
+
+[algorithm]
+prompts_per_step = {prompts}
+group_size = {group}
+max_tokens = {max_tokens}
+learning_rate = {lr}
+
+[task]
+kind = "arithmetic"
+
+[task.options]
+{task_options}
+"#,
+            steps = o.steps,
+            save_every = o.save_every,
+            placement = o.placement,
+            model = model.display(),
+            engines = o.engines,
+            extra_engine = o.extra_engine,
+            extra_trainer = o.extra_trainer,
+            bridge = o.bridge,
+            prompts = o.prompts,
+            group = o.group,
+            max_tokens = o.max_tokens,
+            lr = o.learning_rate,
+            task_options = o.task_options,
+        );
+        let path = self.dir.join("job.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `tandem <args>`, waited for.
+    pub fn tandem(&self, args: &[&str]) -> Output {
+        Command::new(tandem_bin())
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    /// `tandem run JOB <extra>`, waited for.
+    pub fn run(&self, job: &Path, extra: &[&str]) -> Output {
+        let mut args = vec!["run", job.to_str().unwrap()];
+        args.extend(extra);
+        self.tandem(&args)
+    }
+
+    /// `tandem run JOB <extra>` in the background (output captured).
+    pub fn spawn(&self, job: &Path, extra: &[&str]) -> Child {
+        Command::new(tandem_bin())
+            .arg("run")
+            .arg(job)
+            .args(extra)
+            .current_dir(&self.dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    fn lines(&self, file: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("run").join(file))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// `run/events.jsonl`.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.lines("events.jsonl")
+    }
+
+    /// `run/metrics.jsonl`.
+    pub fn metrics(&self) -> Vec<serde_json::Value> {
+        self.lines("metrics.jsonl")
+    }
+
+    /// Number of complete metrics lines so far.
+    pub fn metrics_lines(&self) -> usize {
+        self.metrics().len()
+    }
+}
+
+/// Indices of the events of `step` with operation `op`.
+pub fn positions(events: &[serde_json::Value], step: u64, op: &str) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["step"].as_u64() == Some(step) && e["op"] == op)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+pub fn min(v: &[usize]) -> usize {
+    *v.iter().min().unwrap()
+}
+
+pub fn max(v: &[usize]) -> usize {
+    *v.iter().max().unwrap()
+}
+
+/// Polls `f` until it holds; panics after `limit`.
+pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "condition not met within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `child` (killing it after `limit`) and collects its output.
+pub fn wait_output(child: &mut Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    let mut stderr = child.stderr.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stderr.read_to_end(&mut s);
+        s
+    });
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = stdout.read_to_end(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("`tandem run` did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    Output {
+        status,
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+/// The pid of the worker `role` rank `rank` of the run in `run_dir` (from /proc).
+pub fn worker_pid(run_dir: &Path, role: &str, rank: u32) -> Option<i32> {
+    let spec = std::path::absolute(run_dir)
+        .unwrap()
+        .join("workers")
+        .join(format!("{role}-{rank}.json"));
+    let spec = spec.to_str().unwrap().to_string();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a == "worker") && args.iter().any(|a| *a == spec) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// SIGKILL.
+pub fn kill9(pid: i32) {
+    let ok = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -9 {pid}");
+}
+
+/// The newest complete checkpoint of a run directory.
+pub fn newest_checkpoint(run_dir: &Path) -> PathBuf {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(run_dir.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with("step-")
+                && p.join("tandem_loop_state.json").is_file()
+        })
+        .collect();
+    v.sort();
+    v.pop().unwrap()
+}

@@ -1,0 +1,197 @@
+//! The RL loop end to end through `tandem run`: real worker processes, the event log's
+//! ordering invariants, `needs_offload = false`, bad run directories, a killed engine, a
+//! killed trainer and `--resume`, and memory flatness over many steps.
+
+#![allow(clippy::unwrap_used)]
+
+mod rl_common;
+
+use rl_common::*;
+use std::time::{Duration, Instant};
+
+#[test]
+fn two_colocated_engines_keep_the_offload_and_onload_order() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        engines: 2,
+        steps: 3,
+        ..JobOpts::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    for step in 1..=3 {
+        let at = |op: &str| positions(&events, step, op);
+        let (pause, flush, release) = (at("pause"), at("flush"), at("release"));
+        let (resume_w, sync, resume_kv, cont) = (at("resume"), at("sync"), at("resume_kv"), at("continue"));
+        assert_eq!(pause.len(), 2, "step {step}: one pause per engine: {events:#?}");
+        assert_eq!(flush.len(), 2);
+        assert_eq!(release.len(), 2);
+        assert!(max(&pause) < min(&flush), "step {step}: a flush before every pause ended");
+        assert!(max(&flush) < min(&release), "step {step}: a release before every flush ended");
+        assert_eq!(resume_w.len(), 2, "step {step}: weights onloaded on both engines");
+        assert_eq!(sync.len(), 1, "step {step}: one sync");
+        assert!(max(&resume_w) < min(&sync), "step {step}: sync before the weights were back");
+        assert!(max(&sync) < min(&resume_kv), "step {step}: KV back before the sync");
+        assert_eq!(cont.len(), 2);
+        assert!(max(&resume_kv) < min(&cont), "step {step}: continue before the KV was back");
+        // Training happens between the release and the onload.
+        let train = at("train");
+        assert_eq!(train.len(), 1);
+        assert!(max(&release) < train[0] && train[0] < min(&resume_w));
+    }
+    let metrics = t.metrics();
+    assert_eq!(metrics.len(), 3);
+    assert!(metrics.iter().all(|m| m["weight_version"].as_u64().unwrap() >= 1));
+    assert!(t.dir.join("run/plot.png").is_file());
+    assert!(t.dir.join("run/checkpoints/step-000003/tandem_loop_state.json").is_file());
+}
+
+#[test]
+fn an_engine_group_that_needs_no_offload_is_never_released() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 2,
+        extra_engine: "needs_offload = false\n".into(),
+        ..JobOpts::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    let engine_ops: Vec<&str> = events
+        .iter()
+        .filter(|e| e["target"].as_str().unwrap().starts_with("engine"))
+        .map(|e| e["op"].as_str().unwrap())
+        .collect();
+    assert!(engine_ops.contains(&"pause") && engine_ops.contains(&"continue"));
+    assert!(
+        !engine_ops.iter().any(|op| op.starts_with("release") || op.starts_with("resume")),
+        "{engine_ops:?}"
+    );
+}
+
+#[test]
+fn a_run_directory_is_never_overwritten() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 1,
+        ..JobOpts::default()
+    });
+    assert!(t.run(&job, &[]).status.success());
+    let before = std::fs::read_to_string(t.dir.join("run/metrics.jsonl")).unwrap();
+    let out = t.run(&job, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr_text());
+    let err = out.stderr_text();
+    assert!(err.contains("already holds a run") && err.contains("--resume"), "{err}");
+    assert_eq!(std::fs::read_to_string(t.dir.join("run/metrics.jsonl")).unwrap(), before);
+}
+
+#[test]
+fn a_killed_engine_stops_the_run_with_a_clear_error() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 200,
+        ..JobOpts::default()
+    });
+    let mut child = t.spawn(&job, &[]);
+    wait_for(Duration::from_secs(120), || t.metrics_lines() >= 1);
+    let pid = worker_pid(&t.dir.join("run"), "engine", 0).expect("engine worker pid");
+    let killed = Instant::now();
+    kill9(pid);
+    let out = wait_output(&mut child, Duration::from_secs(60));
+    assert!(killed.elapsed() < Duration::from_secs(60), "the run hung");
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr_text());
+    let err = out.stderr_text();
+    assert!(err.contains("engine rank 0"), "{err}");
+    assert!(err.contains("SIGKILL") || err.contains("signal 9"), "{err}");
+}
+
+#[test]
+fn a_killed_trainer_resumes_from_the_last_checkpoint() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 200,
+        save_every: 2,
+        ..JobOpts::default()
+    });
+    let mut child = t.spawn(&job, &[]);
+    let ck = t.dir.join("run/checkpoints/step-000004");
+    wait_for(Duration::from_secs(180), || ck.join("tandem_loop_state.json").is_file());
+    let pid = worker_pid(&t.dir.join("run"), "trainer", 0).expect("trainer worker pid");
+    kill9(pid);
+    let out = wait_output(&mut child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr_text());
+    assert!(out.stderr_text().contains("trainer rank 0"), "{}", out.stderr_text());
+
+    // The newest complete checkpoint and its loop state.
+    let newest = newest_checkpoint(&t.dir.join("run"));
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(newest.join("tandem_loop_state.json")).unwrap())
+            .unwrap();
+    let step = state["step"].as_u64().unwrap();
+    let version = state["weight_version"].as_u64().unwrap();
+    let resumed_to = step + 2;
+    let out = t.tandem(&[
+        "run",
+        "--resume",
+        t.dir.join("run").to_str().unwrap(),
+        "--steps",
+        &resumed_to.to_string(),
+    ]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    let resume = events
+        .iter()
+        .rev()
+        .find(|e| e["op"] == "resume" && e["target"] == "trainer")
+        .expect("a resume event");
+    let detail = resume["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(newest.file_name().unwrap().to_str().unwrap())
+            && detail.ends_with(&format!("version {version}")),
+        "{detail} vs {} v{version}",
+        newest.display()
+    );
+    // After the resume the engines serve the checkpoint's weights: the init sync carries its
+    // version, and each later step adds one.
+    let syncs: Vec<String> = events
+        .iter()
+        .skip_while(|e| e["op"] != "resume")
+        .filter(|e| e["op"] == "sync")
+        .map(|e| e["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert!(syncs[0].starts_with(&format!("version {version} ")), "{syncs:?}");
+    // Metrics: steps 1..=resumed_to, each once, in order.
+    let steps: Vec<u64> = t.metrics().iter().map(|m| m["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=resumed_to).collect::<Vec<_>>());
+}
+
+#[test]
+fn memory_is_flat_over_many_colocated_steps() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 100,
+        prompts: 2,
+        group: 4,
+        max_tokens: 4,
+        ..JobOpts::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let metrics = t.metrics();
+    assert_eq!(metrics.len(), 100);
+    for field in ["rss", "ledger"] {
+        let at10 = &metrics[9][field];
+        let at100 = &metrics[99][field];
+        for (worker, v10) in at10.as_object().unwrap() {
+            let v10 = v10.as_f64().unwrap();
+            let v100 = at100[worker].as_f64().unwrap();
+            let change = (v100 - v10).abs() / v10.max(1.0);
+            assert!(
+                change <= 0.02,
+                "{field} of {worker}: {v10} bytes at step 10, {v100} at step 100 ({:.1}%)",
+                change * 100.0
+            );
+        }
+    }
+}
