@@ -158,3 +158,22 @@ fn missing_job_file_is_one_line() {
         "{line}"
     );
 }
+
+#[test]
+fn bad_task_settings_are_one_line_naming_the_key() {
+    let job = format!("{VALID}\n[task]\nkind = \"chess\"\n");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(
+        line.contains("task.kind: unknown task `chess`") && line.contains("arithmetic, reverse"),
+        "{line}"
+    );
+    let job = format!("{VALID}\n[task]\nkind = \"arithmetic\"\n[task.options]\nmax_operand = 0\n");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains("task.options.max_operand"), "{line}");
+    let job = VALID.replace("[bridge]", "[algorithm]\ngroup_size = 1\n\n[bridge]");
+    let (out, _p, _j) = check(&job, false);
+    let line = one_error(&out);
+    assert!(line.contains("group_size = 1") && line.contains("group_size >= 2"), "{line}");
+}

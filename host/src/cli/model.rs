@@ -37,6 +37,9 @@ pub enum ModelCommand {
         /// Built-in task: `arithmetic` or `reverse`.
         #[arg(long, default_value = "arithmetic")]
         task: String,
+        /// Task options as TOML, e.g. `--task-options 'max_operand = 5'` (as `[task.options]`).
+        #[arg(long, default_value = "")]
+        task_options: String,
         /// Optimiser steps.
         #[arg(long, default_value_t = 100)]
         steps: u32,
@@ -59,14 +62,17 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), HostErr
             model,
             out,
             task,
+            task_options,
             steps,
             batch,
             lr,
             seed,
         } => {
+            let options: toml::Table = toml::from_str(&task_options)
+                .map_err(|e| HostError::Usage(format!("--task-options: {e}")))?;
             let section = TaskSection {
                 kind: task,
-                options: toml::Table::new(),
+                options,
             };
             let task = crate::task::build(&section, seed)
                 .map_err(|e| HostError::Usage(format!("--task: {e}")))?;

@@ -474,6 +474,19 @@ impl<'a> Loop<'a> {
             timed(&mut phases, "offload", || self.engines.drained_offload(events, step))?;
 
             let adv = grpo::advantages(&rollout.samples);
+            if std::env::var_os("TANDEM_DUMP_ROLLOUTS").is_some() {
+                let path = self.opts.run_dir.join("rollouts.jsonl");
+                let mut text = String::new();
+                for (s, a) in rollout.samples.iter().zip(&adv) {
+                    let line = serde_json::json!({"step": step, "group": s.group, "prompt": codec.decode(&s.prompt).unwrap_or_default(), "completion": codec.decode(&s.completion).unwrap_or_default(), "tokens": s.completion, "logprobs": s.logprobs, "reward": s.reward, "advantage": a});
+                    text.push_str(&line.to_string());
+                    text.push('\n');
+                }
+                use std::io::Write as _;
+                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+                    let _ = f.write_all(text.as_bytes());
+                }
+            }
             let loss = grpo::loss(a.learning_rate, a.clip_eps, a.kl_coef, a.grad_clip);
             let mut batch = grpo::batch(&rollout.samples, &adv, loss, a.kl_coef > 0.0);
             let mut m = StepMetrics {

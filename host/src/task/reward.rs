@@ -9,14 +9,16 @@ pub enum RewardKind {
     /// 1 for the exact answer, else 0.
     Exact,
     /// Per-character credit: matching characters at the same position over the longer of
-    /// answer and guess (1 only for the exact answer).
+    /// answer and guess, scaled to at most 0.9 (1 only for the exact answer). Text after the
+    /// answer counts against it, so rambling past the answer instead of stopping does not pay.
     #[default]
     Partial,
 }
 
-/// The guess in a completion: its first whitespace-separated word.
+/// The guess in a completion: the whole completion without surrounding whitespace (the
+/// model is expected to answer and stop).
 pub fn extract(completion: &str) -> &str {
-    completion.split_whitespace().next().unwrap_or("")
+    completion.trim()
 }
 
 /// Reward in `[0, 1]` of `completion` against `answer`.

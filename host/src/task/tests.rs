@@ -56,7 +56,9 @@ fn reverse_answers_are_right() {
 
 #[test]
 fn rewards_exact_and_partial() {
-    assert_eq!(score_answer(RewardKind::Exact, "12", " 12 Q:"), 1.0);
+    assert_eq!(score_answer(RewardKind::Exact, "12", " 12"), 1.0);
+    // Not stopping after the answer is not an exact answer.
+    assert_eq!(score_answer(RewardKind::Exact, "12", " 12 12 12"), 0.0);
     assert_eq!(score_answer(RewardKind::Exact, "12", " 13"), 0.0);
     assert_eq!(score_answer(RewardKind::Partial, "12", " 12"), 1.0);
     let half = score_answer(RewardKind::Partial, "12", " 13");
@@ -66,6 +68,8 @@ fn rewards_exact_and_partial() {
     // A longer guess is penalised by its length.
     let long = score_answer(RewardKind::Partial, "12", " 1234");
     assert!((long - 0.45).abs() < 1e-6, "{long}");
+    let rambling = score_answer(RewardKind::Partial, "12", " 12 12 12");
+    assert!(rambling < 0.25, "{rambling}");
 }
 
 #[test]
