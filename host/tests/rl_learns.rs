@@ -21,9 +21,9 @@ fn mean_reward(metrics: &[serde_json::Value], from: usize, to: usize) -> f64 {
 fn learns(t: &Scratch, model: &Path, bridge: &str, extra_trainer: &str, lr: f32) {
     let job = t.job(&JobOpts {
         steps: STEPS,
-        prompts: 8,
+        prompts: 16,
         group: 8,
-        max_tokens: 6,
+        max_tokens: 4,
         bridge: bridge.into(),
         extra_trainer: extra_trainer.into(),
         learning_rate: lr,
@@ -41,18 +41,20 @@ fn learns(t: &Scratch, model: &Path, bridge: &str, extra_trainer: &str, lr: f32)
         .collect();
     assert_eq!(metrics.len(), STEPS as usize);
     let n = STEPS as usize;
-    let start = mean_reward(&metrics, 1, 5);
-    let end = mean_reward(&metrics, n - 4, n);
+    let start = mean_reward(&metrics, 1, 10);
+    let end = mean_reward(&metrics, n - 9, n);
     assert!(
         end >= start + RISE,
-        "{bridge}: mean reward {start:.3} over steps 1-5 -> {end:.3} over the last 5 (wanted a rise of {RISE})"
+        "{bridge}: mean reward {start:.3} over steps 1-10 -> {end:.3} over the last 10 (wanted a rise of {RISE})"
     );
     assert!(run_dir.join("plot.png").is_file());
 }
 
-const STEPS: u32 = 60;
-const RISE: f64 = 0.25;
-const TASK: &str = "max_operand = 9\nreward = \"partial\"\n";
+/// The quickstart's settings with 100 steps instead of 250 (the quickstart's 0.29 -> 0.75
+/// takes ~150 steps; after 100 the rise is ~0.25).
+const STEPS: u32 = 100;
+const RISE: f64 = 0.15;
+const TASK: &str = "max_operand = 3\nreward = \"exact\"\n";
 
 #[test]
 fn the_reward_rises_for_every_bridge_mode() {
@@ -67,9 +69,11 @@ fn the_reward_rises_for_every_bridge_mode() {
         model.to_str().unwrap(),
         "--steps",
         "60",
+        "--task-options",
+        "max_operand = 3",
     ]);
     assert!(out.status.success(), "{}", out.stderr_text());
-    learns(&t, &model, "checkpoint", "", 1e-3);
+    learns(&t, &model, "checkpoint", "", 3e-4);
     learns(
         &t,
         &model,
@@ -77,5 +81,5 @@ fn the_reward_rises_for_every_bridge_mode() {
         "[trainer.options.lora]\nrank = 8\nalpha = 16\n",
         5e-3,
     );
-    learns(&t, &model, "ipc", "", 1e-3);
+    learns(&t, &model, "ipc", "", 3e-4);
 }
