@@ -2,6 +2,7 @@
 //! services, benchmarks, and the CLI the thin `tandem` binary runs.
 
 pub mod bench;
+pub mod bridge;
 pub mod cli;
 pub mod config;
 pub mod control;
