@@ -14,6 +14,8 @@ pub enum BenchName {
     Transport,
     /// Control-plane call round trip and bulk replies beside raw TCP loopback.
     Control,
+    /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size.
+    Bridges,
 }
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
@@ -22,6 +24,7 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Memory => bench::memory::run(quick)?,
         BenchName::Transport => bench::transport::run(quick)?,
         BenchName::Control => crate::control::bench::run(quick)?,
+        BenchName::Bridges => bench::bridges::run(quick)?,
     };
     if json {
         for f in &figures {
