@@ -494,6 +494,10 @@ fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_er
     let trained = ok(trainer.compute_logprobs(probe_batch, WhichWeights::Current));
     let (e, t) = (first.logprobs[0], trained[0][0]);
     assert!((e - t).abs() <= 1e-4, "engine+adapter {e} vs trainer {t}");
+    // `score` runs under the adapter the update switched to; unloading it reverts to the base.
+    let active = ok(engine.score(vec![RVec::from(probe.to_vec())].into()));
+    assert!((active[0][1] - t).abs() <= 1e-4, "{active:?} vs {t}");
+    ok(engine.unload_adapter("native-v3".into()));
     let base = ok(engine.score(vec![RVec::from(probe.to_vec())].into()));
     assert!(
         (base[0][1] - t).abs() > 1e-3,

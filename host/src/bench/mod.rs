@@ -3,6 +3,7 @@
 //! `{"bench", "case", "value", "unit", "limit", "ratio"}`.
 
 pub mod abi;
+pub mod bridges;
 pub mod memory;
 pub mod rl_loop;
 pub mod transport;

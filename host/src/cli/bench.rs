@@ -16,6 +16,8 @@ pub enum BenchName {
     Control,
     /// A short GRPO run: orchestration overhead and phase times beside the step time.
     Loop,
+    /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size.
+    Bridges,
 }
 
 pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
@@ -25,6 +27,7 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Transport => bench::transport::run(quick)?,
         BenchName::Control => crate::control::bench::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
+        BenchName::Bridges => bench::bridges::run(quick)?,
     };
     if json {
         for f in &figures {

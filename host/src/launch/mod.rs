@@ -24,6 +24,7 @@ use crate::control::{Channel, ControlServer, PeerLife};
 use crate::error::HostError;
 use crate::worker::WorkerSpec;
 use monitor::WorkerProc;
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,8 @@ pub struct LocalLauncher {
     all: Vec<Arc<WorkerProc>>,
     /// Workers the monitor still watches.
     watched: Arc<Mutex<Vec<Arc<WorkerProc>>>>,
+    /// The spec each (role, rank) was last started with.
+    specs: HashMap<(Role, u32), WorkerSpec>,
     stop: Arc<AtomicBool>,
     monitor: Option<JoinHandle<()>>,
 }
@@ -109,6 +112,7 @@ impl LocalLauncher {
             server,
             all: Vec::new(),
             watched,
+            specs: HashMap::new(),
             stop,
             monitor: Some(monitor),
         })
@@ -184,6 +188,9 @@ impl LocalLauncher {
                     return Err(e);
                 }
             }
+        }
+        for s in specs {
+            self.specs.insert((s.role, s.rank), s.clone());
         }
         Ok(ready)
     }
@@ -318,6 +325,46 @@ impl LocalLauncher {
                 })),
             },
         }
+    }
+
+    /// Starts a new process for engine rank `rank` on another model directory, keeping the
+    /// rest of the spec the rank was last started with (the checkpoint bridge restarts an
+    /// engine on a new checkpoint this way). The running engine of that rank is left alone:
+    /// the caller health-checks the new one, then stops the old one with
+    /// [`RemoteEngine::exit`] — or stops the new one and keeps serving from the old.
+    pub fn respawn_engine(
+        &mut self,
+        rank: u32,
+        model_path: &Path,
+    ) -> Result<RemoteEngine, HostError> {
+        let mut spec = self
+            .specs
+            .get(&(Role::Engine, rank))
+            .cloned()
+            .ok_or_else(|| {
+                HostError::Usage(format!(
+                    "respawn_engine: engine rank {rank} was never started by this launcher"
+                ))
+            })?;
+        spec.model_path = model_path.to_path_buf();
+        let mut engines = self.spawn_engines(std::slice::from_ref(&spec))?;
+        engines.pop().ok_or_else(|| {
+            HostError::Runtime(format!("respawn_engine: engine rank {rank} did not start"))
+        })
+    }
+
+    /// The spec `role` rank `rank` was last started with.
+    pub fn spec(&self, role: Role, rank: u32) -> Option<&WorkerSpec> {
+        self.specs.get(&(role, rank))
+    }
+
+    /// Process ids of every worker still running (for memory accounting).
+    pub fn live_pids(&self) -> Vec<u32> {
+        self.all
+            .iter()
+            .filter(|p| p.poll().is_none())
+            .map(|p| p.pid)
+            .collect()
     }
 
     /// Asks every live worker to exit, waits up to `grace` for them, and kills the rest.

@@ -136,6 +136,19 @@ macro_rules! common_methods {
         pub fn exit(&self) -> Result<(), HostError> {
             self.r.exit()
         }
+        /// [`exit`](Self::exit), then waits up to `grace` for the process to end (its memory
+        /// is back once this returns) and kills it if it has not.
+        pub fn exit_and_wait(&self, grace: Duration) -> Result<(), HostError> {
+            let r = self.r.exit();
+            if self.r.proc.wait_exit(grace).is_none() {
+                self.r.proc.kill();
+            }
+            r
+        }
+        /// Kills the worker on purpose (SIGKILL, reaped); later calls fail with `reason`.
+        pub fn kill(&self, reason: &str) {
+            super::stop(&self.r.proc, reason);
+        }
     };
 }
 

@@ -323,7 +323,6 @@ impl<'a> Loop<'a> {
                 );
                 (state.step + 1, state.data_position, ck.weight_version)
             }
-            None if opts.resume => (1, 0, info.weight_version),
             None => (1, 0, info.weight_version),
         };
         trainer.snapshot("actor")?;
@@ -351,9 +350,12 @@ impl<'a> Loop<'a> {
             weight_version: 0,
             metrics: Some(metrics),
         };
-        let served = l.engines.machines.iter().map(EngineMachine::version).min().unwrap_or(0);
+        // With ipc the setup already made the engines serve the trainer's weights.
+        let served = bridge.version().unwrap_or_else(|| {
+            l.engines.machines.iter().map(EngineMachine::version).min().unwrap_or(0)
+        });
         let mut phases = BTreeMap::new();
-        let need_sync = weight_version > served || bridge.request_adapter().is_none() && weight_version != served;
+        let need_sync = weight_version > served;
         l.finish_step(0, need_sync, &mut weight_version, bridge, launcher, events, &mut phases)?;
         l.weight_version = weight_version;
         Ok(l)
@@ -378,35 +380,42 @@ impl<'a> Loop<'a> {
         };
         let (weights, rest): (Vec<String>, Vec<String>) =
             offload.into_iter().partition(|t| t == WEIGHTS);
-        timed(phases, "offload_trainer", || self.offload_trainer(step, rest, events))?;
-        timed(phases, "onload", || self.engines.onload_weights(events, step))?;
-        let record = if sync {
-            self.engines.begin_update(*version)?;
-            let r = timed(phases, "sync", || {
-                bridge.sync(&self.trainer, &mut self.engines.remotes, launcher)
-            });
-            match r {
-                Ok(rec) => {
-                    self.engines.end_update(rec.restarted, rec.version)?;
-                    events.record(
-                        step,
-                        "loop",
-                        "sync",
-                        &format!(
-                            "version {} bytes {} restarted {}",
-                            rec.version, rec.bytes_moved, rec.restarted
-                        ),
-                    );
-                    *version = rec.version;
-                    Some(rec)
-                }
-                Err(e) => {
-                    self.engines.abort_update();
-                    return Err(e);
-                }
-            }
+        // The trainer half of the sync reads the weights: export before any trainer offload.
+        let update = if sync {
+            Some(timed(phases, "sync", || bridge.export(&self.trainer))?)
         } else {
             None
+        };
+        timed(phases, "offload_trainer", || self.offload_trainer(step, rest, events))?;
+        timed(phases, "onload", || self.engines.onload_weights(events, step))?;
+        let record = match update {
+            Some(update) => {
+                self.engines.begin_update(update.version)?;
+                let r = timed(phases, "sync", || {
+                    bridge.apply(update, &mut self.engines.remotes, launcher)
+                });
+                match r {
+                    Ok(rec) => {
+                        self.engines.end_update(rec.restarted, rec.version)?;
+                        events.record(
+                            step,
+                            "loop",
+                            "sync",
+                            &format!(
+                                "version {} bytes {} restarted {} digest {}",
+                                rec.version, rec.bytes_moved, rec.restarted, rec.digest
+                            ),
+                        );
+                        *version = rec.version;
+                        Some(rec)
+                    }
+                    Err(e) => {
+                        self.engines.abort_update();
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
         };
         timed(phases, "offload_trainer", || {
             self.offload_trainer(step, weights, events)
@@ -601,10 +610,10 @@ impl<'a> Loop<'a> {
                 m.ledger.insert(name, ledger as u64);
             }
         };
-        for e in &self.engines.remotes {
-            add(e.name().to_string(), e.pid(), e.stats().ok());
+        for (rank, e) in self.engines.remotes.iter().enumerate() {
+            add(format!("engine-{rank}"), e.pid(), e.stats().ok());
         }
-        add(self.trainer.name().to_string(), self.trainer.pid(), self.trainer.stats().ok());
+        add("trainer".into(), self.trainer.pid(), self.trainer.stats().ok());
         let _ = self.plan;
     }
 }

@@ -3,7 +3,8 @@
 //! Started by the launcher as `tandem worker --role engine|trainer --rank N --control ADDR
 //! --token-env VAR --spec FILE`. It connects to the controller first (so every later failure
 //! can be reported over the connection), reads its [`WorkerSpec`], loads the plugin registry
-//! from the spec's plugin directories, constructs its component with a [`Services`] handle,
+//! from the spec's plugin directories, constructs its component with a [`Services`] handle
+//! (with a CPU memory manager: plugin buffers are tagged host regions),
 //! sends `Ready` (or `StartFailed` with the constructor's error, then exits 2), and serves
 //! calls until the controller sends `Exit` (exit 0) or goes away (exit 1). A plugin error is
 //! an error reply; it never ends the worker.
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{ComponentConfig, EngineBox, ErrorCode, PluginError, TrainerBox};
 
 /// How long a worker tries to reach the controller.
@@ -138,7 +140,7 @@ pub fn run(args: WorkerArgs) -> Result<(), HostError> {
         args.control
     );
     watch_parent();
-    let services = Services::new();
+    let services = worker_services(args.role, args.rank);
     let (component, name) = match construct(&args, &services) {
         Ok(c) => c,
         Err(err) => {
@@ -154,6 +156,15 @@ pub fn run(args: WorkerArgs) -> Result<(), HostError> {
     frame::write(&mut stream, &ready)
         .map_err(|e| HostError::Runtime(format!("worker: sending ready to the controller: {e}")))?;
     serve::serve(stream, component, &services)
+}
+
+/// The services a worker's component gets: a CPU memory manager named after the rank, so
+/// every buffer the plugin allocates is a tagged host region (`weights`, `kv_cache`,
+/// `optimizer`, `grads`, `activations`) that release/offload by tag really frees, and that
+/// another worker can map by its key (the `ipc` bridge).
+fn worker_services(role: Role, rank: u32) -> Services {
+    let config = ManagerConfig::cpu(format!("{role}-{rank}"));
+    Services::with_memory(MemoryManager::new(config))
 }
 
 /// Exits the process once its parent (the controller) is gone and it was re-parented, even

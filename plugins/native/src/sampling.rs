@@ -52,11 +52,12 @@ impl Default for SamplingParams {
     }
 }
 
-/// `log_softmax(logits)[token]`.
+/// `log_softmax(logits)[token]`, rounded exactly like the loss (`logit − (max + ln Σ)`), so
+/// the engine's logprobs equal the trainer's bit for bit on the same weights.
 pub fn logprob_of(logits: &[f32], token: usize) -> f32 {
     let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let s: f32 = logits.iter().map(|x| (x - m).exp()).sum();
-    logits[token] - m - s.ln()
+    logits[token] - (m + s.ln())
 }
 
 /// Index of the largest logit (first on ties).

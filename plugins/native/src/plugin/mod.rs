@@ -7,6 +7,7 @@
 
 pub mod batch;
 pub mod common;
+pub mod digest;
 pub mod engine;
 pub mod provider;
 pub mod trainer;
@@ -35,7 +36,12 @@ impl Plugin for NativePlugin {
             description: "Llama/Qwen2 CPU engine: batched KV-cache decode, LoRA, host regions"
                 .into(),
             caps: Capabilities {
-                update_kinds: vec![UpdateKind::CheckpointDir, UpdateKind::Adapter].into(),
+                update_kinds: vec![
+                    UpdateKind::SharedRegion,
+                    UpdateKind::CheckpointDir,
+                    UpdateKind::Adapter,
+                ]
+                .into(),
                 releasable_tags: strs(&engine::RELEASABLE),
                 pause_modes: vec![PauseMode::Abort, PauseMode::Wait].into(),
                 hidden_states: true,
@@ -44,6 +50,7 @@ impl Plugin for NativePlugin {
                 notes: strs(&[
                     "abort takes effect between batches of max_batch prompts",
                     "release/resume need host memory services (tandem worker)",
+                    "shared_region maps the trainer's weights in place (weights not releasable then)",
                 ]),
             },
         };
@@ -52,13 +59,21 @@ impl Plugin for NativePlugin {
             name: "native".into(),
             description: "Llama/Qwen2 CPU trainer: SFT and GRPO, AdamW, full or LoRA".into(),
             caps: Capabilities {
-                update_kinds: vec![UpdateKind::CheckpointDir, UpdateKind::Adapter].into(),
+                update_kinds: vec![
+                    UpdateKind::SharedRegion,
+                    UpdateKind::CheckpointDir,
+                    UpdateKind::Adapter,
+                ]
+                .into(),
                 releasable_tags: strs(&trainer::OFFLOADABLE),
                 pause_modes: Default::default(),
                 hidden_states: false,
                 lora: true,
                 needs_gpu: Default::default(),
-                notes: strs(&["exports checkpoint_dir in full fine-tuning, adapter in LoRA mode"]),
+                notes: strs(&[
+                    "exports shared_region or checkpoint_dir in full fine-tuning, adapter in LoRA mode",
+                    "shared_region needs host memory (tandem worker); weights then stay resident",
+                ]),
             },
         };
         sdk::manifest("native", env!("CARGO_PKG_VERSION"), vec![engine, trainer])

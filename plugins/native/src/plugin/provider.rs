@@ -8,7 +8,9 @@
 //! Region names are made unique per process (`<component>/<name>#<n>`): the core may allocate
 //! a replacement buffer before dropping the one it replaces.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use tandem_plugin_api::{DType, ErrorCode, HostBox, LogLevel, RResult, RString, RegionRequest};
 
@@ -17,6 +19,20 @@ use crate::error::{NativeError, Result};
 
 /// Counter making region names unique within the process.
 static NEXT_REGION: AtomicU64 = AtomicU64::new(0);
+
+/// Host region keys of the live host regions of this process, by start address (so a
+/// component can share a buffer it holds only as `Box<dyn Region>`).
+static KEYS: Mutex<Option<HashMap<usize, String>>> = Mutex::new(None);
+
+fn keys() -> std::sync::MutexGuard<'static, Option<HashMap<usize, String>>> {
+    KEYS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The host region key (`memfd:...`) of the host region starting at `ptr`, if `ptr` is the
+/// start of a live host region this process allocated.
+pub fn region_key(ptr: *const f32) -> Option<String> {
+    keys().as_ref()?.get(&(ptr as usize)).cloned()
+}
 
 /// Whether a tag's contents must survive a pause (weights, grads, optimizer) or may come back
 /// zeroed (KV cache, activations).
@@ -57,6 +73,9 @@ impl Region for HostRegion {
 
 impl Drop for HostRegion {
     fn drop(&mut self) {
+        if let Some(k) = keys().as_mut() {
+            k.remove(&(self.ptr as usize));
+        }
         if let RResult::RErr(e) = self.host.free_region(self.id) {
             self.host.log(
                 LogLevel::Warn,
@@ -64,6 +83,57 @@ impl Drop for HostRegion {
                 format!("freeing region {}: {e}", self.id).as_str().into(),
             );
         }
+    }
+}
+
+/// Another process's region mapped into this one (`attach_region`), viewed as f32;
+/// unmapped (`free_region`) when dropped. Used by the engine to serve the trainer's weights
+/// in place (`ipc` bridge).
+pub struct AttachedRegion {
+    inner: HostRegion,
+    key: String,
+}
+
+impl AttachedRegion {
+    /// Maps the region `key` and views its first `len` f32 elements; errors if the region is
+    /// shorter or misaligned.
+    pub fn attach(host: &HostBox, key: &str, len: usize) -> std::result::Result<Self, String> {
+        let info = match host.attach_region(RString::from(key)) {
+            RResult::ROk(info) => info,
+            RResult::RErr(e) => return Err(format!("attach_region({key}): {e}")),
+        };
+        let inner = HostRegion {
+            host: host.clone(),
+            id: info.id,
+            ptr: info.addr as *mut f32,
+            len,
+        };
+        if (info.len as usize) < len * 4 || info.addr % std::mem::align_of::<f32>() != 0 {
+            return Err(format!(
+                "region {key} maps {} bytes at {:#x}; need {} bytes, f32-aligned",
+                info.len,
+                info.addr,
+                len * 4
+            ));
+        }
+        Ok(AttachedRegion {
+            inner,
+            key: key.to_string(),
+        })
+    }
+
+    /// The key it was attached from.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Region for AttachedRegion {
+    fn as_slice(&self) -> &[f32] {
+        self.inner.as_slice()
+    }
+    fn as_mut_slice(&mut self) -> &mut [f32] {
+        self.inner.as_mut_slice()
     }
 }
 
@@ -174,6 +244,9 @@ impl PluginProvider {
                         len * 4
                     ))));
                 }
+                keys()
+                    .get_or_insert_with(HashMap::new)
+                    .insert(info.addr, info.key.to_string());
                 Ok(Box::new(HostRegion {
                     host: self.host.clone(),
                     id: info.id,

@@ -20,11 +20,14 @@ impl NativeEngine {
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         });
+        // No adapter named: the one the last adapter update switched to (resolved once, so
+        // the whole request runs under one adapter).
         let adapter = request
             .adapter
             .as_ref()
             .map(|a| a.to_string())
-            .into_option();
+            .into_option()
+            .or_else(|| lock(&self.inner).active_adapter.clone());
         let reqs: Vec<GenRequest> = request
             .prompts
             .iter()

@@ -16,8 +16,7 @@ use serde::Deserialize;
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::{
     ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
-    LogLevel, Metric, PauseMode, PluginError, RString, RVec, UpdatePayload, UpdateReport,
-    WeightUpdate,
+    LogLevel, Metric, PauseMode, PluginError, RString, RVec, UpdateReport, WeightUpdate,
 };
 
 mod generate;
@@ -28,6 +27,7 @@ use super::provider::{Backing, PluginProvider};
 use crate::buffer::BufferTag;
 use crate::engine::{Engine, EngineConfig};
 use crate::model::Model;
+use crate::plugin::trainer::state::saved_version;
 
 /// Tags the engine can release (their regions come back at the same address).
 pub const RELEASABLE: [&str; 3] = ["weights", "kv_cache", "activations"];
@@ -55,6 +55,12 @@ struct Inner {
     engine: Engine,
     provider: PluginProvider,
     weight_version: u64,
+    /// Directory the served base weights were last loaded from.
+    served_dir: PathBuf,
+    /// Key of the trainer's region the base weights are served from (`ipc`), if attached.
+    shared: Option<String>,
+    /// Adapter used when a request names none (set by adapter updates).
+    active_adapter: Option<String>,
 }
 
 #[derive(Default)]
@@ -111,7 +117,12 @@ impl NativeEngine {
             inner: Mutex::new(Inner {
                 engine,
                 provider,
-                weight_version: 0,
+                // A checkpoint exported by the trainer carries its version: it survives the
+                // engine's restart on it.
+                weight_version: saved_version(&dir).unwrap_or(0),
+                served_dir: dir.clone(),
+                shared: None,
+                active_adapter: None,
             }),
             state: Mutex::new(State::default()),
             idle: Condvar::new(),
@@ -210,9 +221,10 @@ impl EngineImpl for NativeEngine {
                     )));
                 }
                 inner.engine.model.check_tokens(s).ctx("score")?;
+                let active = inner.active_adapter.clone();
                 let lp = inner
                     .engine
-                    .score(s, None, &mut inner.provider)
+                    .score(s, active.as_deref(), &mut inner.provider)
                     .ctx("score")?;
                 out.push(lp.into_iter().skip(1).collect());
             }
@@ -273,6 +285,15 @@ impl EngineImpl for NativeEngine {
         if inner.provider.backing() != Backing::Host {
             return Err(not_host("release_memory"));
         }
+        if let Some(key) = &inner.shared
+            && tags.iter().any(|t| t == "weights")
+        {
+            return Err(PluginError::invalid_state(format!(
+                "release_memory: `weights` are the trainer's region {key} mapped in place (ipc \
+                 bridge); the engine holds no copy of its own to release"
+            ))
+            .with_help("release only kv_cache and activations with the ipc bridge"));
+        }
         let fresh: Vec<String> = tags
             .into_iter()
             .filter(|t| !st.released.contains(t))
@@ -308,33 +329,7 @@ impl EngineImpl for NativeEngine {
 
     fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
         self.require_resident("weights", "apply_weight_update")?;
-        let current = lock(&self.inner).weight_version;
-        if update.version < current {
-            return Err(PluginError::invalid_input(format!(
-                "weight update version {} is older than the served version {current}",
-                update.version
-            )));
-        }
-        let bytes = match &update.payload {
-            UpdatePayload::CheckpointDir { dir } => {
-                self.load_checkpoint_dir(Path::new(dir.as_str()))?
-            }
-            UpdatePayload::Adapter { name, dir } => {
-                self.add_adapter(name.as_str(), Path::new(dir.as_str()))?
-            }
-            other => {
-                return Err(PluginError::not_supported(
-                    &format!("apply_weight_update({})", other.kind().as_str()),
-                    "native",
-                ));
-            }
-        };
-        lock(&self.inner).weight_version = update.version;
-        Ok(UpdateReport {
-            version: update.version,
-            digest: RString::new(),
-            bytes_copied: bytes,
-        })
+        self.apply(update)
     }
 
     fn load_adapter(&self, name: String, dir: String) -> Result<()> {
@@ -342,7 +337,12 @@ impl EngineImpl for NativeEngine {
     }
 
     fn unload_adapter(&self, name: String) -> Result<()> {
-        if lock(&self.inner).engine.remove_adapter(&name) {
+        let mut inner = lock(&self.inner);
+        if inner.engine.remove_adapter(&name) {
+            // Unloading the active adapter reverts requests naming none to the base weights.
+            if inner.active_adapter.as_deref() == Some(name.as_str()) {
+                inner.active_adapter = None;
+            }
             Ok(())
         } else {
             Err(PluginError::invalid_input(format!(
@@ -361,6 +361,7 @@ impl EngineImpl for NativeEngine {
             Metric::new("max_batch", cfg.max_batch as f64),
             Metric::new("max_seq_len", cfg.max_seq as f64),
             Metric::new("adapters", inner.engine.adapter_names().len() as f64),
+            Metric::new("shared_weights", inner.shared.is_some() as u8 as f64),
             Metric::new("in_flight", st.in_flight as f64),
         ];
         for tag in [

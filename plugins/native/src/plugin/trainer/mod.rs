@@ -11,13 +11,13 @@ use std::path::{Path, PathBuf};
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
-    PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate,
-    WhichWeights,
+    PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, WeightUpdate, WhichWeights,
 };
 
 use super::batch::Padded;
+mod export;
 mod options;
-mod state;
+pub(crate) mod state;
 
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
 use super::provider::{Backing, PluginProvider};
@@ -53,6 +53,8 @@ pub struct NativeTrainer {
     version: u64,
     snapshots: HashMap<String, Snap>,
     offloaded: BTreeSet<String>,
+    /// The weights region was exported as a `SharedRegion` (an engine may serve from it).
+    shared: bool,
 }
 
 impl NativeTrainer {
@@ -73,6 +75,7 @@ impl NativeTrainer {
             version: 0,
             snapshots: HashMap::new(),
             offloaded: BTreeSet::new(),
+            shared: false,
         })
     }
 
@@ -239,6 +242,11 @@ impl TrainerImpl for NativeTrainer {
         );
         self.trainer = Some(trainer);
         self.provider = Some(provider);
+        // A model directory exported by an earlier run carries its weight version: versions
+        // keep going up across restarts.
+        if let Some(v) = state::saved_version(&dir) {
+            self.version = self.version.max(v);
+        }
         Ok(TrainerInfo {
             trainable_params: adapter.unwrap_or(total),
             total_params: total + adapter.unwrap_or(0),
@@ -302,59 +310,20 @@ impl TrainerImpl for NativeTrainer {
     }
 
     fn export_weight_update(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
-        let lora = self.trainer.as_ref().is_some_and(|t| t.lora.is_some());
-        let want = if lora {
-            UpdateKind::Adapter
-        } else {
-            UpdateKind::CheckpointDir
-        };
-        if kind != want {
-            return Err(PluginError::invalid_input(format!(
-                "export_weight_update({}): this trainer {} exports `{}` updates",
-                kind.as_str(),
-                if lora {
-                    "trains a LoRA adapter and"
-                } else {
-                    "fine-tunes all weights and"
-                },
-                want.as_str()
-            ))
-            .with_help("pick the bridge mode matching the trainer's `lora` option"));
-        }
-        if self.config.run_dir.is_empty() {
-            return Err(PluginError::invalid_input(
-                "export_weight_update: the trainer has no run directory (run_dir is empty)",
-            ));
-        }
-        let v = self.version;
-        let sub = if lora { "adapters" } else { "weights" };
-        let dir = Path::new(self.config.run_dir.as_str())
-            .join(sub)
-            .join(format!("v{v}"));
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
-        }
-        let info = self.save(&dir)?;
-        let payload = if lora {
-            UpdatePayload::Adapter {
-                name: format!("native-v{v}").into(),
-                dir: info.dir,
-            }
-        } else {
-            UpdatePayload::CheckpointDir { dir: info.dir }
-        };
-        Ok(WeightUpdate {
-            version: v,
-            payload,
-            digest: RString::new(),
-        })
+        self.export(kind)
     }
 
     fn offload(&mut self, tags: Vec<String>) -> Result<()> {
         check_tags(&tags, &OFFLOADABLE, "offload")?;
         if !self.host_backed() {
             return Err(not_host("offload"));
+        }
+        if self.shared && tags.iter().any(|t| t == "weights") {
+            return Err(PluginError::invalid_state(
+                "offload: `weights` were exported as a shared region an engine serves from \
+                 (ipc bridge); offloading them would pull the pages from under the engine",
+            )
+            .with_help("offload only grads, optimizer and activations with the ipc bridge"));
         }
         let fresh: Vec<String> = tags
             .into_iter()

@@ -37,6 +37,9 @@ pub struct TrainerOptions {
     pub eps: f32,
     /// LoRA mode.
     pub lora: Option<LoraOptions>,
+    /// Compute the weight digest on every export (default). `false` saves one pass over the
+    /// exported weights per sync; bridges with `verify` on then refuse the update.
+    pub digest: bool,
 }
 
 impl Default for TrainerOptions {
@@ -48,6 +51,7 @@ impl Default for TrainerOptions {
             beta2: a.beta2,
             eps: a.eps,
             lora: None,
+            digest: true,
         }
     }
 }

@@ -139,6 +139,13 @@ impl NativeTrainer {
     }
 }
 
+/// The `weight_version` recorded in `<dir>/tandem_trainer_state.json`, if any.
+pub fn saved_version(dir: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(STATE_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("weight_version")?.as_u64()
+}
+
 pub(super) fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| {

@@ -1,0 +1,377 @@
+//! `tandem bench bridges`: sync latency, bytes moved and peak memory of the weight bridges
+//! (`ipc`, `lora`, `checkpoint` with restart and reloading in place) for the tiny and small
+//! presets and a model ≥ 10× the small one (`big`, ~255 M parameters, written by the bench;
+//! skipped with `--quick`), with a native trainer and a native engine in real worker
+//! processes. Each figure stands beside a limit measured in the same run:
+//!
+//! - `ipc`: 1 ms (verify off: fence + version bump); with the digest check, the time to read
+//!   the weights twice at memcpy bandwidth (both sides hash them).
+//! - `lora`: 2 × adapter bytes ÷ memcpy bandwidth + 10 ms.
+//! - `checkpoint`: 1.5 × (write + read of the checkpoint at the disk bandwidth measured here)
+//!   + the engine's start time on that model (restart), or without it (reload in place).
+//! - memory: peak Pss of engine + trainer during the sync, less their non-weight buffers
+//!   (grads, optimizer, KV cache, activations as the workers report them), in multiples of
+//!   the weights' size (limit 1×).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::Figure;
+use crate::bridge::BridgeDriver;
+use crate::control::Role;
+use crate::error::HostError;
+use crate::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
+use crate::worker::WorkerSpec;
+use tandem_plugin_api::{ComponentStats, LossConfig, LossKind, TrainBatch, TrainSequence};
+use tandem_plugin_native::buffer::VecProvider;
+use tandem_plugin_native::init::{Preset, init_preset};
+use tandem_plugin_native::model::Model;
+
+const BENCH: &str = "bridges";
+const LORA: &str = r#"{"rank": 16, "alpha": 32.0, "seed": 1}"#;
+
+fn rt(what: &str) -> impl Fn(String) -> HostError + '_ {
+    move |e| HostError::Runtime(format!("tandem bench bridges: {what}: {e}"))
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> HostError {
+    move |source| HostError::Io {
+        context: format!("tandem bench bridges: {what}"),
+        source,
+    }
+}
+
+/// Runs the benchmark (tiny and small with `quick`, plus the big model otherwise).
+pub fn run(quick: bool) -> Result<Vec<Figure>, HostError> {
+    let scratch = std::env::temp_dir().join(format!("tandem-bench-bridges-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(io(format!("creating {}", scratch.display())))?;
+    let out = run_in(&scratch, quick);
+    let _ = std::fs::remove_dir_all(&scratch);
+    out
+}
+
+fn run_in(scratch: &Path, quick: bool) -> Result<Vec<Figure>, HostError> {
+    let mut figures = Vec::new();
+    let memcpy = memcpy_gbps();
+    let mut sizes = vec!["tiny", "small"];
+    if !quick {
+        sizes.push("big");
+    }
+    for size in sizes {
+        let model = write_model(scratch, size)?;
+        let weights = dir_bytes(&model);
+        let (write, read) = disk_gbps(scratch, weights)?;
+        let syncs = if size == "big" { 2 } else { 3 };
+        let ctx = Ctx {
+            scratch,
+            model: &model,
+            size,
+            weights,
+            memcpy,
+            syncs,
+        };
+        figures.push(
+            Figure::new(
+                BENCH,
+                &format!("{size}/weights"),
+                weights as f64 / 1e6,
+                "MB",
+                0.0,
+            )
+            .limit_name("-"),
+        );
+        figures.extend(ctx.mode("ipc", false, "", None)?);
+        figures.extend(ctx.mode("ipc", true, "", None)?);
+        figures.extend(ctx.mode("lora", true, &format!(r#"{{"lora": {LORA}}}"#), None)?);
+        figures.extend(ctx.mode("checkpoint", true, "", Some((write, read, true)))?);
+        figures.extend(ctx.mode("checkpoint", true, "", Some((write, read, false)))?);
+    }
+    Ok(figures)
+}
+
+struct Ctx<'a> {
+    scratch: &'a Path,
+    model: &'a Path,
+    size: &'a str,
+    weights: u64,
+    memcpy: f64,
+    syncs: usize,
+}
+
+fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> WorkerSpec {
+    WorkerSpec {
+        role,
+        rank: 0,
+        world_size: 1,
+        component: "native".into(),
+        model_path: model.to_path_buf(),
+        options_json: options.into(),
+        device: "cpu".into(),
+        run_dir: run_dir.to_path_buf(),
+        plugin_dirs: vec![],
+    }
+}
+
+fn metric(s: &ComponentStats, name: &str) -> f64 {
+    s.metrics
+        .iter()
+        .find(|m| m.name.as_str() == name)
+        .map_or(0.0, |m| m.value)
+}
+
+impl Ctx<'_> {
+    /// One mode: fresh workers, setup, `syncs` syncs (each after a training step), figures.
+    fn mode(
+        &self,
+        mode: &str,
+        verify: bool,
+        trainer_opts: &str,
+        checkpoint: Option<(f64, f64, bool)>,
+    ) -> Result<Vec<Figure>, HostError> {
+        let restart = checkpoint.is_some_and(|c| c.2);
+        let label = match (mode, verify, checkpoint) {
+            ("ipc", false, _) => "ipc".to_string(),
+            ("ipc", true, _) => "ipc+digest".to_string(),
+            (_, _, Some((_, _, true))) => "checkpoint/restart".to_string(),
+            (_, _, Some((_, _, false))) => "checkpoint/reload".to_string(),
+            _ => mode.to_string(),
+        };
+        let run_dir = self
+            .scratch
+            .join(format!("{}-{}", self.size, label.replace('/', "-")));
+        let mut opts = LaunchOptions::new(&run_dir);
+        opts.worker_verbosity = 0;
+        let mut launcher = LocalLauncher::new(opts)?;
+        let started = Instant::now();
+        let engine_opts = r#"{"max_batch": 2, "max_seq_len": 64}"#;
+        let mut engines =
+            launcher.spawn_engines(&[spec(Role::Engine, self.model, engine_opts, &run_dir)])?;
+        let engine_start = started.elapsed().as_secs_f64();
+        let mut t_opts = if trainer_opts.is_empty() {
+            serde_json::json!({})
+        } else {
+            serde_json::from_str(trainer_opts).map_err(|e| rt("trainer options")(e.to_string()))?
+        };
+        t_opts["digest"] = serde_json::Value::Bool(verify);
+        let trainer = launcher
+            .spawn_trainers(&[spec(
+                Role::Trainer,
+                self.model,
+                &t_opts.to_string(),
+                &run_dir,
+            )])?
+            .pop()
+            .ok_or_else(|| rt("trainer")("did not start".into()))?;
+        trainer.init()?;
+        let mut bridge_opts = toml::Table::new();
+        if mode == "checkpoint" {
+            bridge_opts.insert("restart".into(), toml::Value::Boolean(restart));
+        }
+        let mut driver = BridgeDriver::new(mode, verify, &bridge_opts)?;
+        driver.setup(&trainer, &mut engines, &mut launcher)?;
+        let (mut lat, mut bytes, mut peak) = (Vec::new(), 0, 0);
+        for _ in 0..self.syncs {
+            train_step(&trainer, &engines)?;
+            let rec = driver.sync(&trainer, &mut engines, &mut launcher)?;
+            for e in &engines {
+                e.continue_generation()?;
+            }
+            lat.push(rec.latency_s);
+            bytes = rec.bytes_moved;
+            peak = peak.max(rec.peak_rss_bytes);
+        }
+        let other = non_weight_bytes(&trainer, &engines, mode == "lora")?;
+        launcher.shutdown(Duration::from_secs(30))?;
+        let _ = std::fs::remove_dir_all(&run_dir);
+        lat.sort_by(f64::total_cmp);
+        let median_ms = lat[lat.len() / 2] * 1e3;
+        let w = self.weights as f64;
+        let case = |what: &str| format!("{}/{label}/{what}", self.size);
+        let (limit_ms, limit_name, target) = match (mode, verify, checkpoint) {
+            ("ipc", false, _) => (1.0, "1 ms".to_string(), "<= 1"),
+            ("ipc", true, _) => (
+                2.0 * w / (self.memcpy * 1e9) * 1e3,
+                "2 × weights ÷ memcpy (both sides hash)".into(),
+                "",
+            ),
+            ("lora", ..) => (
+                2.0 * (bytes as f64) / (self.memcpy * 1e9) * 1e3 + 10.0,
+                "2 × adapter ÷ memcpy + 10 ms".into(),
+                "<= 1",
+            ),
+            (_, _, Some((wr, rd, restart))) => {
+                let disk = 1.5 * (w / (wr * 1e9) + w / (rd * 1e9)) * 1e3;
+                if restart {
+                    (
+                        disk + engine_start * 1e3,
+                        format!("1.5 × disk write+read + engine start {engine_start:.2} s"),
+                        "<= 1",
+                    )
+                } else {
+                    (disk, "1.5 × disk write+read".into(), "<= 1")
+                }
+            }
+            _ => (1.0, "-".into(), ""),
+        };
+        let copies = (peak as f64 - other as f64) / w;
+        Ok(vec![
+            Figure::new(BENCH, &case("sync"), median_ms, "ms", limit_ms)
+                .limit_name(&limit_name)
+                .target(target),
+            Figure::new(
+                BENCH,
+                &case("bytes_moved"),
+                bytes as f64 / 1e6,
+                "MB",
+                w / 1e6,
+            )
+            .limit_name("weights"),
+            Figure::new(BENCH, &case("peak_pss"), peak as f64 / 1e6, "MB", w / 1e6)
+                .limit_name("weights"),
+            Figure::new(BENCH, &case("weight_copies"), copies, "×", 1.0).limit_name("1 × weights"),
+        ])
+    }
+}
+
+/// Bytes of the workers' buffers other than weights (grads, optimizer, KV, activations); in
+/// LoRA mode the trainer's adapter buffers are counted as weights of their own.
+fn non_weight_bytes(
+    trainer: &RemoteTrainer,
+    engines: &[RemoteEngine],
+    _lora: bool,
+) -> Result<u64, HostError> {
+    let t = trainer.stats()?;
+    let mut sum = ["grads", "optimizer", "activations"]
+        .iter()
+        .map(|k| metric(&t, &format!("allocated_bytes.{k}")))
+        .sum::<f64>();
+    for e in engines {
+        let s = e.stats()?;
+        sum += ["kv_cache", "activations"]
+            .iter()
+            .map(|k| metric(&s, &format!("allocated_bytes.{k}")))
+            .sum::<f64>();
+    }
+    Ok(sum as u64)
+}
+
+fn train_step(trainer: &RemoteTrainer, engines: &[RemoteEngine]) -> Result<(), HostError> {
+    for e in engines {
+        e.pause_generation(tandem_plugin_api::PauseMode::Wait)?;
+    }
+    let batch = TrainBatch {
+        sequences: vec![TrainSequence {
+            tokens: vec![1u32, 40, 41, 42, 43, 44, 45, 2].into(),
+            prompt_len: 1,
+            advantage: 0.0,
+            old_logprobs: Default::default(),
+            ref_logprobs: Default::default(),
+        }]
+        .into(),
+        loss: LossConfig {
+            kind: LossKind::Sft,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: 1e-4,
+            grad_clip: 1.0,
+        },
+    };
+    trainer.train_step(batch).map(drop)
+}
+
+/// Writes the model of `size` under `scratch`: a preset, or `big` (the small preset's
+/// tokenizer and vocabulary, d 1024, 22 layers: ~255 M parameters).
+fn write_model(scratch: &Path, size: &str) -> Result<PathBuf, HostError> {
+    let out = scratch.join(format!("model-{size}"));
+    let native =
+        |e: tandem_plugin_native::error::NativeError| rt("writing the model")(e.to_string());
+    match size {
+        "tiny" | "small" => {
+            let preset = Preset::parse(size).map_err(native)?;
+            init_preset(preset, &out, 7, &mut VecProvider::new()).map_err(native)?;
+        }
+        _ => {
+            let base = scratch.join("model-small");
+            let mut cfg = Preset::Small.config();
+            cfg.hidden_size = 1024;
+            cfg.intermediate_size = 2752;
+            cfg.num_hidden_layers = 22;
+            cfg.num_attention_heads = 16;
+            cfg.num_key_value_heads = 8;
+            cfg.head_dim = 64;
+            std::fs::create_dir_all(&out).map_err(io(format!("creating {}", out.display())))?;
+            for f in [
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "generation_config.json",
+            ] {
+                if base.join(f).exists() {
+                    std::fs::copy(base.join(f), out.join(f)).map_err(io(format!("copying {f}")))?;
+                }
+            }
+            let mut model = Model::new_zeroed(cfg, &mut VecProvider::new()).map_err(native)?;
+            model.init_random(7, 0.02);
+            model.save(&out).map_err(native)?;
+        }
+    }
+    Ok(out)
+}
+
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file() && m.len() > 0)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// memcpy bandwidth (GB/s) over 64 MiB, best of 5.
+fn memcpy_gbps() -> f64 {
+    let n = 64 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    n as f64 / best / 1e9
+}
+
+/// Disk write (with fsync) and read bandwidth (GB/s) of a file of the checkpoint's size.
+fn disk_gbps(scratch: &Path, bytes: u64) -> Result<(f64, f64), HostError> {
+    let path = scratch.join("disk-probe.bin");
+    let chunk = vec![0x5au8; 8 << 20];
+    let t = Instant::now();
+    {
+        let mut f =
+            std::fs::File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+        let mut left = bytes.max(1) as usize;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            f.write_all(&chunk[..n])
+                .map_err(io("writing the disk probe".into()))?;
+            left -= n;
+        }
+        f.sync_all().map_err(io("fsync of the disk probe".into()))?;
+    }
+    let write = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
+    let t = Instant::now();
+    let mut f = std::fs::File::open(&path).map_err(io(format!("opening {}", path.display())))?;
+    let mut buf = vec![0u8; 8 << 20];
+    while f
+        .read(&mut buf)
+        .map_err(io("reading the disk probe".into()))?
+        > 0
+    {}
+    let read = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
+    let _ = std::fs::remove_file(&path);
+    Ok((write, read))
+}

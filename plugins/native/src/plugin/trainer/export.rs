@@ -1,0 +1,172 @@
+//! Weight export of the trainer, one kind per bridge mode:
+//!
+//! - `SharedRegion` (`ipc`, full fine-tuning, host memory only): the key of the host region
+//!   holding all the weights (the optimizer writes into it in place), the tensor layout inside
+//!   it, the version and the digest of the region's contents. No byte is copied; after the
+//!   first such export the trainer refuses to offload `weights` (the engine serves them).
+//! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
+//!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
+//!   staging directory with the trainer state, every file and the directory fsynced, renamed
+//!   into place, the parent fsynced.
+//!
+//! Every export carries the digest ([`crate::plugin::digest`]) of what it exports: all base
+//! weights, or the adapter tensors in LoRA mode (unless `options.digest = false`: empty).
+
+use std::path::Path;
+use std::sync::atomic::{Ordering, fence};
+
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::{
+    DType, PluginError, RString, SharedRegionRef, TensorSpec, UpdateKind, UpdatePayload,
+    WeightUpdate,
+};
+
+use super::NativeTrainer;
+use crate::plugin::digest::digest;
+use crate::plugin::provider::region_key;
+
+impl NativeTrainer {
+    /// The digest of the exported weights: base weights, or the adapter in LoRA mode.
+    pub(super) fn weights_digest(&mut self) -> Result<String> {
+        if !self.opts.digest {
+            return Ok(String::new());
+        }
+        let (tr, _) = self.ready("weight digest")?;
+        Ok(match &tr.lora {
+            Some(ad) => digest(ad.weights.as_slice()),
+            None => digest(tr.model.w()),
+        })
+    }
+
+    pub(super) fn export(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
+        let lora = self.trainer.as_ref().is_some_and(|t| t.lora.is_some());
+        let allowed: &[UpdateKind] = if lora {
+            &[UpdateKind::Adapter]
+        } else {
+            &[UpdateKind::CheckpointDir, UpdateKind::SharedRegion]
+        };
+        if !allowed.contains(&kind) {
+            let names: Vec<&str> = allowed.iter().map(|k| k.as_str()).collect();
+            return Err(PluginError::invalid_input(format!(
+                "export_weight_update({}): this trainer {} exports {} updates",
+                kind.as_str(),
+                if lora {
+                    "trains a LoRA adapter and"
+                } else {
+                    "fine-tunes all weights and"
+                },
+                names.join(" or ")
+            ))
+            .with_help("pick the bridge mode matching the trainer's `lora` option"));
+        }
+        if kind == UpdateKind::SharedRegion {
+            return self.export_shared();
+        }
+        if self.config.run_dir.is_empty() {
+            return Err(PluginError::invalid_input(
+                "export_weight_update: the trainer has no run directory (run_dir is empty)",
+            ));
+        }
+        let v = self.version;
+        let sub = if lora { "adapters" } else { "weights" };
+        let parent = Path::new(self.config.run_dir.as_str()).join(sub);
+        let dir = parent.join(format!("v{v}"));
+        let stage = parent.join(format!(".v{v}.stage"));
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
+        let digest = self.weights_digest()?;
+        self.save(&stage)?;
+        sync_dir_files(&stage)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| PluginError::io(format!("removing {}: {e}", dir.display())))?;
+        }
+        std::fs::rename(&stage, &dir).map_err(|e| {
+            PluginError::io(format!(
+                "renaming {} to {}: {e}",
+                stage.display(),
+                dir.display()
+            ))
+        })?;
+        sync_path(&parent)?;
+        let dir_s = RString::from(dir.display().to_string());
+        let payload = if lora {
+            UpdatePayload::Adapter {
+                name: format!("native-v{v}").into(),
+                dir: dir_s,
+            }
+        } else {
+            UpdatePayload::CheckpointDir { dir: dir_s }
+        };
+        Ok(WeightUpdate {
+            version: v,
+            payload,
+            digest: digest.into(),
+        })
+    }
+
+    fn export_shared(&mut self) -> Result<WeightUpdate> {
+        if !self.host_backed() {
+            return Err(PluginError::new(
+                tandem_plugin_api::ErrorCode::NotAvailable,
+                "export_weight_update(shared_region): the trainer's weights are heap vectors, \
+                 not shareable host regions",
+            )
+            .with_help("run the trainer in a `tandem worker` process (host memory services)"));
+        }
+        // Every optimizer write of the steps so far happened-before this call (trainer calls
+        // run in order on one thread); the fence orders them before the key is published.
+        fence(Ordering::SeqCst);
+        let digest = self.weights_digest()?;
+        let (tr, _) = self.ready("export_weight_update")?;
+        let w = tr.model.w();
+        let key = region_key(w.as_ptr()).ok_or_else(|| {
+            PluginError::runtime(
+                "export_weight_update(shared_region): the weights buffer is not a host region \
+                 of this process",
+            )
+        })?;
+        let tensors = tr
+            .model
+            .layout
+            .entries()
+            .iter()
+            .map(|e| TensorSpec {
+                name: e.name.as_str().into(),
+                dtype: DType::F32,
+                shape: e.shape.iter().map(|&d| d as u64).collect(),
+                offset: (e.offset * 4) as u64,
+            })
+            .collect();
+        let region = SharedRegionRef {
+            key: key.into(),
+            device: "cpu".into(),
+            len: (w.len() * 4) as u64,
+        };
+        self.shared = true;
+        Ok(WeightUpdate {
+            version: self.version,
+            payload: UpdatePayload::SharedRegion { region, tensors },
+            digest: digest.into(),
+        })
+    }
+}
+
+fn sync_path(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| PluginError::io(format!("fsync {}: {e}", path.display())))
+}
+
+/// fsyncs every file of `dir`, then `dir` itself.
+fn sync_dir_files(dir: &Path) -> Result<()> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?;
+    for entry in rd {
+        let path = entry
+            .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?
+            .path();
+        sync_path(&path)?;
+    }
+    sync_path(dir)
+}

