@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn two_colocated_engines_keep_the_offload_and_onload_order() {
-    let t = Scratch::new();
+    let t = Scratch::warm();
+    // Reload in place (no restart), so every engine goes through the whole staged onload;
+    // a warm-started model and partial rewards, so that every step trains and syncs.
     let job = t.job(&JobOpts {
         engines: 2,
         steps: 3,
+        bridge_options: "restart = false".into(),
         ..JobOpts::default()
     });
     let out = t.run(&job, &[]);
@@ -23,18 +26,42 @@ fn two_colocated_engines_keep_the_offload_and_onload_order() {
     for step in 1..=3 {
         let at = |op: &str| positions(&events, step, op);
         let (pause, flush, release) = (at("pause"), at("flush"), at("release"));
-        let (resume_w, sync, resume_kv, cont) = (at("resume"), at("sync"), at("resume_kv"), at("continue"));
-        assert_eq!(pause.len(), 2, "step {step}: one pause per engine: {events:#?}");
+        let (resume_w, sync, resume_kv, cont) =
+            (at("resume"), at("sync"), at("resume_kv"), at("continue"));
+        assert_eq!(
+            pause.len(),
+            2,
+            "step {step}: one pause per engine: {events:#?}"
+        );
         assert_eq!(flush.len(), 2);
         assert_eq!(release.len(), 2);
-        assert!(max(&pause) < min(&flush), "step {step}: a flush before every pause ended");
-        assert!(max(&flush) < min(&release), "step {step}: a release before every flush ended");
-        assert_eq!(resume_w.len(), 2, "step {step}: weights onloaded on both engines");
+        assert!(
+            max(&pause) < min(&flush),
+            "step {step}: a flush before every pause ended"
+        );
+        assert!(
+            max(&flush) < min(&release),
+            "step {step}: a release before every flush ended"
+        );
+        assert_eq!(
+            resume_w.len(),
+            2,
+            "step {step}: weights onloaded on both engines"
+        );
         assert_eq!(sync.len(), 1, "step {step}: one sync");
-        assert!(max(&resume_w) < min(&sync), "step {step}: sync before the weights were back");
-        assert!(max(&sync) < min(&resume_kv), "step {step}: KV back before the sync");
+        assert!(
+            max(&resume_w) < min(&sync),
+            "step {step}: sync before the weights were back"
+        );
+        assert!(
+            max(&sync) < min(&resume_kv),
+            "step {step}: KV back before the sync"
+        );
         assert_eq!(cont.len(), 2);
-        assert!(max(&resume_kv) < min(&cont), "step {step}: continue before the KV was back");
+        assert!(
+            max(&resume_kv) < min(&cont),
+            "step {step}: continue before the KV was back"
+        );
         // Training happens between the release and the onload.
         let train = at("train");
         assert_eq!(train.len(), 1);
@@ -42,9 +69,17 @@ fn two_colocated_engines_keep_the_offload_and_onload_order() {
     }
     let metrics = t.metrics();
     assert_eq!(metrics.len(), 3);
-    assert!(metrics.iter().all(|m| m["weight_version"].as_u64().unwrap() >= 1));
+    assert!(
+        metrics
+            .iter()
+            .all(|m| m["weight_version"].as_u64().unwrap() >= 1)
+    );
     assert!(t.dir.join("run/plot.png").is_file());
-    assert!(t.dir.join("run/checkpoints/step-000003/tandem_loop_state.json").is_file());
+    assert!(
+        t.dir
+            .join("run/checkpoints/step-000003/tandem_loop_state.json")
+            .is_file()
+    );
 }
 
 #[test]
@@ -65,7 +100,9 @@ fn an_engine_group_that_needs_no_offload_is_never_released() {
         .collect();
     assert!(engine_ops.contains(&"pause") && engine_ops.contains(&"continue"));
     assert!(
-        !engine_ops.iter().any(|op| op.starts_with("release") || op.starts_with("resume")),
+        !engine_ops
+            .iter()
+            .any(|op| op.starts_with("release") || op.starts_with("resume")),
         "{engine_ops:?}"
     );
 }
@@ -82,8 +119,14 @@ fn a_run_directory_is_never_overwritten() {
     let out = t.run(&job, &[]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr_text());
     let err = out.stderr_text();
-    assert!(err.contains("already holds a run") && err.contains("--resume"), "{err}");
-    assert_eq!(std::fs::read_to_string(t.dir.join("run/metrics.jsonl")).unwrap(), before);
+    assert!(
+        err.contains("already holds a run") && err.contains("--resume"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.dir.join("run/metrics.jsonl")).unwrap(),
+        before
+    );
 }
 
 #[test]
@@ -108,7 +151,7 @@ fn a_killed_engine_stops_the_run_with_a_clear_error() {
 
 #[test]
 fn a_killed_trainer_resumes_from_the_last_checkpoint() {
-    let t = Scratch::new();
+    let t = Scratch::warm();
     let job = t.job(&JobOpts {
         steps: 200,
         save_every: 2,
@@ -116,18 +159,25 @@ fn a_killed_trainer_resumes_from_the_last_checkpoint() {
     });
     let mut child = t.spawn(&job, &[]);
     let ck = t.dir.join("run/checkpoints/step-000004");
-    wait_for(Duration::from_secs(180), || ck.join("tandem_loop_state.json").is_file());
+    wait_for(Duration::from_secs(180), || {
+        ck.join("tandem_loop_state.json").is_file()
+    });
     let pid = worker_pid(&t.dir.join("run"), "trainer", 0).expect("trainer worker pid");
     kill9(pid);
     let out = wait_output(&mut child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(1), "{}", out.stderr_text());
-    assert!(out.stderr_text().contains("trainer rank 0"), "{}", out.stderr_text());
+    assert!(
+        out.stderr_text().contains("trainer rank 0"),
+        "{}",
+        out.stderr_text()
+    );
 
     // The newest complete checkpoint and its loop state.
     let newest = newest_checkpoint(&t.dir.join("run"));
-    let state: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(newest.join("tandem_loop_state.json")).unwrap())
-            .unwrap();
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(newest.join("tandem_loop_state.json")).unwrap(),
+    )
+    .unwrap();
     let step = state["step"].as_u64().unwrap();
     let version = state["weight_version"].as_u64().unwrap();
     let resumed_to = step + 2;
@@ -143,7 +193,7 @@ fn a_killed_trainer_resumes_from_the_last_checkpoint() {
     let resume = events
         .iter()
         .rev()
-        .find(|e| e["op"] == "resume" && e["target"] == "trainer")
+        .find(|e| e["op"] == "load_checkpoint")
         .expect("a resume event");
     let detail = resume["detail"].as_str().unwrap();
     assert!(
@@ -156,24 +206,34 @@ fn a_killed_trainer_resumes_from_the_last_checkpoint() {
     // version, and each later step adds one.
     let syncs: Vec<String> = events
         .iter()
-        .skip_while(|e| e["op"] != "resume")
+        .skip_while(|e| e["op"] != "load_checkpoint")
         .filter(|e| e["op"] == "sync")
         .map(|e| e["detail"].as_str().unwrap().to_string())
         .collect();
-    assert!(syncs[0].starts_with(&format!("version {version} ")), "{syncs:?}");
+    assert!(
+        syncs[0].starts_with(&format!("version {version} ")),
+        "{syncs:?}"
+    );
     // Metrics: steps 1..=resumed_to, each once, in order.
-    let steps: Vec<u64> = t.metrics().iter().map(|m| m["step"].as_u64().unwrap()).collect();
+    let steps: Vec<u64> = t
+        .metrics()
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect();
     assert_eq!(steps, (1..=resumed_to).collect::<Vec<_>>());
 }
 
 #[test]
 fn memory_is_flat_over_many_colocated_steps() {
-    let t = Scratch::new();
+    let t = Scratch::warm();
+    // The same engine and trainer processes for all 100 steps (reload in place), releasing
+    // and resuming weights and KV cache every step.
     let job = t.job(&JobOpts {
         steps: 100,
         prompts: 2,
         group: 4,
         max_tokens: 4,
+        bridge_options: "restart = false".into(),
         ..JobOpts::default()
     });
     let out = t.run(&job, &[]);

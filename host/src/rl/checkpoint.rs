@@ -7,11 +7,17 @@
 
 use crate::error::HostError;
 use crate::launch::RemoteTrainer;
+use crate::rl::metrics::StepMetrics;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// File inside a checkpoint with the loop's position.
 pub const LOOP_STATE: &str = "tandem_loop_state.json";
+
+/// File inside a checkpoint with what its step measured up to the save (rollout and train
+/// figures): a run killed after the save but before the step's metrics line was written
+/// gets the line back from here on `--resume`.
+pub const STEP_METRICS: &str = "tandem_step_metrics.json";
 
 /// Where the loop was when a checkpoint was taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +44,7 @@ pub fn save(
     run_dir: &Path,
     trainer: &RemoteTrainer,
     state: &LoopState,
+    metrics: &StepMetrics,
 ) -> Result<PathBuf, HostError> {
     let root = dir(run_dir);
     std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
@@ -49,6 +56,10 @@ pub fn save(
     let text = serde_json::to_string_pretty(state)
         .map_err(|e| HostError::Runtime(format!("encoding the loop state: {e}")))?;
     let path = tmp.join(LOOP_STATE);
+    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    let path = tmp.join(STEP_METRICS);
+    let text = serde_json::to_string(metrics)
+        .map_err(|e| HostError::Runtime(format!("encoding the step metrics: {e}")))?;
     std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
     sync_tree(&tmp)?;
     if done.exists() {
@@ -119,4 +130,10 @@ pub fn clean_partial(run_dir: &Path) {
             }
         }
     }
+}
+
+/// The step metrics saved with a checkpoint, if any.
+pub fn step_metrics(checkpoint: &Path) -> Option<StepMetrics> {
+    let text = std::fs::read_to_string(checkpoint.join(STEP_METRICS)).ok()?;
+    serde_json::from_str(&text).ok()
 }

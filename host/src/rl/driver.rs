@@ -115,10 +115,24 @@ fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn spec(job: &LoadedJob, plan: &ResolvedPlan, role: Role, rank: u32, opts: &RunOptions) -> Result<WorkerSpec, HostError> {
+fn spec(
+    job: &LoadedJob,
+    plan: &ResolvedPlan,
+    role: Role,
+    rank: u32,
+    opts: &RunOptions,
+) -> Result<WorkerSpec, HostError> {
     let (component, world, table) = match role {
-        Role::Engine => (&plan.engine.component, plan.engine.ranks, &job.job.engine.options),
-        Role::Trainer => (&plan.trainer.component, plan.trainer.ranks, &job.job.trainer.options),
+        Role::Engine => (
+            &plan.engine.component,
+            plan.engine.ranks,
+            &job.job.engine.options,
+        ),
+        Role::Trainer => (
+            &plan.trainer.component,
+            plan.trainer.ranks,
+            &job.job.trainer.options,
+        ),
     };
     let options_json = serde_json::to_string(table)
         .map_err(|e| HostError::Usage(format!("[{role}.options]: {e}")))?;
@@ -171,8 +185,10 @@ fn prepare_run_dir(job: &LoadedJob, opts: &RunOptions) -> Result<(), HostError> 
     });
     std::fs::write(&files.run_json, meta.to_string())
         .map_err(io(format!("writing {}", files.run_json.display())))?;
-    std::fs::write(opts.run_dir.join("job.toml"), &job.source)
-        .map_err(io(format!("writing {}", opts.run_dir.join("job.toml").display())))
+    std::fs::write(opts.run_dir.join("job.toml"), &job.source).map_err(io(format!(
+        "writing {}",
+        opts.run_dir.join("job.toml").display()
+    )))
 }
 
 /// The job file a run directory was started from (`run.json`).
@@ -231,8 +247,23 @@ pub fn run(
     let mut bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
     let files = RunFiles::of(&opts.run_dir);
     let events = EventLog::open(&files.events)?;
-    let mut loop_ = Loop::start(job, plan, &opts, &mut launcher, &mut bridge, &events, resume_from)?;
-    let result = loop_.run_steps(task.as_ref(), &codec, &mut launcher, &mut bridge, &events, &files);
+    let mut loop_ = Loop::start(
+        job,
+        plan,
+        &opts,
+        &mut launcher,
+        &mut bridge,
+        &events,
+        resume_from,
+    )?;
+    let result = loop_.run_steps(
+        task.as_ref(),
+        &codec,
+        &mut launcher,
+        &mut bridge,
+        &events,
+        &files,
+    );
     events.flush();
     let summary = result?;
     launcher.shutdown(Duration::from_secs(20))?;
@@ -242,7 +273,6 @@ pub fn run(
 /// Live state of a run.
 struct Loop<'a> {
     job: &'a LoadedJob,
-    plan: &'a ResolvedPlan,
     opts: &'a RunOptions,
     engines: Engines,
     trainer: RemoteTrainer,
@@ -299,7 +329,12 @@ impl<'a> Loop<'a> {
         // Colocated: the engines give their memory back before the trainer loads.
         engines.drained_offload(events, 0)?;
         let info = trainer.init()?;
-        events.record(0, "trainer", "init", &format!("version {}", info.weight_version));
+        events.record(
+            0,
+            "trainer",
+            "init",
+            &format!("version {}", info.weight_version),
+        );
         if j.algorithm.kl_coef > 0.0 {
             trainer.snapshot("ref")?;
             events.record(0, "trainer", "snapshot", "ref");
@@ -318,7 +353,7 @@ impl<'a> Loop<'a> {
                 events.record(
                     0,
                     "trainer",
-                    "resume",
+                    "load_checkpoint",
                     &format!("{} version {}", dir.display(), ck.weight_version),
                 );
                 (state.step + 1, state.data_position, ck.weight_version)
@@ -331,14 +366,16 @@ impl<'a> Loop<'a> {
         events.record(0, "loop", "bridge_setup", &plan.bridge.mode);
         let metrics_path = RunFiles::of(&opts.run_dir).metrics;
         let metrics = if opts.resume {
-            MetricsLog::resume(&metrics_path, first_step - 1)?
+            let saved = resume_from
+                .as_ref()
+                .and_then(|(dir, _)| checkpoint::step_metrics(dir));
+            MetricsLog::resume(&metrics_path, first_step - 1, saved)?
         } else {
             MetricsLog::create(&metrics_path)?
         };
         let total_steps = opts.steps.unwrap_or(j.run.steps);
         let mut l = Loop {
             job,
-            plan,
             opts,
             engines,
             trainer,
@@ -352,11 +389,24 @@ impl<'a> Loop<'a> {
         };
         // With ipc the setup already made the engines serve the trainer's weights.
         let served = bridge.version().unwrap_or_else(|| {
-            l.engines.machines.iter().map(EngineMachine::version).min().unwrap_or(0)
+            l.engines
+                .machines
+                .iter()
+                .map(EngineMachine::version)
+                .min()
+                .unwrap_or(0)
         });
         let mut phases = BTreeMap::new();
         let need_sync = weight_version > served;
-        l.finish_step(0, need_sync, &mut weight_version, bridge, launcher, events, &mut phases)?;
+        l.finish_step(
+            0,
+            need_sync,
+            &mut weight_version,
+            bridge,
+            launcher,
+            events,
+            &mut phases,
+        )?;
         l.weight_version = weight_version;
         Ok(l)
     }
@@ -386,11 +436,21 @@ impl<'a> Loop<'a> {
         } else {
             None
         };
-        timed(phases, "offload_trainer", || self.offload_trainer(step, rest, events))?;
-        timed(phases, "onload", || self.engines.onload_weights(events, step))?;
+        timed(phases, "offload_trainer", || {
+            self.offload_trainer(step, rest, events)
+        })?;
+        // An engine about to be restarted on the new weights does not need its old ones back.
+        let restarting = update.is_some() && bridge.restarts();
+        if !restarting {
+            timed(phases, "onload", || {
+                self.engines.onload_weights(events, step)
+            })?;
+        }
         let record = match update {
             Some(update) => {
-                self.engines.begin_update(update.version)?;
+                if !restarting {
+                    self.engines.begin_update(update.version)?;
+                }
                 let r = timed(phases, "sync", || {
                     bridge.apply(update, &mut self.engines.remotes, launcher)
                 });
@@ -463,7 +523,6 @@ impl<'a> Loop<'a> {
         let a = &j.algorithm;
         let progress = Progress::new(self.first_step, self.total_steps, self.opts.progress);
         let mut last_checkpoint = None;
-        let mut last_saved = self.first_step.saturating_sub(1);
         for step in self.first_step..=self.total_steps {
             let t0 = Instant::now();
             let mut phases = BTreeMap::new();
@@ -480,7 +539,15 @@ impl<'a> Loop<'a> {
                 rollout::run(&spec, &self.engines.remotes, task, codec)
             })?;
             self.data_position += u64::from(a.prompts_per_step);
-            timed(&mut phases, "offload", || self.engines.drained_offload(events, step))?;
+            // Resident memory at each side's busiest point of the step (comparable step to
+            // step): engines right after generating, the trainer right after training.
+            let mut rss = BTreeMap::new();
+            for (rank, e) in self.engines.remotes.iter().enumerate() {
+                rss.insert(format!("engine-{rank}"), rss_bytes(e.pid()));
+            }
+            timed(&mut phases, "offload", || {
+                self.engines.drained_offload(events, step)
+            })?;
 
             let adv = grpo::advantages(&rollout.samples);
             if std::env::var_os("TANDEM_DUMP_ROLLOUTS").is_some() {
@@ -492,7 +559,11 @@ impl<'a> Loop<'a> {
                     text.push('\n');
                 }
                 use std::io::Write as _;
-                if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+                if let Ok(mut f) = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                {
                     let _ = f.write_all(text.as_bytes());
                 }
             }
@@ -503,13 +574,25 @@ impl<'a> Loop<'a> {
                 ..StepMetrics::default()
             };
             let n = rollout.samples.len().max(1) as f64;
-            let rewards: Vec<f64> = rollout.samples.iter().map(|s| f64::from(s.reward)).collect();
+            let rewards: Vec<f64> = rollout
+                .samples
+                .iter()
+                .map(|s| f64::from(s.reward))
+                .collect();
             m.reward_mean = rewards.iter().sum::<f64>() / n;
-            m.reward_std =
-                (rewards.iter().map(|r| (r - m.reward_mean).powi(2)).sum::<f64>() / n).sqrt();
+            m.reward_std = (rewards
+                .iter()
+                .map(|r| (r - m.reward_mean).powi(2))
+                .sum::<f64>()
+                / n)
+                .sqrt();
             m.exact_frac = rollout.exact as f64 / n;
-            m.completion_tokens =
-                rollout.samples.iter().map(|s| s.completion.len()).sum::<usize>() as f64 / n;
+            m.completion_tokens = rollout
+                .samples
+                .iter()
+                .map(|s| s.completion.len())
+                .sum::<usize>() as f64
+                / n;
             m.train_sequences = batch.sequences.len() as u64;
 
             let before = self.weight_version;
@@ -538,11 +621,18 @@ impl<'a> Loop<'a> {
                         self.weight_version = v as u64;
                     }
                 }
-                events.record(step, "trainer", "train", &format!("version {}", self.weight_version));
+                events.record(
+                    step,
+                    "trainer",
+                    "train",
+                    &format!("version {}", self.weight_version),
+                );
                 self.trainer.snapshot("actor")?;
                 events.record(step, "trainer", "snapshot", "actor");
                 Ok(())
             })?;
+            rss.insert("trainer".to_string(), rss_bytes(self.trainer.pid()));
+            m.rss = rss;
 
             let save_every = j.run.save_every;
             if (save_every > 0 && step % save_every == 0) || step == self.total_steps {
@@ -551,29 +641,47 @@ impl<'a> Loop<'a> {
                     data_position: self.data_position,
                     weight_version: self.weight_version,
                 };
+                let mut partial = m.clone();
+                partial.phases = phases.clone();
+                partial.weight_version = self.weight_version;
                 let dir = timed(&mut phases, "save", || {
-                    checkpoint::save(&self.opts.run_dir, &self.trainer, &state)
+                    checkpoint::save(&self.opts.run_dir, &self.trainer, &state, &partial)
                 })?;
                 events.record(step, "trainer", "checkpoint", &dir.display().to_string());
                 last_checkpoint = Some(dir);
-                last_saved = step;
             }
 
             let mut version = self.weight_version;
             let sync = self.weight_version != before;
-            let record =
-                self.finish_step(step, sync, &mut version, bridge, launcher, events, &mut phases)?;
+            let record = self.finish_step(
+                step,
+                sync,
+                &mut version,
+                bridge,
+                launcher,
+                events,
+                &mut phases,
+            )?;
             if let Some(r) = &record {
                 m.sync_bytes = r.bytes_moved;
                 m.sync_s = r.latency_s;
             }
-            m.weight_version = self.engines.machines.iter().map(EngineMachine::version).min().unwrap_or(0);
-            self.memory_figures(&mut m);
+            m.weight_version = self
+                .engines
+                .machines
+                .iter()
+                .map(EngineMachine::version)
+                .min()
+                .unwrap_or(0);
+            self.ledger_figures(&mut m);
             m.step_s = t0.elapsed().as_secs_f64();
             m.overhead_s = (m.step_s - phases.values().sum::<f64>()).max(0.0);
             m.phases = phases;
             progress.step(&m);
-            let metrics = self.metrics.as_mut().ok_or_else(|| HostError::Runtime("metrics log closed".into()))?;
+            let metrics = self
+                .metrics
+                .as_mut()
+                .ok_or_else(|| HostError::Runtime("metrics log closed".into()))?;
             metrics.push(m)?;
             if step % 10 == 0 || step == self.total_steps {
                 events.flush();
@@ -583,8 +691,11 @@ impl<'a> Loop<'a> {
             }
         }
         progress.finish();
-        let _ = last_saved;
-        let steps = self.metrics.as_ref().map(|m| m.steps.clone()).unwrap_or_default();
+        let steps = self
+            .metrics
+            .as_ref()
+            .map(|m| m.steps.clone())
+            .unwrap_or_default();
         let first_reward = steps.first().map(|m| m.reward_mean).unwrap_or(f64::NAN);
         let tail: Vec<f64> = steps.iter().rev().take(5).map(|m| m.reward_mean).collect();
         let final_reward = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
@@ -597,9 +708,9 @@ impl<'a> Loop<'a> {
         })
     }
 
-    fn memory_figures(&self, m: &mut StepMetrics) {
-        let mut add = |name: String, pid: u32, stats: Option<tandem_plugin_api::ComponentStats>| {
-            m.rss.insert(name.clone(), rss_bytes(pid));
+    /// Memory-ledger bytes (allocated region bytes the plugins report) of every worker.
+    fn ledger_figures(&self, m: &mut StepMetrics) {
+        let mut add = |name: String, stats: Option<tandem_plugin_api::ComponentStats>| {
             if let Some(s) = stats {
                 let ledger: f64 = s
                     .metrics
@@ -611,9 +722,8 @@ impl<'a> Loop<'a> {
             }
         };
         for (rank, e) in self.engines.remotes.iter().enumerate() {
-            add(format!("engine-{rank}"), e.pid(), e.stats().ok());
+            add(format!("engine-{rank}"), e.stats().ok());
         }
-        add("trainer".into(), self.trainer.pid(), self.trainer.stats().ok());
-        let _ = self.plan;
+        add("trainer".into(), self.trainer.stats().ok());
     }
 }

@@ -53,7 +53,12 @@ pub fn advantages(samples: &[Sample]) -> Vec<f32> {
 }
 
 /// The train batch of a rollout; sequences without signal are dropped unless `keep_all`.
-pub fn batch(samples: &[Sample], advantages: &[f32], loss: LossConfig, keep_all: bool) -> TrainBatch {
+pub fn batch(
+    samples: &[Sample],
+    advantages: &[f32],
+    loss: LossConfig,
+    keep_all: bool,
+) -> TrainBatch {
     let sequences = samples
         .iter()
         .zip(advantages)
@@ -106,7 +111,10 @@ mod tests {
     fn advantages_are_group_relative() {
         let samples = [s(0, 1.0), s(0, 0.0), s(1, 0.5), s(1, 0.5)];
         let a = advantages(&samples);
-        assert!((a[0] - 1.0).abs() < 1e-3 && (a[1] + 1.0).abs() < 1e-3, "{a:?}");
+        assert!(
+            (a[0] - 1.0).abs() < 1e-3 && (a[1] + 1.0).abs() < 1e-3,
+            "{a:?}"
+        );
         assert_eq!(&a[2..], &[0.0, 0.0]);
         let b = batch(&samples, &a, loss(1e-3, 0.2, 0.0, 1.0), false);
         assert_eq!(b.sequences.len(), 2);

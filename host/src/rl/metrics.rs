@@ -74,14 +74,26 @@ impl MetricsLog {
         })
     }
 
-    /// Reopens a log for a resume after `step`: lines of later steps are dropped.
-    pub fn resume(path: &Path, step: u32) -> Result<MetricsLog, HostError> {
+    /// Reopens a log for a resume after `step`: lines of later steps are dropped; the line of
+    /// `step` itself comes from `saved` (the checkpoint's copy) when the run died before
+    /// writing it.
+    pub fn resume(
+        path: &Path,
+        step: u32,
+        saved: Option<StepMetrics>,
+    ) -> Result<MetricsLog, HostError> {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        let steps: Vec<StepMetrics> = text
+        let mut steps: Vec<StepMetrics> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<StepMetrics>(l).ok())
             .filter(|m| m.step <= step)
             .collect();
+        if let Some(m) = saved
+            && m.step == step
+            && !steps.iter().any(|s| s.step == step)
+        {
+            steps.push(m);
+        }
         let tmp = path.with_extension("jsonl.tmp");
         let mut body = String::new();
         for m in &steps {

@@ -45,8 +45,9 @@ impl Engines {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(HostError::Runtime("an engine call panicked".into())))
+                    h.join().unwrap_or_else(|_| {
+                        Err(HostError::Runtime("an engine call panicked".into()))
+                    })
                 })
                 .collect::<Result<Vec<()>, _>>()
                 .map(drop)
@@ -80,7 +81,10 @@ impl Engines {
         if !self.needs_offload {
             return (Vec::new(), Vec::new());
         }
-        self.release_tags.iter().cloned().partition(|t| t == WEIGHTS)
+        self.release_tags
+            .iter()
+            .cloned()
+            .partition(|t| t == WEIGHTS)
     }
 
     /// Drained offload: pause all → flush all → release all (when `needs_offload`).
@@ -88,7 +92,9 @@ impl Engines {
         self.stage(events, step, EngineOp::Pause, "pause", "wait", |e| {
             e.pause_generation(PauseMode::Wait)
         })?;
-        self.stage(events, step, EngineOp::Flush, "flush", "", |e| e.flush_cache())?;
+        self.stage(events, step, EngineOp::Flush, "flush", "", |e| {
+            e.flush_cache()
+        })?;
         if !self.needs_offload || self.release_tags.is_empty() {
             return Ok(());
         }
@@ -126,7 +132,9 @@ impl Engines {
         } else {
             "resume"
         };
-        self.stage(events, step, op, label, &tags.join(","), |e| e.resume_memory(&tags))
+        self.stage(events, step, op, label, &tags.join(","), |e| {
+            e.resume_memory(&tags)
+        })
     }
 
     /// Last stage: `continue_generation` on every paused engine.

@@ -53,15 +53,29 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
             .collect()
     };
     reward
-        .draw_series(LineSeries::new(pts(|m| m.reward_mean), BLUE.stroke_width(2)))
-        .map_err(|e| e.to_string())?
-        .label("mean reward")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE));
-    reward
-        .draw_series(LineSeries::new(pts(|m| m.exact_frac), GREEN.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            pts(|m| m.exact_frac),
+            GREEN.mix(0.5).stroke_width(1),
+        ))
         .map_err(|e| e.to_string())?
         .label("exact answers")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    reward
+        .draw_series(LineSeries::new(
+            pts(|m| m.reward_mean),
+            BLUE.mix(0.35).stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("mean reward")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.mix(0.35)));
+    reward
+        .draw_series(LineSeries::new(
+            moving_average(&pts(|m| m.reward_mean), 10),
+            BLUE.stroke_width(3),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("mean reward, 10-step average")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(3)));
     reward
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -98,4 +112,53 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
     loss.draw_series(LineSeries::new(losses, RED.stroke_width(2)))
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// Trailing average over `window` points.
+fn moving_average(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let mut sum = 0.0;
+    points
+        .iter()
+        .enumerate()
+        .map(|(i, &(x, y))| {
+            sum += y;
+            if i >= window {
+                sum -= points[i - window].1;
+            }
+            (x, sum / (i + 1).min(window) as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moving_average_trails() {
+        let p = [(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)];
+        assert_eq!(
+            moving_average(&p, 2),
+            vec![(1.0, 1.0), (2.0, 2.0), (3.0, 4.0)]
+        );
+    }
+
+    #[test]
+    fn draws_a_png() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plot.png");
+        let steps: Vec<StepMetrics> = (1..=30)
+            .map(|i| StepMetrics {
+                step: i,
+                reward_mean: f64::from(i) / 30.0,
+                exact_frac: f64::from(i) / 40.0,
+                loss: 0.1 / f64::from(i),
+                ..StepMetrics::default()
+            })
+            .collect();
+        draw(&path, "test", &steps).expect("draw");
+        let bytes = std::fs::read(&path).expect("read");
+        assert_eq!(&bytes[1..4], b"PNG");
+        assert!(bytes.len() > 10_000, "a real picture, not an empty canvas");
+    }
 }

@@ -16,10 +16,8 @@ impl Progress {
     /// A display for steps `first..=total`; `enabled = false` shows nothing.
     pub fn new(first: u32, total: u32, enabled: bool) -> Progress {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
-            let bar = ProgressBar::with_draw_target(
-                Some(u64::from(total)),
-                ProgressDrawTarget::stderr(),
-            );
+            let bar =
+                ProgressBar::with_draw_target(Some(u64::from(total)), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
                 "{spinner} step {pos}/{len} [{bar:30}] {msg} (eta {eta})",
             )

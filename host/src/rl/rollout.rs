@@ -72,9 +72,8 @@ pub fn run(
         handles
             .into_iter()
             .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(HostError::Runtime("a rollout thread panicked".into()))
-                })
+                h.join()
+                    .unwrap_or_else(|_| Err(HostError::Runtime("a rollout thread panicked".into())))
             })
             .collect::<Vec<_>>()
     });

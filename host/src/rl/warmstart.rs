@@ -92,8 +92,8 @@ pub fn ensure_model(
             target.display()
         )));
     };
-    let preset = Preset::parse(preset)
-        .map_err(|e| HostError::Usage(format!("[model] init_preset: {e}")))?;
+    let preset =
+        Preset::parse(preset).map_err(|e| HostError::Usage(format!("[model] init_preset: {e}")))?;
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
     }

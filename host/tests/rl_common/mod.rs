@@ -22,6 +22,8 @@ pub struct JobOpts {
     pub group: u32,
     pub max_tokens: u32,
     pub bridge: String,
+    /// Lines of `[bridge.options]`.
+    pub bridge_options: String,
     pub placement: String,
     pub extra_engine: String,
     pub extra_trainer: String,
@@ -40,11 +42,13 @@ impl Default for JobOpts {
             group: 4,
             max_tokens: 4,
             bridge: "checkpoint".into(),
+            bridge_options: String::new(),
             placement: "colocate".into(),
             extra_engine: String::new(),
             extra_trainer: String::new(),
             learning_rate: 1e-3,
-            task_options: "max_operand = 9\n".into(),
+            // Partial credit: even a random model's rollouts carry signal, so steps train.
+            task_options: "max_operand = 3\nreward = \"partial\"\n".into(),
             model: None,
         }
     }
@@ -84,6 +88,30 @@ impl Scratch {
         Scratch { _tmp: tmp, dir }
     }
 
+    /// A scratch directory whose `model/` was warm-started (20 supervised steps on a+b over
+    /// 0..=3): its rollouts are digits, so partial rewards vary and every step trains.
+    pub fn warm() -> Scratch {
+        let t = Scratch::new();
+        let init = t.dir.join("model");
+        let warm = t.dir.join("model-warm");
+        let out = t.tandem(&[
+            "model",
+            "sft",
+            "--model",
+            init.to_str().unwrap(),
+            "--out",
+            warm.to_str().unwrap(),
+            "--steps",
+            "20",
+            "--task-options",
+            "max_operand = 3",
+        ]);
+        assert!(out.status.success(), "{}", out.stderr_text());
+        std::fs::remove_dir_all(&init).unwrap();
+        std::fs::rename(&warm, &init).unwrap();
+        t
+    }
+
     /// Writes `job.toml` and returns its path.
     pub fn job(&self, o: &JobOpts) -> PathBuf {
         let model = o.model.clone().unwrap_or_else(|| self.dir.join("model"));
@@ -116,6 +144,9 @@ plugin = "native"
 [bridge]
 mode = "{bridge}"
 
+[bridge.options]
+{bridge_options}
+
 [algorithm]
 prompts_per_step = {prompts}
 group_size = {group}
@@ -136,6 +167,7 @@ kind = "arithmetic"
             extra_engine = o.extra_engine,
             extra_trainer = o.extra_trainer,
             bridge = o.bridge,
+            bridge_options = o.bridge_options,
             prompts = o.prompts,
             group = o.group,
             max_tokens = o.max_tokens,
@@ -222,7 +254,10 @@ pub fn max(v: &[usize]) -> usize {
 pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < limit, "condition not met within {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "condition not met within {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -301,7 +336,10 @@ pub fn newest_checkpoint(run_dir: &Path) -> PathBuf {
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            p.file_name().unwrap().to_string_lossy().starts_with("step-")
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("step-")
                 && p.join("tandem_loop_state.json").is_file()
         })
         .collect();
