@@ -232,6 +232,14 @@ impl LocalLauncher {
             .args((0..self.opts.worker_verbosity.min(3)).map(|_| "-v"))
             .env(TOKEN_ENV, self.server.token())
             .env("NO_COLOR", "1")
+            // glibc gives each new thread that allocates its own malloc arena (up to 8 per
+            // core) and never returns them; a worker serves every engine call on a fresh
+            // thread, so without a cap its RSS creeps up for dozens of steps. Two arenas keep
+            // it flat (plugin buffers are memory-layer regions, not malloc).
+            .env(
+                "MALLOC_ARENA_MAX",
+                std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);

@@ -324,7 +324,14 @@ impl<'a> Loop<'a> {
             remotes,
             machines,
             needs_offload: colocate && j.engine.needs_offload,
-            release_tags: bridge.engine_release_tags(),
+            // Engine `activations` are decode scratch (small) and may be reallocated by an
+            // adapter swap during the sync, which a tag-wide resume would then refuse: the
+            // drained offload releases weights and KV cache, the memory that matters.
+            release_tags: bridge
+                .engine_release_tags()
+                .into_iter()
+                .filter(|t| t != "activations")
+                .collect(),
         };
         // Colocated: the engines give their memory back before the trainer loads.
         engines.drained_offload(events, 0)?;
@@ -539,15 +546,16 @@ impl<'a> Loop<'a> {
                 rollout::run(&spec, &self.engines.remotes, task, codec)
             })?;
             self.data_position += u64::from(a.prompts_per_step);
-            // Resident memory at each side's busiest point of the step (comparable step to
-            // step): engines right after generating, the trainer right after training.
+            timed(&mut phases, "offload", || {
+                self.engines.drained_offload(events, step)
+            })?;
+            // Resident memory where it is comparable step to step (what a leak would grow):
+            // engines right after the drained offload, the trainer at the end of the step.
+            // What the regions hold is in the ledger figures.
             let mut rss = BTreeMap::new();
             for (rank, e) in self.engines.remotes.iter().enumerate() {
                 rss.insert(format!("engine-{rank}"), rss_bytes(e.pid()));
             }
-            timed(&mut phases, "offload", || {
-                self.engines.drained_offload(events, step)
-            })?;
 
             let adv = grpo::advantages(&rollout.samples);
             if std::env::var_os("TANDEM_DUMP_ROLLOUTS").is_some() {
@@ -631,8 +639,7 @@ impl<'a> Loop<'a> {
                 events.record(step, "trainer", "snapshot", "actor");
                 Ok(())
             })?;
-            rss.insert("trainer".to_string(), rss_bytes(self.trainer.pid()));
-            m.rss = rss;
+
 
             let save_every = j.run.save_every;
             if (save_every > 0 && step % save_every == 0) || step == self.total_steps {
@@ -673,6 +680,8 @@ impl<'a> Loop<'a> {
                 .map(EngineMachine::version)
                 .min()
                 .unwrap_or(0);
+            rss.insert("trainer".to_string(), rss_bytes(self.trainer.pid()));
+            m.rss = rss;
             self.ledger_figures(&mut m);
             m.step_s = t0.elapsed().as_secs_f64();
             m.overhead_s = (m.step_s - phases.values().sum::<f64>()).max(0.0);
