@@ -79,7 +79,7 @@ fn the_reward_rises_for_every_bridge_mode() {
         &model,
         "lora",
         "[trainer.options.lora]\nrank = 8\nalpha = 16\n",
-        5e-3,
+        3e-3,
     );
     learns(&t, &model, "ipc", "", 3e-4);
 }

@@ -108,6 +108,40 @@ fn an_engine_group_that_needs_no_offload_is_never_released() {
 }
 
 #[test]
+fn disaggregated_runs_never_offload_and_kl_uses_the_reference() {
+    let t = Scratch::warm();
+    let job = t.job(&JobOpts {
+        steps: 2,
+        placement: "disaggregated".into(),
+        extra_algorithm: "kl_coef = 0.05".into(),
+        ..JobOpts::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    let ops: Vec<&str> = events.iter().map(|e| e["op"].as_str().unwrap()).collect();
+    for never in ["release", "resume", "resume_kv", "offload", "onload"] {
+        assert!(
+            !ops.contains(&never),
+            "`{never}` in a disaggregated run: {ops:?}"
+        );
+    }
+    // The reference is snapshotted at init and scored every step.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["op"] == "snapshot" && e["detail"] == "ref")
+    );
+    assert_eq!(ops.iter().filter(|o| **o == "ref_logprobs").count(), 2);
+    let metrics = t.metrics();
+    assert_eq!(metrics.len(), 2);
+    for m in &metrics {
+        let kl = m["kl"].as_f64().unwrap();
+        assert!(kl.is_finite() && kl >= 0.0, "{m}");
+    }
+}
+
+#[test]
 fn a_run_directory_is_never_overwritten() {
     let t = Scratch::new();
     let job = t.job(&JobOpts {

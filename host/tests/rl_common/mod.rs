@@ -28,6 +28,8 @@ pub struct JobOpts {
     pub extra_engine: String,
     pub extra_trainer: String,
     pub learning_rate: f32,
+    /// Extra lines of `[algorithm]`.
+    pub extra_algorithm: String,
     pub task_options: String,
     pub model: Option<PathBuf>,
 }
@@ -47,6 +49,7 @@ impl Default for JobOpts {
             extra_engine: String::new(),
             extra_trainer: String::new(),
             learning_rate: 1e-3,
+            extra_algorithm: String::new(),
             // Partial credit: even a random model's rollouts carry signal, so steps train.
             task_options: "max_operand = 3\nreward = \"partial\"\n".into(),
             model: None,
@@ -152,6 +155,7 @@ prompts_per_step = {prompts}
 group_size = {group}
 max_tokens = {max_tokens}
 learning_rate = {lr}
+{extra_algorithm}
 
 [task]
 kind = "arithmetic"
@@ -172,6 +176,7 @@ kind = "arithmetic"
             group = o.group,
             max_tokens = o.max_tokens,
             lr = o.learning_rate,
+            extra_algorithm = o.extra_algorithm,
             task_options = o.task_options,
         );
         let path = self.dir.join("job.toml");
