@@ -10,8 +10,9 @@
 //! - `checkpoint`: 1.5 × (write + read of the checkpoint at the disk bandwidth measured here)
 //!   + the engine's start time on that model (restart), or without it (reload in place).
 //! - memory: peak Pss of engine + trainer during the sync, less their non-weight buffers
-//!   (grads, optimizer, KV cache, activations as the workers report them), in multiples of
-//!   the weights' size (limit 1×).
+//!   (grads, optimizer, KV cache, activations as the workers report them) and a worker
+//!   process's baseline Pss (the trainer's before `init`) per process, in multiples of the
+//!   weights' size (limit 1×).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -163,6 +164,9 @@ impl Ctx<'_> {
             )])?
             .pop()
             .ok_or_else(|| rt("trainer")("did not start".into()))?;
+        // Before init the trainer holds no buffer: its Pss is a worker process's baseline
+        // (binary, libraries, runtime), subtracted per process from the weight copies.
+        let baseline = crate::bridge::rss::pss_bytes(trainer.pid()).unwrap_or(0);
         trainer.init()?;
         let mut bridge_opts = toml::Table::new();
         if mode == "checkpoint" {
@@ -214,7 +218,9 @@ impl Ctx<'_> {
             }
             _ => (1.0, "-".into(), ""),
         };
-        let copies = (peak as f64 - other as f64) / w;
+        // Restart: old and new engine live side by side for a moment (3 processes).
+        let procs = if restart { 3.0 } else { 2.0 };
+        let copies = (peak as f64 - other as f64 - procs * baseline as f64) / w;
         Ok(vec![
             Figure::new(BENCH, &case("sync"), median_ms, "ms", limit_ms)
                 .limit_name(&limit_name)
