@@ -5,6 +5,7 @@
 pub mod abi;
 pub mod bridges;
 pub mod memory;
+pub mod native;
 pub mod transport;
 
 use serde::Serialize;

@@ -14,6 +14,9 @@ pub enum BenchName {
     Transport,
     /// Control-plane call round trip and bulk replies beside raw TCP loopback.
     Control,
+    /// Native core decode tok/s and train-step time on the init presets, beside candle 0.11 on
+    /// the same weights (build with `--features candle`; otherwise beside machine bounds).
+    Native,
     /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size.
     Bridges,
 }
@@ -24,6 +27,7 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Memory => bench::memory::run(quick)?,
         BenchName::Transport => bench::transport::run(quick)?,
         BenchName::Control => crate::control::bench::run(quick)?,
+        BenchName::Native => bench::native::run(quick)?,
         BenchName::Bridges => bench::bridges::run(quick)?,
     };
     if json {
