@@ -470,6 +470,19 @@ fn checkpoint_without_restart_reloads_in_place() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("only go up"), "{e}");
+    // The version survives a restart: a trainer started on the exported checkpoint goes on
+    // from it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = LaunchOptions::new(dir.path());
+    o.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
+    let mut l2 = LocalLauncher::new(o).unwrap();
+    let ckpt = r.run_dir.join("weights/v1");
+    let t2 = l2
+        .spawn_trainers(&[spec(Role::Trainer, &ckpt, "", dir.path())])
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(t2.init().unwrap().weight_version, 1);
 }
 
 #[test]
@@ -489,4 +502,60 @@ fn bad_bridge_settings_are_one_line_errors() {
         assert!(e.contains(want), "{mode}: {e}");
         assert_eq!(e.lines().count(), 1, "{e}");
     }
+}
+
+#[test]
+fn worker_components_get_host_regions_that_release_really_frees() {
+    let m = model("tiny", 3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = LaunchOptions::new(dir.path());
+    opts.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
+    let mut launcher = LocalLauncher::new(opts).unwrap();
+    let big_kv = r#"{"max_batch": 8, "max_seq_len": 1024}"#;
+    let engine = launcher
+        .spawn_engines(&[spec(Role::Engine, &m, big_kv, dir.path())])
+        .unwrap()
+        .pop()
+        .unwrap();
+    let stats = engine.stats().unwrap();
+    let get = |name: &str| {
+        stats
+            .metrics
+            .iter()
+            .find(|x| x.name.as_str() == name)
+            .map(|x| x.value)
+    };
+    assert_eq!(get("host_regions"), Some(1.0), "{stats:?}");
+    let kv = get("allocated_bytes.kv_cache").unwrap() as u64;
+    assert!(kv >= 32 << 20, "{kv}");
+    let request = || GenerateRequest {
+        prompts: vec![RVec::from(vec![1u32, 40, 41])].into(),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens: 4,
+            ..SamplingParams::default()
+        },
+        adapter: None.into(),
+    };
+    let before = engine.generate(request()).unwrap().completions[0]
+        .tokens
+        .to_vec();
+    engine.pause_generation(PauseMode::Wait).unwrap();
+    engine.flush_cache().unwrap(); // every KV page written (resident)
+    let pss = || tandem_host::bridge::rss::pss_bytes(engine.pid()).unwrap();
+    let resident = pss();
+    engine.release_memory(&["kv_cache".into()]).unwrap();
+    let released = pss();
+    assert!(
+        resident.saturating_sub(released) >= kv * 9 / 10,
+        "Pss {resident} -> {released}, KV cache {kv} bytes"
+    );
+    engine.resume_memory(&["kv_cache".into()]).unwrap();
+    engine.continue_generation().unwrap();
+    assert_eq!(
+        engine.generate(request()).unwrap().completions[0]
+            .tokens
+            .to_vec(),
+        before
+    );
 }

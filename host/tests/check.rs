@@ -175,5 +175,8 @@ fn bad_task_settings_are_one_line_naming_the_key() {
     let job = VALID.replace("[bridge]", "[algorithm]\ngroup_size = 1\n\n[bridge]");
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
-    assert!(line.contains("group_size = 1") && line.contains("group_size >= 2"), "{line}");
+    assert!(
+        line.contains("group_size = 1") && line.contains("group_size >= 2"),
+        "{line}"
+    );
 }

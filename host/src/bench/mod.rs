@@ -6,6 +6,7 @@ pub mod abi;
 pub mod bridges;
 pub mod memory;
 pub mod rl_loop;
+pub mod native;
 pub mod transport;
 
 use serde::Serialize;

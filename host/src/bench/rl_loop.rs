@@ -1,5 +1,5 @@
-//! `tandem bench loop`: a short colocated GRPO run on a tiny model (real workers, checkpoint
-//! bridge), reporting the orchestration overhead — step time spent outside plugin calls
+//! `tandem bench loop`: a short colocated GRPO run on a tiny model (real workers; `ipc` and
+//! `checkpoint` bridges), reporting the orchestration overhead — step time spent outside plugin calls
 //! (rollout bookkeeping, rewards, advantages, metrics) — beside the step time of the same
 //! run, and each phase's share of the step.
 
@@ -66,7 +66,7 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, HostError> {
         .map_err(|e| HostError::Runtime(format!("creating the bench model: {e}")))?;
     let registry = Registry::discover(&[]).map_err(HostError::Plugins)?;
     let mut figures = Vec::new();
-    for bridge in ["checkpoint"] {
+    for bridge in ["ipc", "checkpoint"] {
         let job_path = tmp.join(format!("{bridge}.toml"));
         let text = JOB
             .replace("STEPS", &steps.to_string())
@@ -98,9 +98,15 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, HostError> {
         let step_s = steady.iter().map(|m| m.step_s).sum::<f64>() / n;
         let overhead = steady.iter().map(|m| m.overhead_s).sum::<f64>() / n;
         figures.push(
-            Figure::new("loop", &format!("{bridge}: orchestration overhead"), overhead * 1e3, "ms", step_s * 1e3)
-                .limit_name("step time")
-                .target("<= 0.02"),
+            Figure::new(
+                "loop",
+                &format!("{bridge}: orchestration overhead"),
+                overhead * 1e3,
+                "ms",
+                step_s * 1e3,
+            )
+            .limit_name("step time")
+            .target("<= 0.02"),
         );
         let mut phases: std::collections::BTreeMap<String, f64> = Default::default();
         for m in &steady {
@@ -110,8 +116,14 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, HostError> {
         }
         for (k, v) in phases {
             figures.push(
-                Figure::new("loop", &format!("{bridge}: phase {k}"), v * 1e3, "ms", step_s * 1e3)
-                    .limit_name("step time"),
+                Figure::new(
+                    "loop",
+                    &format!("{bridge}: phase {k}"),
+                    v * 1e3,
+                    "ms",
+                    step_s * 1e3,
+                )
+                .limit_name("step time"),
             );
         }
     }

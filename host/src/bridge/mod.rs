@@ -195,9 +195,15 @@ impl BridgeDriver {
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, HostError> {
-        let start = Instant::now();
+        // The sampler's first reading is taken before the clock starts.
         let sampler = rss::PeakSampler::start(launcher.live_pids());
+        let start = Instant::now();
         let update = self.export(trainer)?;
+        tracing::debug!(
+            "{} sync: trainer export took {:.2} ms",
+            self.mode(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
         self.ship(update, engines, launcher, start, Some(&sampler))
             .map(|mut rec| {
                 rec.peak_rss_bytes = sampler.finish();
@@ -213,8 +219,8 @@ impl BridgeDriver {
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, HostError> {
-        let start = Instant::now();
         let sampler = rss::PeakSampler::start(launcher.live_pids());
+        let start = Instant::now();
         self.ship(update, engines, launcher, start, Some(&sampler))
             .map(|mut rec| {
                 rec.peak_rss_bytes = sampler.finish();

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the sampler reads the processes' Pss.
-const EVERY: Duration = Duration::from_millis(5);
+const EVERY: Duration = Duration::from_millis(10);
 
 /// The Pss of one process in bytes (`None` once it is gone).
 pub fn pss_bytes(pid: u32) -> Option<u64> {

@@ -16,6 +16,9 @@ pub enum BenchName {
     Control,
     /// A short GRPO run: orchestration overhead and phase times beside the step time.
     Loop,
+    /// Native core decode tok/s and train-step time on the init presets, beside candle 0.11 on
+    /// the same weights (build with `--features candle`; otherwise beside machine bounds).
+    Native,
     /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size.
     Bridges,
 }
@@ -27,6 +30,7 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Transport => bench::transport::run(quick)?,
         BenchName::Control => crate::control::bench::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
+        BenchName::Native => bench::native::run(quick)?,
         BenchName::Bridges => bench::bridges::run(quick)?,
     };
     if json {

@@ -30,7 +30,11 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
     let job_path = match (&args.job, &args.resume) {
         (Some(j), _) => j.clone(),
         (None, Some(run_dir)) => rl::driver::job_of_run(run_dir)?,
-        (None, None) => return Err(HostError::Usage("give a job file or --resume RUN_DIR".into())),
+        (None, None) => {
+            return Err(HostError::Usage(
+                "give a job file or --resume RUN_DIR".into(),
+            ));
+        }
     };
     let (job, mut plan) = super::check::resolve(cli_dirs, &job_path)?;
     let run_dir = match (&args.resume, args.output_dir) {
@@ -90,7 +94,9 @@ fn job_dirs(job: &LoadedJob) -> Vec<PathBuf> {
         .collect()
 }
 
-fn registry_for(cli_dirs: &[PathBuf], job: &LoadedJob) -> Result<crate::registry::Registry, HostError> {
+fn registry_for(
+    cli_dirs: &[PathBuf],
+    job: &LoadedJob,
+) -> Result<crate::registry::Registry, HostError> {
     super::load_registry(cli_dirs, &job_dirs(job))
 }
-

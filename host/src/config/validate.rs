@@ -254,7 +254,10 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
         };
         let (message, help) = match rest.split_once(" (help: ") {
             Some((m, h)) => (m.to_string(), h.trim_end_matches(')').to_string()),
-            None => (rest, format!("built-in tasks: {}", crate::task::KINDS.join(", "))),
+            None => (
+                rest,
+                format!("built-in tasks: {}", crate::task::KINDS.join(", ")),
+            ),
         };
         issues.push(&key, None, message, help);
     }

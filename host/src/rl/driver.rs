@@ -640,7 +640,6 @@ impl<'a> Loop<'a> {
                 Ok(())
             })?;
 
-
             let save_every = j.run.save_every;
             if (save_every > 0 && step % save_every == 0) || step == self.total_steps {
                 let state = LoopState {

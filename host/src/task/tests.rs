@@ -25,10 +25,19 @@ fn problems_are_deterministic_per_seed_and_index() {
 
 #[test]
 fn arithmetic_answers_are_right() {
-    let t = build(&section("arithmetic", "ops = [\"+\", \"-\"]\nmax_operand = 50"), 1).unwrap();
+    let t = build(
+        &section("arithmetic", "ops = [\"+\", \"-\"]\nmax_operand = 50"),
+        1,
+    )
+    .unwrap();
     for i in 0..200 {
         let p = t.problem(i);
-        let body = p.prompt.strip_prefix("Q: ").unwrap().strip_suffix("=? A:").unwrap();
+        let body = p
+            .prompt
+            .strip_prefix("Q: ")
+            .unwrap()
+            .strip_suffix("=? A:")
+            .unwrap();
         let (a, op, b) = match body.split_once('+') {
             Some((a, b)) => (a, '+', b),
             None => {
@@ -49,7 +58,12 @@ fn arithmetic_answers_are_right() {
 fn reverse_answers_are_right() {
     let t = build(&section("reverse", "min_digits = 3\nmax_digits = 3"), 0).unwrap();
     let p = t.problem(3);
-    let digits = p.prompt.strip_prefix("Q: reverse ").unwrap().strip_suffix(" A:").unwrap();
+    let digits = p
+        .prompt
+        .strip_prefix("Q: reverse ")
+        .unwrap()
+        .strip_suffix(" A:")
+        .unwrap();
     assert_eq!(digits.len(), 3);
     assert_eq!(p.answer, digits.chars().rev().collect::<String>());
 }
@@ -74,11 +88,15 @@ fn rewards_exact_and_partial() {
 
 #[test]
 fn bad_options_are_one_line_errors() {
-    let e = build(&section("arithmetic", "max_operand = 0"), 0).err().unwrap();
+    let e = build(&section("arithmetic", "max_operand = 0"), 0)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("max_operand"), "{e}");
     let e = build(&section("arithmetic", "bogus = 1"), 0).err().unwrap();
     assert!(e.to_string().contains("bogus"), "{e}");
-    let e = build(&section("arithmetic", "ops = [\"*\"]"), 0).err().unwrap();
+    let e = build(&section("arithmetic", "ops = [\"*\"]"), 0)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains('*'), "{e}");
     let e = build(&section("nope", ""), 0).err().unwrap();
     assert!(e.to_string().contains("arithmetic, reverse"), "{e}");

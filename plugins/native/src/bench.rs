@@ -1,9 +1,12 @@
-//! Benchmarks as library functions: decode tokens/s and train-step time for a model config,
-//! each reported beside the machine limit measured in the same run (memcpy bandwidth for
-//! memory-bound decode, large-GEMM FLOP rate for compute-bound training).
+//! Benchmarks as library functions: decode tokens/s and train-step time for a model config
+//! (random weights) or a loaded model, each reported beside the machine limit measured in the
+//! same run (memcpy bandwidth for memory-bound decode, large-GEMM FLOP rate for compute-bound
+//! training). `tandem bench native` runs them on the init presets, beside candle on the same
+//! files; [`prompts`], [`train_tokens`] and [`logits`] give it the same inputs and outputs.
 
 use std::time::Instant;
 
+use crate::acts::ActLayout;
 use crate::buffer::VecProvider;
 use crate::config::ModelConfig;
 use crate::engine::{Engine, EngineConfig, GenRequest};
@@ -64,8 +67,32 @@ pub struct DecodeFigure {
     pub compute_bound_tokens_per_s: f64,
 }
 
-/// Decode tokens/s for each batch size with a random model of `cfg` (prompt 16 tokens,
-/// `new_tokens` generated, sampling at temperature 1 with a fixed seed).
+/// Prompt length used by the decode benchmarks.
+pub const PROMPT_LEN: usize = 16;
+
+/// The benchmark prompts: `b` rows of [`PROMPT_LEN`] tokens, `[b, PROMPT_LEN]` row-major.
+pub fn prompts(b: usize, vocab: usize) -> Vec<u32> {
+    (0..b)
+        .flat_map(|i| (0..PROMPT_LEN).map(move |j| ((i * 31 + j * 7) % vocab) as u32))
+        .collect()
+}
+
+/// The benchmark training batch: `[b, t]` row-major tokens.
+pub fn train_tokens(b: usize, t: usize, vocab: usize) -> Vec<u32> {
+    (0..b * t).map(|i| ((i * 7919) % vocab) as u32).collect()
+}
+
+/// All-position logits `[b, t, vocab]` of `model` on `tokens` (`[b, t]` row-major).
+pub fn logits(model: &Model, tokens: &[u32], b: usize) -> Result<Vec<f32>> {
+    let t = tokens.len() / b.max(1);
+    let al = ActLayout::for_inference(&model.cfg, b, t, None);
+    let mut acts = vec![0.0; al.total_len()];
+    crate::forward::forward(model, None, tokens, &al, &mut acts, true)?;
+    let lo = al.logits_offset();
+    Ok(acts[lo..lo + b * t * model.cfg.vocab_size].to_vec())
+}
+
+/// Decode tokens/s for each batch size with a random model of `cfg` (see [`decode_model`]).
 pub fn decode(
     cfg: &ModelConfig,
     batches: &[usize],
@@ -75,27 +102,39 @@ pub fn decode(
     let mut p = VecProvider::new();
     let mut model = Model::new_zeroed(cfg.clone(), &mut p)?;
     model.init_random(1, 0.02);
+    decode_model(model, &mut p, batches, new_tokens, lim)
+}
+
+/// Decode tokens/s of `model` for each batch size: [`prompts`] (16 tokens each), greedy,
+/// `new_tokens` generated per row, no stop tokens; prefill time excluded.
+pub fn decode_model(
+    model: Model,
+    p: &mut VecProvider,
+    batches: &[usize],
+    new_tokens: usize,
+    lim: &Limits,
+) -> Result<Vec<DecodeFigure>> {
+    let vocab = model.cfg.vocab_size;
     let weight_bytes = (model.layout.num_params() * 4) as f64;
     let max_b = batches.iter().copied().max().unwrap_or(1);
     let mut eng = Engine::new(
         model,
         EngineConfig {
             max_batch: max_b,
-            max_seq: 16 + new_tokens + 1,
+            max_seq: PROMPT_LEN + new_tokens + 1,
         },
-        &mut p,
+        p,
     )?;
     let mut out = Vec::new();
     for &b in batches {
-        let reqs: Vec<GenRequest> = (0..b)
-            .map(|i| GenRequest {
-                prompt: (0..16)
-                    .map(|j| ((i * 31 + j * 7) % cfg.vocab_size) as u32)
-                    .collect(),
+        let reqs: Vec<GenRequest> = prompts(b, vocab)
+            .chunks(PROMPT_LEN)
+            .map(|prompt| GenRequest {
+                prompt: prompt.to_vec(),
                 max_tokens: new_tokens,
                 stop_tokens: vec![],
                 sampling: SamplingParams {
-                    seed: i as u64,
+                    temperature: 0.0,
                     ..Default::default()
                 },
                 adapter: None,
@@ -115,10 +154,10 @@ pub fn decode(
         let mut decoded = 0;
         for _ in 0..3 {
             let t0 = Instant::now();
-            eng.generate(&one, false, &mut p)?;
+            eng.generate(&one, false, p)?;
             prefill = prefill.min(t0.elapsed().as_secs_f64());
             let t1 = Instant::now();
-            let outs = eng.generate(&reqs, false, &mut p)?;
+            let outs = eng.generate(&reqs, false, p)?;
             total = total.min(t1.elapsed().as_secs_f64());
             decoded = outs.iter().map(|o| o.tokens.len().saturating_sub(1)).sum();
         }
@@ -143,6 +182,10 @@ pub struct TrainFigure {
     pub median_s: f64,
     /// Lower bound from compute: `(6·params + 12·layers·T·d)·tokens / gemm_flops`.
     pub compute_bound_s: f64,
+    /// Loss of the first step (before any update).
+    pub first_loss: f64,
+    /// Gradient norm of the first step (before clipping).
+    pub first_grad_norm: f64,
 }
 
 /// Median full-fine-tuning train-step time over `steps` steps on a random batch.
@@ -156,11 +199,24 @@ pub fn train_step(
     let mut p = VecProvider::new();
     let mut model = Model::new_zeroed(cfg.clone(), &mut p)?;
     model.init_random(2, 0.02);
+    train_step_model(model, &mut p, batch, seq, steps, lim)
+}
+
+/// Median train-step time of `model` over `steps` steps (after one warm-up step) on
+/// [`train_tokens`]: full fine-tuning, SFT loss over every next token, gradient clipping at
+/// 1.0, AdamW with its defaults (lr 1e-3, weight decay 0.01).
+pub fn train_step_model(
+    model: Model,
+    p: &mut VecProvider,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    lim: &Limits,
+) -> Result<TrainFigure> {
+    let cfg = model.cfg.clone();
     let params = model.layout.num_params() as f64;
-    let mut tr = Trainer::new(model, None, AdamW::default(), &mut p)?;
-    let toks: Vec<u32> = (0..batch * seq)
-        .map(|i| ((i * 7919) % cfg.vocab_size) as u32)
-        .collect();
+    let mut tr = Trainer::new(model, None, AdamW::default(), p)?;
+    let toks = train_tokens(batch, seq, cfg.vocab_size);
     let mask = vec![1.0; batch * seq];
     let b = Batch {
         tokens: &toks,
@@ -169,11 +225,14 @@ pub fn train_step(
         mask: &mask,
     };
     let mut times = Vec::new();
+    let mut first = None;
     for _ in 0..steps.max(1) + 1 {
         let t = Instant::now();
-        tr.train_step(&b, &Loss::Sft, &mut p)?;
+        let (loss, step) = tr.train_step(&b, &Loss::Sft, p)?;
         times.push(t.elapsed().as_secs_f64());
+        first.get_or_insert((loss.loss, step.grad_norm));
     }
+    let (first_loss, first_grad_norm) = first.unwrap_or_default();
     times.remove(0); // warm-up (first-touch of buffers)
     times.sort_by(f64::total_cmp);
     let tokens = (batch * seq) as f64;
@@ -183,5 +242,7 @@ pub fn train_step(
         seq,
         median_s: times[times.len() / 2],
         compute_bound_s: (6.0 * params + attn) * tokens / lim.gemm_flops,
+        first_loss,
+        first_grad_norm,
     })
 }

@@ -5,9 +5,14 @@
 //! Also: a LoRA adapter saved by us loads in PEFT (`PeftModel.from_pretrained`) and gives the
 //! same logits as our LoRA forward.
 //!
-//! Needs a Python with torch + transformers: run with
-//! `TANDEM_REF_PYTHON=/path/to/python cargo test -p tandem-plugin-native --test hf_parity -- --ignored`.
-//! Ignored by default (never silently passed): without `TANDEM_REF_PYTHON` it fails.
+//! Needs the Python environment of `python/requirements-cpu.lock` (torch, transformers, peft):
+//! ```sh
+//! export TANDEM_REF_PYTHON="$(bash scripts/setup-python.sh | tail -n1)"
+//! cargo test -p tandem-plugin-native --test hf_parity -- --ignored
+//! ```
+//! `.ci/run` does exactly that after `scripts/test.sh`. In a plain `cargo test` these tests are
+//! reported as ignored (never silently passed); run with `--ignored` but without
+//! `TANDEM_REF_PYTHON`, they fail with the line above.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -26,8 +31,9 @@ fn parity(cfg: ModelConfig) {
 }
 
 fn parity_with(cfg: ModelConfig, lora: Option<LoraConfig>) {
-    let python = std::env::var("TANDEM_REF_PYTHON")
-        .expect("set TANDEM_REF_PYTHON to a python with torch + transformers");
+    let python = std::env::var("TANDEM_REF_PYTHON").expect(
+        "set TANDEM_REF_PYTHON: export TANDEM_REF_PYTHON=\"$(bash scripts/setup-python.sh | tail -n1)\"",
+    );
     let dir = tempfile::tempdir().unwrap();
     let mut p = VecProvider::new();
     let model = random_model(cfg, 17, &mut p);

@@ -24,7 +24,6 @@ use tandem_plugin_api::{
 };
 
 use super::{Inner, NativeEngine, lock};
-use crate::buffer::VecProvider;
 use crate::config::ModelConfig;
 use crate::layout::ParamLayout;
 use crate::lora::LoraAdapter;
@@ -186,15 +185,18 @@ impl NativeEngine {
 
     fn swap_adapter(&self, update: &WeightUpdate, name: &str, dir: &Path) -> Result<(u64, String)> {
         let what = format!("adapter `{name}` from {}", dir.display());
-        let cfg = lock(&self.inner).engine.model.cfg.clone();
-        // Staged on the heap: checked before it touches the engine.
-        let staged = LoraAdapter::load(dir, &cfg, &mut VecProvider::new()).ctx(&what)?;
-        staged.check_for(&cfg).ctx(&what)?;
-        let served = served_digest(update, staged.weights.as_slice());
+        let mut guard = lock(&self.inner);
+        let inner: &mut Inner = &mut guard;
+        // Loaded into its own buffers and checked before the engine sees it: on an error it
+        // is dropped (freed) and the active adapter keeps serving.
+        let ad = LoraAdapter::load(dir, &inner.engine.model.cfg, &mut inner.provider).ctx(&what)?;
+        let served = served_digest(update, ad.weights.as_slice());
         check_digest(update, &served, &what)?;
-        drop(staged);
-        let bytes = self.add_adapter(name, dir)?;
-        let mut inner = lock(&self.inner);
+        let bytes = (ad.layout.total_len() * 4) as u64;
+        inner
+            .engine
+            .add_adapter(name, ad, &mut inner.provider)
+            .ctx(&what)?;
         let previous = inner.active_adapter.replace(name.to_string());
         if let Some(p) = previous.filter(|p| p != name) {
             inner.engine.remove_adapter(&p);

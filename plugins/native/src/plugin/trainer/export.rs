@@ -6,8 +6,10 @@
 //!   first such export the trainer refuses to offload `weights` (the engine serves them).
 //! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
 //!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
-//!   staging directory with the trainer state, every file and the directory fsynced, renamed
-//!   into place, the parent fsynced.
+//!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
+//!   every file and the directory are fsynced before the rename, the parent after it.
+//!   Adapters are not fsynced (re-exportable from the trainer; a sync should cost what
+//!   writing the adapter costs).
 //!
 //! Every export carries the digest ([`crate::plugin::digest`]) of what it exports: all base
 //! weights, or the adapter tensors in LoRA mode (unless `options.digest = false`: empty).
@@ -21,7 +23,8 @@ use tandem_plugin_api::{
     WeightUpdate,
 };
 
-use super::NativeTrainer;
+use super::{NativeTrainer, STATE_FILE, st_write};
+use crate::plugin::common::Ctx;
 use crate::plugin::digest::digest;
 use crate::plugin::provider::region_key;
 
@@ -75,8 +78,20 @@ impl NativeTrainer {
         std::fs::create_dir_all(&parent)
             .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
         let digest = self.weights_digest()?;
-        self.save(&stage)?;
-        sync_dir_files(&stage)?;
+        if stage.exists() {
+            std::fs::remove_dir_all(&stage)
+                .map_err(|e| PluginError::io(format!("removing {}: {e}", stage.display())))?;
+        }
+        if lora {
+            self.save(&stage)?;
+        } else {
+            self.write_checkpoint(&stage)?;
+        }
+        // A checkpoint is durable state (fsynced); an adapter is re-exported from the trainer
+        // at will, so it is only made visible atomically (rename), not forced to disk.
+        if !lora {
+            sync_dir_files(&stage)?;
+        }
         if dir.exists() {
             std::fs::remove_dir_all(&dir)
                 .map_err(|e| PluginError::io(format!("removing {}: {e}", dir.display())))?;
@@ -88,7 +103,9 @@ impl NativeTrainer {
                 dir.display()
             ))
         })?;
-        sync_path(&parent)?;
+        if !lora {
+            sync_path(&parent)?;
+        }
         let dir_s = RString::from(dir.display().to_string());
         let payload = if lora {
             UpdatePayload::Adapter {
@@ -103,6 +120,25 @@ impl NativeTrainer {
             payload,
             digest: digest.into(),
         })
+    }
+
+    /// A full HF checkpoint (config + one streamed safetensors file + trainer state) in `dir`.
+    fn write_checkpoint(&mut self, dir: &Path) -> Result<()> {
+        let version = self.version;
+        let (tr, _) = self.ready("export_weight_update")?;
+        let what = format!("writing checkpoint {}", dir.display());
+        let io = |e: std::io::Error| PluginError::io(format!("{what}: {e}"));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        tr.model.cfg.save(dir).ctx(&what)?;
+        st_write::write(
+            &dir.join("model.safetensors"),
+            &tr.model.layout,
+            tr.model.w(),
+        )
+        .map_err(io)?;
+        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
+        std::fs::write(dir.join(STATE_FILE), state.to_string()).map_err(io)?;
+        Ok(())
     }
 
     fn export_shared(&mut self) -> Result<WeightUpdate> {

@@ -17,6 +17,7 @@ use tandem_plugin_api::{
 use super::batch::Padded;
 mod export;
 mod options;
+mod st_write;
 pub(crate) mod state;
 
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
