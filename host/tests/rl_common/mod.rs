@@ -317,7 +317,7 @@ pub fn worker_pid(run_dir: &Path, role: &str, rank: u32) -> Option<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "worker") && args.iter().any(|a| *a == spec) {
+        if args.iter().any(|a| a == "worker") && args.contains(&spec) {
             return Some(pid);
         }
     }
