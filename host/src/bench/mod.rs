@@ -5,8 +5,8 @@
 pub mod abi;
 pub mod bridges;
 pub mod memory;
-pub mod rl_loop;
 pub mod native;
+pub mod rl_loop;
 pub mod transport;
 
 use serde::Serialize;
