@@ -439,11 +439,19 @@ impl EngineImpl for VllmEngine {
 
     fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
         check_tags(&tags)?;
+        // `/sleep` puts every tag to sleep, and vLLM's scheduler stays paused until every
+        // tag is awake: wake the given tags, and everything once nothing is left released.
         let query: Vec<String> = tags.iter().map(|t| format!("tags={t}")).collect();
         self.post(&format!("/wake_up?{}", query.join("&")), None, true)?;
-        let mut st = lock(&self.state);
-        for t in &tags {
-            st.released.remove(t);
+        let all_back = {
+            let mut st = lock(&self.state);
+            for t in &tags {
+                st.released.remove(t);
+            }
+            st.released.is_empty()
+        };
+        if all_back {
+            self.post("/wake_up", None, true)?;
         }
         Ok(())
     }
