@@ -3,8 +3,8 @@
 //! mapped memory itself, for adapters over the loaded adapter tensors).
 //!
 //! Format `w64:<elements>:<16 hex digits>`. The hash reads the f32 bit patterns as 64-bit
-//! words in four independent lanes (multiply–rotate, a few GB/s on one core), then folds the
-//! lanes, the tail and the length. It detects any changed, missing or reordered element; it is
+//! words in four independent lanes (multiply–rotate, a few GB/s on one core) per block of
+//! 2^20 elements (blocks in parallel), then folds the blocks in order with the length. It detects any changed, missing or reordered element; it is
 //! not a cryptographic hash (nothing here is adversarial).
 
 const K: [u64; 4] = [
@@ -18,20 +18,23 @@ fn mix(h: u64, x: u64, k: u64) -> u64 {
     (h ^ x).wrapping_mul(k).rotate_left(29)
 }
 
-fn word(pair: &[f32]) -> u64 {
-    u64::from(pair[0].to_bits()) | (u64::from(pair[1].to_bits()) << 32)
+fn word(a: f32, b: f32) -> u64 {
+    u64::from(a.to_bits()) | (u64::from(b.to_bits()) << 32)
 }
 
-/// The digest of `data` (see the module doc).
-pub fn digest(data: &[f32]) -> String {
+/// Elements hashed per block; blocks are hashed in parallel and folded in order, so the
+/// digest does not depend on the thread count.
+const BLOCK: usize = 1 << 20;
+
+fn block_hash(data: &[f32]) -> u64 {
     let mut lanes = K;
     let chunks = data.chunks_exact(8);
     let tail = chunks.remainder();
     for c in chunks {
-        lanes[0] = mix(lanes[0], word(&c[0..2]), K[0]);
-        lanes[1] = mix(lanes[1], word(&c[2..4]), K[1]);
-        lanes[2] = mix(lanes[2], word(&c[4..6]), K[2]);
-        lanes[3] = mix(lanes[3], word(&c[6..8]), K[3]);
+        lanes[0] = mix(lanes[0], word(c[0], c[1]), K[0]);
+        lanes[1] = mix(lanes[1], word(c[2], c[3]), K[1]);
+        lanes[2] = mix(lanes[2], word(c[4], c[5]), K[2]);
+        lanes[3] = mix(lanes[3], word(c[6], c[7]), K[3]);
     }
     let mut h = data.len() as u64;
     for (i, l) in lanes.iter().enumerate() {
@@ -39,6 +42,17 @@ pub fn digest(data: &[f32]) -> String {
     }
     for x in tail {
         h = mix(h, u64::from(x.to_bits()), K[0]);
+    }
+    h
+}
+
+/// The digest of `data` (see the module doc).
+pub fn digest(data: &[f32]) -> String {
+    use rayon::prelude::*;
+    let blocks: Vec<u64> = data.par_chunks(BLOCK).map(block_hash).collect();
+    let mut h = data.len() as u64;
+    for (i, b) in blocks.iter().enumerate() {
+        h = mix(h, *b, K[i % 4]);
     }
     // Final avalanche.
     h ^= h >> 33;
@@ -68,5 +82,20 @@ mod tests {
         assert_ne!(digest(&s), d);
         assert_ne!(digest(&a[..1002]), d);
         assert_ne!(digest(&[]), digest(&[0.0]));
+    }
+
+    #[test]
+    fn blocks_are_folded_in_order() {
+        let n = 2 * super::BLOCK + 5;
+        let a: Vec<f32> = (0..n).map(|i| (i % 977) as f32).collect();
+        let d = digest(&a);
+        let mut b = a.clone();
+        b[super::BLOCK + 3] += 1.0;
+        assert_ne!(digest(&b), d);
+        // Swapping two whole blocks changes the digest.
+        let mut c = a[super::BLOCK..2 * super::BLOCK].to_vec();
+        c.extend_from_slice(&a[..super::BLOCK]);
+        c.extend_from_slice(&a[2 * super::BLOCK..]);
+        assert_ne!(digest(&c), d);
     }
 }

@@ -1,0 +1,71 @@
+//! The `vllm` engine plugin (`libtandem_vllm.so`): launches and supervises one vLLM OpenAI
+//! server per engine rank on loopback and maps the engine ABI onto its HTTP routes.
+//! See `plugins/vllm/NOTES.md` for the route map, what works on CPU and the measured figures.
+
+pub mod engine;
+pub mod http;
+pub mod options;
+pub mod response;
+pub mod server;
+
+use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
+use tandem_plugin_api::{
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, HostBox, PauseMode,
+    PluginError, PluginManifest, RString, RVec, UpdateKind,
+};
+
+pub use engine::VllmEngine;
+pub use options::VllmOptions;
+
+/// The `vllm` plugin.
+pub struct VllmPlugin;
+
+fn strs(v: &[&str]) -> RVec<RString> {
+    v.iter().map(|s| RString::from(*s)).collect()
+}
+
+impl Plugin for VllmPlugin {
+    fn manifest() -> PluginManifest {
+        let engine = ComponentDecl {
+            kind: ComponentKind::Engine,
+            name: "vllm".into(),
+            description:
+                "vLLM OpenAI server per rank (loopback, dev mode): token-in generation with \
+                 logprobs, pause/resume, LoRA hot swap, checkpoint reload"
+                    .into(),
+            caps: Capabilities {
+                update_kinds: vec![UpdateKind::Adapter, UpdateKind::CheckpointDir].into(),
+                // vLLM's CPU worker ignores sleep mode: /sleep frees nothing here.
+                releasable_tags: RVec::new(),
+                pause_modes: vec![PauseMode::Abort, PauseMode::Wait, PauseMode::Keep].into(),
+                hidden_states: false,
+                lora: true,
+                needs_gpu: strs(&[
+                    "release_memory frees weights/kv_cache (vLLM sleep mode: CUDA/ROCm/XPU only)",
+                    "tensor_buckets over NCCL (vLLM weight-transfer engine, --weight-transfer-config nccl)",
+                    "single-copy CUDA IPC weight sync (vLLM worker extension)",
+                ]),
+                notes: strs(&[
+                    "needs Python with vllm (python option or $TANDEM_PYTHON; scripts/setup-python.sh)",
+                    "release_memory/resume_memory map to /sleep and /wake_up but free NO memory on CPU; requests are refused while released",
+                    "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
+                    "checkpoint_dir: reload_weights in place (default) or server restart (restart_on_checkpoint = true)",
+                    "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
+                ]),
+            },
+        };
+        sdk::manifest("vllm", env!("CARGO_PKG_VERSION"), vec![engine])
+    }
+
+    fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
+        if config.component.as_str() != "vllm" {
+            return Err(PluginError::invalid_input(format!(
+                "plugin `vllm` has no engine `{}`",
+                config.component
+            )));
+        }
+        Ok(engine_box(VllmEngine::new(&config, host)?))
+    }
+}
+
+tandem_plugin_api::export_plugin!(VllmPlugin);

@@ -1,0 +1,304 @@
+//! The `[engine] options` table of the `vllm` engine (serde, `deny_unknown_fields`), its
+//! validation (loopback bind unless `allow_public_bind`), and the server command line built
+//! from it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tandem_plugin_api::PluginError;
+use tandem_plugin_api::sdk::Result;
+
+/// Environment variable naming the Python interpreter of the venv holding vLLM.
+pub const PYTHON_ENV: &str = "TANDEM_PYTHON";
+
+/// `options` of the `vllm` engine component.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VllmOptions {
+    /// Python interpreter with vLLM installed; runs
+    /// `python -m vllm.entrypoints.openai.api_server`. Default: `$TANDEM_PYTHON`.
+    pub python: Option<String>,
+    /// Alternative launcher, e.g. `["vllm", "serve"]` (the model path is appended). Exclusive
+    /// with `python`.
+    pub command: Option<Vec<String>>,
+    /// Bind address of the server. Loopback only unless `allow_public_bind = true`: vLLM's
+    /// dev-mode lifecycle routes (`/pause`, `/sleep`, `/collective_rpc`) are unauthenticated.
+    pub host: String,
+    /// Port of rank 0; rank `r` listens on `port + r`. `0` picks a free port per rank.
+    pub port: u16,
+    /// Allow a non-loopback `host`.
+    pub allow_public_bind: bool,
+    /// `--dtype` (`float32` on CPU matches the native engine; `auto`, `bfloat16`, ...).
+    pub dtype: String,
+    /// `--max-model-len` (prompt + completion); `None` keeps the model's.
+    pub max_model_len: Option<u32>,
+    /// `--max-num-seqs`: sequences scheduled together.
+    pub max_num_seqs: u32,
+    /// KV cache size in GiB on CPU (`VLLM_CPU_KVCACHE_SPACE`).
+    pub cpu_kvcache_gib: u32,
+    /// `--gpu-memory-utilization` (GPU only; ignored by the CPU backend).
+    pub gpu_memory_utilization: Option<f32>,
+    /// `--enforce-eager` (no torch.compile / CUDA graphs; saves ~20 s of start-up on CPU).
+    pub enforce_eager: bool,
+    /// `--enable-lora` + runtime adapter loading (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`).
+    pub enable_lora: bool,
+    /// `--max-loras`: adapters resident at once.
+    pub max_loras: u32,
+    /// `--max-lora-rank`.
+    pub max_lora_rank: u32,
+    /// `--seed`.
+    pub seed: u64,
+    /// Apply `checkpoint_dir` updates by restarting the server on the new directory instead
+    /// of reloading the weights in place (`/collective_rpc reload_weights`).
+    pub restart_on_checkpoint: bool,
+    /// Seconds to wait for `/health` after launch.
+    pub startup_timeout_s: u64,
+    /// Seconds a generation or scoring request may take.
+    pub request_timeout_s: u64,
+    /// Seconds a control call (pause, adapters, reload, version) may take.
+    pub control_timeout_s: u64,
+    /// Extra command-line arguments passed to the server verbatim.
+    pub extra_args: Vec<String>,
+    /// Extra environment variables for the server.
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for VllmOptions {
+    fn default() -> Self {
+        VllmOptions {
+            python: None,
+            command: None,
+            host: "127.0.0.1".into(),
+            port: 0,
+            allow_public_bind: false,
+            dtype: "float32".into(),
+            max_model_len: None,
+            max_num_seqs: 8,
+            cpu_kvcache_gib: 1,
+            gpu_memory_utilization: None,
+            enforce_eager: true,
+            enable_lora: false,
+            max_loras: 2,
+            max_lora_rank: 16,
+            seed: 0,
+            restart_on_checkpoint: false,
+            startup_timeout_s: 300,
+            request_timeout_s: 300,
+            control_timeout_s: 60,
+            extra_args: Vec::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// The name the model is served under (requests without an adapter use it).
+pub const SERVED_NAME: &str = "tandem-base";
+
+impl VllmOptions {
+    /// Parses the options JSON (empty = defaults) and validates it.
+    pub fn parse(json: &str) -> Result<Self> {
+        let opts: VllmOptions = if json.trim().is_empty() {
+            VllmOptions::default()
+        } else {
+            serde_json::from_str(json).map_err(|e| {
+                PluginError::invalid_input(format!("engine `vllm` options: {e}"))
+                    .with_help("fix the `[engine] options` table of the job file")
+            })?
+        };
+        opts.validate()?;
+        Ok(opts)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let ip: IpAddr = self.host.parse().map_err(|_| {
+            PluginError::invalid_input(format!(
+                "engine `vllm` options: host `{}` is not an IP address",
+                self.host
+            ))
+            .with_help("use 127.0.0.1 (or a private address with allow_public_bind = true)")
+        })?;
+        if !ip.is_loopback() && !self.allow_public_bind {
+            return Err(PluginError::invalid_input(format!(
+                "engine `vllm` options: refusing to bind vLLM to {ip}: its dev-mode lifecycle \
+                 routes (/pause, /sleep, /collective_rpc, adapter loading) have no authentication"
+            ))
+            .with_help(
+                "bind to 127.0.0.1, or set allow_public_bind = true on a private network only",
+            ));
+        }
+        if self.python.is_some() && self.command.is_some() {
+            return Err(PluginError::invalid_input(
+                "engine `vllm` options: give either `python` or `command`, not both",
+            ));
+        }
+        if self.command.as_ref().is_some_and(Vec::is_empty) {
+            return Err(PluginError::invalid_input(
+                "engine `vllm` options: `command` is empty",
+            ));
+        }
+        for (what, v) in [
+            ("startup_timeout_s", self.startup_timeout_s),
+            ("request_timeout_s", self.request_timeout_s),
+            ("control_timeout_s", self.control_timeout_s),
+        ] {
+            if v == 0 {
+                return Err(PluginError::invalid_input(format!(
+                    "engine `vllm` options: {what} must be at least 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Timeout of a generation or scoring request.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_secs(self.request_timeout_s)
+    }
+
+    /// Timeout of a control call.
+    pub fn control_timeout(&self) -> Duration {
+        Duration::from_secs(self.control_timeout_s)
+    }
+
+    /// The launcher: program and leading arguments (before the model and flags).
+    pub fn launcher(&self) -> Result<(String, Vec<String>)> {
+        if let Some(cmd) = &self.command {
+            let mut it = cmd.iter().cloned();
+            let program = it.next().unwrap_or_default();
+            return Ok((program, it.collect()));
+        }
+        let python = match &self.python {
+            Some(p) => p.clone(),
+            None => std::env::var(PYTHON_ENV).map_err(|_| {
+                PluginError::invalid_input(format!(
+                    "engine `vllm`: no Python with vLLM given (neither `python` in the engine \
+                     options nor ${PYTHON_ENV})"
+                ))
+                .with_help(format!(
+                    "run `bash scripts/setup-python.sh` and set ${PYTHON_ENV} to the python it \
+                     prints (or `python = \"...\"` in [engine] options)"
+                ))
+            })?,
+        };
+        Ok((
+            python,
+            vec!["-m".into(), "vllm.entrypoints.openai.api_server".into()],
+        ))
+    }
+
+    /// Server arguments after the launcher.
+    pub fn server_args(&self, model: &Path, port: u16, rank: u32) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--model".into(),
+            model.display().to_string(),
+            "--host".into(),
+            self.host.clone(),
+            "--port".into(),
+            port.to_string(),
+            "--served-model-name".into(),
+            SERVED_NAME.into(),
+            "--dtype".into(),
+            self.dtype.clone(),
+            "--max-num-seqs".into(),
+            self.max_num_seqs.to_string(),
+            "--seed".into(),
+            (self.seed + u64::from(rank)).to_string(),
+            "--disable-uvicorn-access-log".into(),
+            // Sampling defaults come from the request only, never from generation_config.json.
+            "--generation-config".into(),
+            "vllm".into(),
+        ];
+        if let Some(n) = self.max_model_len {
+            a.extend(["--max-model-len".into(), n.to_string()]);
+        }
+        if let Some(u) = self.gpu_memory_utilization {
+            a.extend(["--gpu-memory-utilization".into(), u.to_string()]);
+        }
+        if self.enforce_eager {
+            a.push("--enforce-eager".into());
+        }
+        if self.enable_lora {
+            a.extend([
+                "--enable-lora".into(),
+                "--max-loras".into(),
+                self.max_loras.to_string(),
+                "--max-lora-rank".into(),
+                self.max_lora_rank.to_string(),
+            ]);
+        }
+        a.extend(self.extra_args.iter().cloned());
+        a
+    }
+
+    /// Server environment (on top of the inherited one).
+    pub fn server_env(&self) -> Vec<(String, String)> {
+        let mut e: Vec<(String, String)> = vec![
+            ("VLLM_SERVER_DEV_MODE".into(), "1".into()),
+            ("HF_HUB_OFFLINE".into(), "1".into()),
+            ("TRANSFORMERS_OFFLINE".into(), "1".into()),
+            ("VLLM_NO_USAGE_STATS".into(), "1".into()),
+            ("DO_NOT_TRACK".into(), "1".into()),
+            (
+                "VLLM_CPU_KVCACHE_SPACE".into(),
+                self.cpu_kvcache_gib.to_string(),
+            ),
+            ("PYTHONUNBUFFERED".into(), "1".into()),
+        ];
+        if self.enable_lora {
+            e.push(("VLLM_ALLOW_RUNTIME_LORA_UPDATING".into(), "True".into()));
+        }
+        e.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        e
+    }
+}
+
+/// `<run_dir>/logs/vllm-<rank>.log` (run dir empty: the system temp dir).
+pub fn log_path(run_dir: &str, rank: u32) -> PathBuf {
+    let base = if run_dir.is_empty() {
+        std::env::temp_dir().join("tandem-vllm")
+    } else {
+        PathBuf::from(run_dir)
+    };
+    base.join("logs").join(format!("vllm-{rank}.log"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn public_bind_is_refused_unless_allowed() {
+        let e = VllmOptions::parse(r#"{"host": "0.0.0.0", "python": "p"}"#).unwrap_err();
+        assert!(e.message.contains("refusing to bind"), "{e}");
+        VllmOptions::parse(r#"{"host": "0.0.0.0", "python": "p", "allow_public_bind": true}"#)
+            .unwrap();
+        VllmOptions::parse(r#"{"host": "::1", "python": "p"}"#).unwrap();
+    }
+
+    #[test]
+    fn unknown_options_are_refused() {
+        let e = VllmOptions::parse(r#"{"max_model_length": 3}"#).unwrap_err();
+        assert!(e.message.contains("max_model_length"), "{e}");
+    }
+
+    #[test]
+    fn lora_flags_and_dev_mode_env() {
+        let o = VllmOptions::parse(r#"{"enable_lora": true, "max_lora_rank": 8}"#).unwrap();
+        let a = o.server_args(Path::new("/m"), 9000, 1).join(" ");
+        assert!(
+            a.contains("--enable-lora --max-loras 2 --max-lora-rank 8"),
+            "{a}"
+        );
+        assert!(a.contains("--port 9000") && a.contains("--seed 1"), "{a}");
+        let env = o.server_env();
+        assert!(env.contains(&("VLLM_SERVER_DEV_MODE".into(), "1".into())));
+        assert!(
+            env.iter()
+                .any(|(k, _)| k == "VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+        );
+    }
+}

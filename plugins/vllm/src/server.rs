@@ -1,0 +1,347 @@
+//! One supervised vLLM server process: pre-flight checks (interpreter, vLLM importable, model
+//! dir, port free), launch in its own process group with the log captured to a file, wait for
+//! `/health`, and a supervisor thread that records the exit of a dead server so every later
+//! call fails with one line carrying the log's tail.
+//!
+//! The supervisor thread is the server's parent thread; the child is started with
+//! `PR_SET_PDEATHSIG = SIGTERM`, so if the host process dies the server shuts down too
+//! (vLLM's API server stops its engine-core and worker children on SIGTERM).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::{ErrorCode, PluginError};
+
+use crate::http::{CallError, Client};
+use crate::options::VllmOptions;
+
+/// Bytes of the log read for an error's tail.
+const TAIL_BYTES: u64 = 16 * 1024;
+/// Grace period between SIGTERM and SIGKILL at shutdown.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// A running (or dead) server.
+pub struct Server {
+    /// Process id of the API server (leader of its process group).
+    pub pid: u32,
+    /// Client of its HTTP API.
+    pub client: Client,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Model directory it was started on.
+    pub model: PathBuf,
+    /// Seconds from launch to `/health` = 200.
+    pub startup_s: f64,
+    exit: Arc<Mutex<Option<String>>>,
+    stop: mpsc::Sender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The last lines of `log` joined into one line (the error line(s) of a crash).
+pub fn log_tail(log: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(log) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
+        let mut buf = Vec::new();
+        let _ = f.read_to_end(&mut buf);
+        text = String::from_utf8_lossy(&buf).into_owned();
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("warnings.warn"))
+        .collect();
+    // Prefer the last lines that name an error (a Python traceback ends with one).
+    let errors: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("Error") || l.contains("error:") || l.contains("Exception"))
+        .collect();
+    let pick = if errors.is_empty() { &lines } else { &errors };
+    let start = pick.len().saturating_sub(2);
+    let tail = pick[start..].join(" | ");
+    if tail.is_empty() {
+        "(log is empty)".into()
+    } else {
+        tail
+    }
+}
+
+fn unavailable(msg: String) -> PluginError {
+    PluginError::new(ErrorCode::Unavailable, msg)
+}
+
+/// Checks that `python` can import vLLM (fast: module lookup only, no import of torch).
+fn check_python(program: &str, args: &[String]) -> Result<()> {
+    if args.first().map(String::as_str) != Some("-m") {
+        return Ok(()); // a custom `command`: nothing to probe
+    }
+    let out = Command::new(program)
+        .args([
+            "-c",
+            "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Err(e) => Err(PluginError::invalid_input(format!(
+            "engine `vllm`: cannot run Python `{program}`: {e}"
+        ))
+        .with_help("set `python` in [engine] options or $TANDEM_PYTHON to the venv's python (see scripts/setup-python.sh)")),
+        Ok(o) if o.status.code() == Some(3) => Err(PluginError::invalid_input(format!(
+            "engine `vllm`: vLLM is not installed for Python `{program}`"
+        ))
+        .with_help("create the venv with `bash scripts/setup-python.sh` and point `python` / $TANDEM_PYTHON at its python")),
+        Ok(o) if !o.status.success() => Err(PluginError::invalid_input(format!(
+            "engine `vllm`: Python `{program}` failed: {}",
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+        ))),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn check_model(model: &Path) -> Result<()> {
+    if !model.join("config.json").is_file() {
+        return Err(PluginError::invalid_input(format!(
+            "engine `vllm`: model directory {} has no config.json",
+            model.display()
+        ))
+        .with_help("point [engine] model at a Hugging Face model directory (e.g. one written by `tandem model init`)"));
+    }
+    Ok(())
+}
+
+/// Picks the port: `want` if free, any free one when `want == 0`.
+fn pick_port(host: &str, want: u16) -> Result<u16> {
+    match TcpListener::bind((host, want)) {
+        Ok(l) => Ok(l.local_addr().map(|a| a.port()).unwrap_or(want)),
+        Err(e) => Err(PluginError::invalid_input(format!(
+            "engine `vllm`: port {host}:{want} is taken ({e})"
+        ))
+        .with_help(
+            "choose another `port` in [engine] options (rank r uses port + r), or 0 for a free one",
+        )),
+    }
+}
+
+fn signal_group(pid: u32, sig: i32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // SAFETY: kill(2) with a negative pid signals the process group the server leads
+        // (it was started with process_group(0)); no memory is shared with the callee.
+        unsafe {
+            libc::kill(-pid, sig);
+        }
+    }
+}
+
+fn stop_child(child: &mut Child) {
+    signal_group(child.id(), libc::SIGTERM);
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            // Sweep children the leader left behind.
+            signal_group(child.id(), libc::SIGKILL);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal_group(child.id(), libc::SIGKILL);
+    let _ = child.wait();
+}
+
+impl Server {
+    /// Launches the server for `rank` on `model` and waits for `/health`.
+    pub fn launch(opts: &VllmOptions, model: &Path, rank: u32, log: &Path) -> Result<Server> {
+        let (program, lead) = opts.launcher()?;
+        check_model(model)?;
+        check_python(&program, &lead)?;
+        let want = if opts.port == 0 {
+            0
+        } else {
+            opts.port
+                .checked_add(u16::try_from(rank).unwrap_or(u16::MAX))
+                .ok_or_else(|| {
+                    PluginError::invalid_input("engine `vllm`: port + rank exceeds 65535")
+                })?
+        };
+        let port = pick_port(&opts.host, want)?;
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                PluginError::io(format!("engine `vllm`: creating {}: {e}", dir.display()))
+            })?;
+        }
+        let out = File::create(log).map_err(|e| {
+            PluginError::io(format!("engine `vllm`: creating {}: {e}", log.display()))
+        })?;
+        let err = out
+            .try_clone()
+            .map_err(|e| PluginError::io(format!("engine `vllm`: log file: {e}")))?;
+        let mut cmd = Command::new(&program);
+        cmd.args(&lead)
+            .args(opts.server_args(model, port, rank))
+            .envs(opts.server_env())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe prctl(2); it touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let exit = Arc::new(Mutex::new(None));
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (pid_tx, pid_rx) = mpsc::channel::<std::io::Result<u32>>();
+        let exit2 = Arc::clone(&exit);
+        let started = Instant::now();
+        let thread = std::thread::Builder::new()
+            .name(format!("vllm-{rank}-supervisor"))
+            .spawn(move || supervise(cmd, pid_tx, stop_rx, exit2))
+            .map_err(|e| PluginError::runtime(format!("engine `vllm`: supervisor thread: {e}")))?;
+        let pid = match pid_rx.recv() {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(PluginError::invalid_input(format!(
+                    "engine `vllm`: cannot start `{program}`: {e}"
+                ))
+                .with_help("set `python` / `command` in [engine] options or $TANDEM_PYTHON"));
+            }
+            Err(_) => {
+                return Err(PluginError::runtime(
+                    "engine `vllm`: supervisor thread ended before the server started",
+                ));
+            }
+        };
+        let mut server = Server {
+            pid,
+            client: Client::new(&opts.host, port),
+            log: log.to_path_buf(),
+            model: model.to_path_buf(),
+            startup_s: 0.0,
+            exit,
+            stop: stop_tx,
+            thread: Some(thread),
+        };
+        server.wait_healthy(Duration::from_secs(opts.startup_timeout_s), started)?;
+        server.startup_s = started.elapsed().as_secs_f64();
+        Ok(server)
+    }
+
+    fn wait_healthy(&mut self, timeout: Duration, started: Instant) -> Result<()> {
+        loop {
+            if let Some(status) = self.exited() {
+                let e = unavailable(format!(
+                    "engine `vllm`: server (pid {}) on {} exited during start-up ({status}): {} (log: {})",
+                    self.pid,
+                    self.model.display(),
+                    log_tail(&self.log),
+                    self.log.display()
+                ));
+                self.stop();
+                return Err(e);
+            }
+            match self.client.get("/health", Duration::from_secs(5)) {
+                Ok(_) => return Ok(()),
+                Err(CallError::Status(..) | CallError::Connect(_) | CallError::Timeout(_)) => {}
+                Err(CallError::Body(_)) => {}
+            }
+            if started.elapsed() > timeout {
+                let e = PluginError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "engine `vllm`: server (pid {}) not healthy after {} s: {} (log: {})",
+                        self.pid,
+                        timeout.as_secs(),
+                        log_tail(&self.log),
+                        self.log.display()
+                    ),
+                )
+                .with_help("raise startup_timeout_s or read the log");
+                self.stop();
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `Some(status)` once the server process has exited.
+    pub fn exited(&self) -> Option<String> {
+        self.exit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The error for a call that found the server dead, or `None` while it runs.
+    pub fn dead_error(&self) -> Option<PluginError> {
+        self.exited().map(|status| {
+            unavailable(format!(
+                "engine `vllm`: server (pid {}) died ({status}): {} (log: {})",
+                self.pid,
+                log_tail(&self.log),
+                self.log.display()
+            ))
+            .with_help("the engine must be restarted; read the log for the cause")
+        })
+    }
+
+    /// Stops the server (SIGTERM to its group, SIGKILL after a grace period) and waits.
+    pub fn stop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn supervise(
+    mut cmd: Command,
+    pid_tx: mpsc::Sender<std::io::Result<u32>>,
+    stop_rx: mpsc::Receiver<()>,
+    exit: Arc<Mutex<Option<String>>>,
+) {
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = pid_tx.send(Err(e));
+            return;
+        }
+    };
+    let _ = pid_tx.send(Ok(child.id()));
+    loop {
+        match stop_rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                stop_child(&mut child);
+                *exit.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some("stopped by the plugin".into());
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            signal_group(child.id(), libc::SIGKILL);
+            *exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(status.to_string());
+            return;
+        }
+    }
+}
