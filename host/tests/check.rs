@@ -176,7 +176,7 @@ fn bad_task_settings_are_one_line_naming_the_key() {
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
     assert!(
-        line.contains("group_size = 1") && line.contains("group_size >= 2"),
+        line.contains("algorithm.group_size") && line.contains("at least 2"),
         "{line}"
     );
 }

@@ -58,7 +58,10 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
             if plan.bridge.verify { "on" } else { "off" },
             match &plan.bridge.provider {
                 Some(p) => format!("from plugin `{p}`"),
-                None => "no loaded plugin implements this bridge yet".into(),
+                None if plan.bridge.mode == "broadcast" => {
+                    "not implemented by the sync driver yet".into()
+                }
+                None => "synced by the host's bridge driver (both halves in the plugins)".into(),
             }
         ),
         format!("  transport  {}", plan.transport),

@@ -262,15 +262,15 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
         issues.push(&key, None, message, help);
     }
     let a = &j.algorithm;
-    if a.prompts_per_step == 0 || a.group_size < 2 || a.max_tokens == 0 {
+    if a.prompts_per_step == 0 || a.max_tokens == 0 {
         issues.push(
             "algorithm",
             None,
             format!(
-                "prompts_per_step = {}, group_size = {}, max_tokens = {}",
-                a.prompts_per_step, a.group_size, a.max_tokens
+                "prompts_per_step = {}, max_tokens = {}",
+                a.prompts_per_step, a.max_tokens
             ),
-            "GRPO needs prompts_per_step >= 1, group_size >= 2 (advantages are relative to the group) and max_tokens >= 1".into(),
+            "a rollout needs prompts_per_step >= 1 and max_tokens >= 1".into(),
         );
     }
     let transport_groups = match crate::placement::Layout::of(j)
