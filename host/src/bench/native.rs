@@ -70,7 +70,12 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, HostError> {
         #[cfg(not(feature = "candle"))]
         let limits: Vec<(f64, &str, &str)> = decode
             .iter()
-            .map(|f| (f.bandwidth_bound_tokens_per_s, "memcpy bound", ""))
+            .map(|f| {
+                let bound = f
+                    .bandwidth_bound_tokens_per_s
+                    .min(f.compute_bound_tokens_per_s);
+                (bound, "memcpy/GEMM bound", "")
+            })
             .collect();
         for (f, (limit, limit_name, target)) in decode.iter().zip(limits) {
             let case = format!("{name} decode b{}", f.batch);
