@@ -20,7 +20,7 @@ use tandem_plugin_api::{
 };
 
 use crate::http::{CallError, Client};
-use crate::options::{SERVED_NAME, VllmOptions, log_path};
+use crate::options::{CheckpointApply, SERVED_NAME, VllmOptions, log_path};
 use crate::response;
 use crate::server::Server;
 
@@ -482,7 +482,7 @@ impl EngineImpl for VllmEngine {
             UpdatePayload::CheckpointDir { dir } => {
                 let dir = PathBuf::from(dir.as_str());
                 self.check_checkpoint(&dir)?;
-                if self.opts.restart_on_checkpoint {
+                if self.opts.checkpoint_apply == CheckpointApply::Restart {
                     self.restart_on(&dir)?;
                     lock(&self.state).set_metric("restart_s", started.elapsed().as_secs_f64());
                 } else {
