@@ -52,6 +52,8 @@ pub struct VllmEngine {
     opts: VllmOptions,
     rank: u32,
     log: PathBuf,
+    /// The original model directory: tokenizer files for every server, also on checkpoints.
+    tokenizer: PathBuf,
     host: HostBox,
     server: Mutex<Option<Server>>,
     state: Mutex<State>,
@@ -95,6 +97,7 @@ impl VllmEngine {
         Ok(VllmEngine {
             rank: config.rank,
             log: log_path(config.run_dir.as_str(), config.rank),
+            tokenizer: dir.clone(),
             host,
             state: Mutex::new(State {
                 version: saved_version(&dir).unwrap_or(0),
@@ -140,7 +143,7 @@ impl VllmEngine {
                 self.log.display()
             ),
         );
-        let server = Server::launch(&self.opts, dir, self.rank, &self.log)?;
+        let server = Server::launch(&self.opts, dir, &self.tokenizer, self.rank, &self.log)?;
         self.log(
             LogLevel::Info,
             &format!(

@@ -201,10 +201,14 @@ impl VllmOptions {
     }
 
     /// Server arguments after the launcher.
-    pub fn server_args(&self, model: &Path, port: u16, rank: u32) -> Vec<String> {
+    pub fn server_args(&self, model: &Path, tokenizer: &Path, port: u16, rank: u32) -> Vec<String> {
         let mut a: Vec<String> = vec![
             "--model".into(),
             model.display().to_string(),
+            // Trainer checkpoints carry weights + config only: the tokenizer stays the
+            // original model's.
+            "--tokenizer".into(),
+            tokenizer.display().to_string(),
             "--host".into(),
             self.host.clone(),
             "--port".into(),
@@ -299,7 +303,9 @@ mod tests {
     #[test]
     fn lora_flags_and_dev_mode_env() {
         let o = VllmOptions::parse(r#"{"enable_lora": true, "max_lora_rank": 8}"#).unwrap();
-        let a = o.server_args(Path::new("/m"), 9000, 1).join(" ");
+        let a = o
+            .server_args(Path::new("/m"), Path::new("/m"), 9000, 1)
+            .join(" ");
         assert!(
             a.contains("--enable-lora --max-loras 2 --max-lora-rank 8"),
             "{a}"
