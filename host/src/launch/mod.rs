@@ -240,6 +240,13 @@ impl LocalLauncher {
                 "MALLOC_ARENA_MAX",
                 std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into()),
             )
+            // A fixed mmap threshold: glibc otherwise raises it after the first large free,
+            // so later large temporaries (checkpoint staging, digests) come from the heap and
+            // stay resident — a one-off RSS jump whose timing depends on load.
+            .env(
+                "MALLOC_MMAP_THRESHOLD_",
+                std::env::var("MALLOC_MMAP_THRESHOLD_").unwrap_or_else(|_| "1048576".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
