@@ -315,14 +315,7 @@ impl BridgeDriver {
         let mut reports = Vec::with_capacity(engines.len());
         for (i, e) in engines.iter().enumerate() {
             let r = e.apply_weight_update(shipped.clone()).map_err(|err| {
-                let mixed = if i > 0 {
-                    format!(
-                        "; engines 0..{i} already serve v{}: the run must stop",
-                        update.version
-                    )
-                } else {
-                    String::new()
-                };
+                let mixed = mixed_note(i, update.version);
                 HostError::Runtime(format!(
                     "{} bridge: {} kept serving its previous weights: {err}{mixed}",
                     self.mode(),
@@ -349,14 +342,7 @@ impl BridgeDriver {
         for (i, slot) in engines.iter_mut().enumerate() {
             let rank = slot.rank();
             let fail = |why: String| {
-                let mixed = if i > 0 {
-                    format!(
-                        "; engines 0..{i} already serve v{}: the run must stop",
-                        update.version
-                    )
-                } else {
-                    String::new()
-                };
+                let mixed = mixed_note(i, update.version);
                 HostError::Runtime(format!(
                     "checkpoint bridge: restarting engine rank {rank} on {} failed, the old \
                      engine keeps serving its previous weights: {why}{mixed}",
@@ -459,4 +445,13 @@ fn dir_bytes(dir: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// The tail of a sync error when engines `0..failed` already switched to `version`.
+fn mixed_note(failed: usize, version: u64) -> String {
+    if failed > 0 {
+        format!("; engines 0..{failed} already serve v{version}: the run must stop")
+    } else {
+        String::new()
+    }
 }
