@@ -24,6 +24,21 @@ pub fn total_pss(pids: &[u32]) -> u64 {
     pids.iter().filter_map(|&p| pss_bytes(p)).sum()
 }
 
+/// Parks the thread for `d` (woken early by `unpark`); false as soon as `stop` is set.
+fn wait(stop: &AtomicBool, d: Duration) -> bool {
+    let until = std::time::Instant::now() + d;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::park_timeout(until - now);
+    }
+}
+
 /// Samples the summed Pss of a changing set of processes until stopped; keeps the peak.
 pub struct PeakSampler {
     pids: Arc<Mutex<Vec<u32>>>,
@@ -42,14 +57,18 @@ impl PeakSampler {
         let thread = std::thread::Builder::new()
             .name("bridge-pss".into())
             .spawn(move || {
-                while !s.load(Ordering::SeqCst) {
+                // Reading smaps_rollup holds each worker's mmap lock for a time that grows
+                // with its mappings (and takes a core of this 2-core class of machine): the
+                // thread waits `EVERY` before its first sample (`start` took one before the
+                // sync and `finish` takes one after it, so a sync shorter than that is not
+                // disturbed at all), then samples at most a fifth of the time, so the sampler
+                // does not slow down what it measures (e.g. an engine mapping an adapter).
+                let mut pause = EVERY;
+                while wait(&s, pause) {
                     let t = std::time::Instant::now();
                     let now = total_pss(&p.lock().unwrap_or_else(PoisonError::into_inner));
                     k.fetch_max(now, Ordering::SeqCst);
-                    // Reading smaps_rollup holds each worker's mmap lock for a time that grows
-                    // with its mappings: sample at most a fifth of the time, so the sampler
-                    // does not slow down what it measures (e.g. an engine mapping an adapter).
-                    std::thread::sleep(EVERY.max(t.elapsed() * 4));
+                    pause = EVERY.max(t.elapsed() * 4);
                 }
             })
             .ok();
@@ -73,6 +92,7 @@ impl PeakSampler {
     pub fn finish(mut self) -> u64 {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
         let last = total_pss(&self.pids.lock().unwrap_or_else(PoisonError::into_inner));
@@ -84,6 +104,7 @@ impl Drop for PeakSampler {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
