@@ -1,0 +1,538 @@
+"""One rank of the FSDP2 trainer: the operations the plugin drives, run on every rank.
+
+The model is a Hugging Face causal LM, optionally wrapped by PEFT LoRA, sharded with
+``fully_shard`` per decoder layer and then at the root. Every operation is called on every
+rank in the same order (rank 0 received it and broadcast it); only rank 0's return value
+travels back. A training batch is split over the ranks by sequence (``i % world == rank``);
+a rank with no sequence still runs a forward/backward on a dummy so the collectives match.
+"""
+
+import copy
+import json
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from .loss import policy_terms
+
+STATE_FILE = "tandem_trainer_state.json"
+OFFLOADABLE = ("weights", "grads", "optimizer", "activations")
+SCRATCH = "fsdp.trainer/scratch"
+
+
+def _fully_shard():
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+def _full(t):
+    """The full tensor of a (possibly sharded) parameter, on every rank."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _dir_bytes(path):
+    return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
+
+
+def _saved_version(path):
+    try:
+        with open(os.path.join(path, STATE_FILE)) as f:
+            return int(json.load(f).get("weight_version", 0))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _decoder_layers(model):
+    """The decoder layers (the ``ModuleList`` named ``...layers``) to shard one by one."""
+    for name, module in model.named_modules():
+        if name.endswith("layers") and isinstance(module, torch.nn.ModuleList):
+            return list(module)
+    return []
+
+
+class Padded:
+    """Right-padded ids ``[b, t]`` and the completion mask ``[b, t-1]`` (entry ``j-1`` is the
+    logprob of token ``j``)."""
+
+    def __init__(self, seqs, vocab, device):
+        if not seqs:
+            seqs = [{"tokens": [0, 0], "prompt_len": 2}]
+            self.dummy = True
+        else:
+            self.dummy = False
+        t = max(len(s["tokens"]) for s in seqs)
+        t = max(t, 2)
+        ids = torch.zeros((len(seqs), t), dtype=torch.long)
+        mask = torch.zeros((len(seqs), t - 1), dtype=torch.float32)
+        self.spans = []
+        for i, s in enumerate(seqs):
+            toks, p = s["tokens"], int(s["prompt_len"])
+            n = len(toks)
+            if not 1 <= p <= n:
+                raise ValueError(f"sequence {i}: prompt_len {p} must be in 1..={n} (the first token has no logprob)")
+            bad = [x for x in toks if not 0 <= x < vocab]
+            if bad:
+                raise ValueError(f"sequence {i}: token id {bad[0]} is out of range for vocab_size {vocab}")
+            ids[i, :n] = torch.tensor(toks, dtype=torch.long)
+            mask[i, p - 1 : n - 1] = 1.0
+            self.spans.append((p, n))
+        self.ids = ids.to(device)
+        self.mask = mask.to(device)
+
+    def aligned(self, seqs, field):
+        """``field`` (per-sequence completion values) scattered to ``[b, t-1]``, or None when
+        every sequence leaves it empty."""
+        if self.dummy or all(len(s.get(field) or []) == 0 for s in seqs):
+            return None
+        out = torch.zeros_like(self.mask)
+        for i, (s, (p, n)) in enumerate(zip(seqs, self.spans)):
+            vals = s.get(field) or []
+            if len(vals) != n - p:
+                raise ValueError(f"sequence {i}: {field} has {len(vals)} entries for {n - p} completion tokens")
+            out[i, p - 1 : n - 1] = torch.tensor(vals, dtype=out.dtype)
+        return out
+
+    def completions(self, lp):
+        if self.dummy:
+            return []
+        rows = lp.detach().cpu().tolist()
+        return [rows[i][p - 1 : n - 1] for i, (p, n) in enumerate(self.spans)]
+
+
+class FsdpTrainer:
+    """State of one rank; ``op_*`` methods are the operations of the control channel."""
+
+    def __init__(self, cfg, rank, world):
+        self.cfg = cfg
+        self.opts = cfg["options"]
+        self.rank = rank
+        self.world = world
+        self.device = torch.device(cfg["device"])
+        self.model = None
+        self.optim = None
+        self.version = 0
+        self.snapshots = {}
+        self.offloaded = set()
+        self.lora = self.opts.get("lora")
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _ready(self, op):
+        if self.model is None:
+            raise RuntimeError(f"{op}: trainer `fsdp` is not initialised; call init first")
+        if self.offloaded:
+            raise RuntimeError(f"{op}: {sorted(self.offloaded)} are offloaded; call onload first")
+
+    def _trainable(self):
+        """Trainable parameters, all sharded (the root keeps its parameters unsharded after a
+        forward; resharding first makes every one a DTensor shard again)."""
+        if hasattr(self.model, "reshard"):
+            self.model.reshard()
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _local(self, seqs):
+        return [s for i, s in enumerate(seqs) if i % self.world == self.rank]
+
+    def _logprobs(self, pad):
+        logits = self.model(input_ids=pad.ids, use_cache=False).logits.float()
+        lp = torch.log_softmax(logits[:, :-1], dim=-1)
+        return lp.gather(-1, pad.ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+    def _gather_rows(self, local_rows, n):
+        """Per-rank completion rows → the batch's rows in order (rank 0; others get None)."""
+        parts = [None] * self.world
+        dist.all_gather_object(parts, local_rows)
+        if self.rank != 0:
+            return None
+        out = [None] * n
+        for r, rows in enumerate(parts):
+            for j, row in enumerate(rows):
+                out[r + j * self.world] = row
+        return out
+
+    def _state(self):
+        step = 0
+        for st in self.optim.state.values():
+            s = st.get("step")
+            if s is not None:
+                step = max(step, int(s.item() if torch.is_tensor(s) else s))
+        return {"weight_version": self.version, "adam_step": step}
+
+    # ---- operations ----------------------------------------------------------------------
+
+    def op_init(self):
+        if self.model is not None:
+            raise RuntimeError("trainer `fsdp` is already initialised")
+        from transformers import AutoModelForCausalLM
+
+        path = self.cfg["model_path"]
+        dtype = getattr(torch, self.opts.get("dtype", "float32"))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+        total = sum(p.numel() for p in model.parameters())
+        if self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            # The same seed on every rank: the shards of A come from one initialisation.
+            torch.manual_seed(int(self.lora.get("seed", 0)))
+            targets = self.lora.get("targets") or [
+                "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"
+            ]
+            lcfg = LoraConfig(
+                r=int(self.lora["rank"]),
+                lora_alpha=float(self.lora["alpha"]),
+                target_modules=targets,
+                lora_dropout=0.0,
+                bias="none",
+            )
+            model = get_peft_model(model, lcfg)
+        model.to(self.device)
+        fully_shard = _fully_shard()
+        for layer in _decoder_layers(model):
+            fully_shard(layer)
+        fully_shard(model)
+        self.model = model
+        params = self._trainable()
+        self.optim = torch.optim.AdamW(
+            params,
+            lr=1e-3,
+            betas=(self.opts.get("beta1", 0.9), self.opts.get("beta2", 0.999)),
+            eps=self.opts.get("eps", 1e-8),
+            weight_decay=self.opts.get("weight_decay", 0.0),
+        )
+        trainable = sum(_full_numel(p) for p in params)
+        v = _saved_version(path)
+        self.version = max(self.version, v or 0)
+        return {
+            "trainable_params": int(trainable),
+            "total_params": int(total + (trainable if self.lora else 0)),
+            "weight_version": self.version,
+        }
+
+    def op_compute_logprobs(self, batch, snapshot=None):
+        self._ready("compute_logprobs")
+        if snapshot is not None:
+            return self._with_snapshot(snapshot, lambda: self.op_compute_logprobs(batch))
+        seqs = batch["sequences"]
+        if not seqs:
+            raise ValueError("train batch has no sequences")
+        local = self._local(seqs)
+        vocab = self.model.config.vocab_size
+        pad = Padded(local, vocab, self.device)
+        with torch.no_grad():
+            lp = self._logprobs(pad)
+        return self._gather_rows(pad.completions(lp), len(seqs))
+
+    def op_train_step(self, batch):
+        self._ready("train_step")
+        loss_cfg = batch["loss"]
+        lr = float(loss_cfg["learning_rate"])
+        if not lr > 0.0 or lr != lr or lr == float("inf"):
+            raise ValueError(f"train_step: learning_rate must be > 0 (got {lr})")
+        seqs = batch["sequences"]
+        if not seqs:
+            raise ValueError("train batch has no sequences")
+        for i, s in enumerate(seqs):
+            p, n = int(s["prompt_len"]), len(s["tokens"])
+            if not 1 <= p <= n:
+                raise ValueError(f"sequence {i}: prompt_len {p} must be in 1..={n}")
+        z = float(sum(len(s["tokens"]) - int(s["prompt_len"]) for s in seqs))
+        local = self._local(seqs)
+        pad = Padded(local, self.model.config.vocab_size, self.device)
+        self.model.train()
+        lp = self._logprobs(pad)
+        adv = torch.tensor(
+            [[float(s["advantage"])] for s in local] or [[0.0]], dtype=lp.dtype, device=lp.device
+        )
+        old = pad.aligned(local, "old_logprobs")
+        ref = pad.aligned(local, "ref_logprobs")
+        if loss_cfg["kind"] != "sft" and loss_cfg["kl_coef"] > 0 and ref is None and not pad.dummy:
+            raise ValueError("train_step: kl_coef > 0 needs ref_logprobs on every sequence")
+        per_tok, sums = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
+        norm = max(z, 1.0)
+        # FSDP2 averages gradients over ranks: scale so the result is Σ over all ranks / Z.
+        local_loss = (per_tok * pad.mask).sum() / norm
+        (local_loss * self.world).backward()
+        dist.all_reduce(sums)
+        params = self._trainable()
+        clip = float(loss_cfg.get("grad_clip", 0.0))
+        total_norm = torch.nn.utils.clip_grad_norm_(params, clip if clip > 0 else float("inf"))
+        grad_norm = float(_full(total_norm))
+        applied = grad_norm == grad_norm and grad_norm != float("inf")
+        if applied:
+            for g in self.optim.param_groups:
+                g["lr"] = lr
+            self.optim.step()
+            self.version += 1
+        self.optim.zero_grad(set_to_none=True)
+        tokens = float(sums[4])
+        d = max(tokens, 1.0)
+        return {
+            "loss": float(sums[0]) / norm,
+            "nll": float(sums[1]) / d,
+            "kl": float(sums[2]) / d,
+            "clip_frac": float(sums[3]) / d,
+            "tokens": tokens,
+            "grad_norm": grad_norm if applied else None,
+            "applied": 1.0 if applied else 0.0,
+            "weight_version": float(self.version),
+        }
+
+    def op_snapshot(self, name):
+        self._ready("snapshot")
+        if name == SCRATCH:
+            raise ValueError(f"snapshot name `{name}` is reserved")
+        self._take(name)
+
+    def _take(self, name, with_optim=True):
+        with torch.no_grad():
+            params = [p.detach().clone() for p in self._trainable()]
+        self.snapshots[name] = {
+            "params": params,
+            "optim": copy.deepcopy(self.optim.state_dict()) if with_optim else None,
+            "version": self.version,
+        }
+
+    def _put(self, name, meta):
+        snap = self.snapshots.get(name)
+        if snap is None:
+            raise ValueError(f"restore: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
+        with torch.no_grad():
+            for p, s in zip(self._trainable(), snap["params"]):
+                p.copy_(s)
+        if meta:
+            self.optim.load_state_dict(copy.deepcopy(snap["optim"]))
+            self.version = snap["version"]
+
+    def _with_snapshot(self, name, fn):
+        if name not in self.snapshots:
+            raise ValueError(f"compute_logprobs: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
+        self._take(SCRATCH, with_optim=False)
+        try:
+            self._put(name, meta=False)
+            return fn()
+        finally:
+            self._put(SCRATCH, meta=False)
+            del self.snapshots[SCRATCH]
+
+    def op_restore(self, name):
+        self._ready("restore")
+        self._put(name, meta=True)
+
+    def op_drop_snapshot(self, name):
+        self.snapshots.pop(name, None)
+
+    # ---- checkpoints and exports ---------------------------------------------------------
+
+    def _write_model(self, out):
+        """Gathers the model; rank 0 writes a HF checkpoint (or PEFT adapter) into ``out``."""
+        from safetensors.torch import save_file
+
+        if self.lora:
+            from peft import get_peft_model_state_dict
+
+            sd = {n: _full(p.detach()).cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+            if self.rank == 0:
+                ad = get_peft_model_state_dict(self.model, state_dict=sd)
+                os.makedirs(out, exist_ok=True)
+                save_file({k: v.contiguous() for k, v in ad.items()},
+                          os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
+                self.model.peft_config["default"].save_pretrained(out)
+            return
+        sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if self.rank == 0:
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                sd.pop("lm_head.weight", None)
+            os.makedirs(out, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in sd.items()},
+                      os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+            self.model.config.save_pretrained(out)
+
+    def _write_state(self, out):
+        if self.rank == 0:
+            with open(os.path.join(out, STATE_FILE), "w") as f:
+                json.dump(self._state(), f)
+
+    def op_save_checkpoint(self, dir):
+        self._ready("save_checkpoint")
+        self._write_model(dir)
+        osd = get_optimizer_state_dict(
+            self.model, self.optim, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if self.rank == 0:
+            torch.save(osd, os.path.join(dir, "optimizer.pt"))
+        self._write_state(dir)
+        if self.rank == 0:
+            return {"dir": dir, "weight_version": self.version, "bytes": _dir_bytes(dir)}
+
+    def op_load_checkpoint(self, dir):
+        self._ready("load_checkpoint")
+        from safetensors.torch import load_file
+
+        if self.lora:
+            path = os.path.join(dir, "adapter_model.safetensors")
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"load_checkpoint {dir}: no adapter_model.safetensors (LoRA mode)")
+            saved = load_file(path)
+            self._load_adapter(saved, dir)
+        else:
+            path = os.path.join(dir, "model.safetensors")
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"load_checkpoint {dir}: no model.safetensors")
+            sd = load_file(path)
+            if getattr(self.model.config, "tie_word_embeddings", False) and "lm_head.weight" not in sd:
+                sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+            set_model_state_dict(self.model, sd, options=StateDictOptions(full_state_dict=True))
+        opt_path = os.path.join(dir, "optimizer.pt")
+        if os.path.exists(opt_path):
+            osd = torch.load(opt_path, map_location="cpu", weights_only=False)
+            set_optimizer_state_dict(
+                self.model, self.optim, optim_state_dict=osd, options=StateDictOptions(full_state_dict=True)
+            )
+        v = _saved_version(dir)
+        if v is not None:
+            self.version = v
+        if self.rank == 0:
+            return {"dir": dir, "weight_version": self.version, "bytes": _dir_bytes(dir)}
+
+    def _load_adapter(self, saved, dir):
+        from torch.distributed.tensor import distribute_tensor
+
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        missing = [n for n, _ in named if n.replace(".default", "") not in saved]
+        if missing:
+            raise ValueError(f"load_checkpoint {dir}: adapter lacks {missing[0]} (r/targets differ from the trained adapter?)")
+        with torch.no_grad():
+            for n, p in named:
+                t = saved[n.replace(".default", "")].to(p.dtype)
+                if tuple(t.shape) != tuple(p.shape):
+                    raise ValueError(f"load_checkpoint {dir}: {n} has shape {tuple(t.shape)}, expected {tuple(p.shape)}")
+                if hasattr(p, "device_mesh"):
+                    t = distribute_tensor(t.to(self.device), p.device_mesh, p.placements)
+                p.copy_(t)
+
+    def op_export(self, kind):
+        self._ready("export_weight_update")
+        want = "adapter" if self.lora else "checkpoint_dir"
+        if kind != want:
+            what = "trains a LoRA adapter and" if self.lora else "fine-tunes all weights and"
+            raise ValueError(f"export_weight_update({kind}): this trainer {what} exports {want} updates")
+        run_dir = self.cfg["run_dir"]
+        if not run_dir:
+            raise ValueError("export_weight_update: the trainer has no run directory (run_dir is empty)")
+        v = self.version
+        parent = os.path.join(run_dir, "adapters" if self.lora else "weights")
+        final = os.path.join(parent, f"v{v}")
+        stage = os.path.join(parent, f".v{v}.stage")
+        if self.rank == 0:
+            os.makedirs(parent, exist_ok=True)
+            shutil.rmtree(stage, ignore_errors=True)
+        self._write_model(stage)
+        self._write_state(stage)
+        if self.rank != 0:
+            return None
+        if not self.lora:
+            # A checkpoint is durable: every file and the directory reach the disk first.
+            for e in os.scandir(stage):
+                _fsync(e.path)
+            _fsync(stage)
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(stage, final)
+        if not self.lora:
+            _fsync(parent)
+        return {"kind": want, "dir": final, "name": f"fsdp-v{v}", "version": v, "bytes": _dir_bytes(final)}
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def _check_tags(self, tags, op):
+        bad = [t for t in tags if t not in OFFLOADABLE]
+        if bad:
+            raise ValueError(f"{op}: unknown tag `{bad[0]}` (known: {', '.join(OFFLOADABLE)})")
+
+    def op_offload(self, tags):
+        self._check_tags(tags, "offload")
+        if self.model is None:
+            raise RuntimeError("offload: trainer `fsdp` is not initialised; call init first")
+        # Gradients are freed (not kept) after every step; on an accelerator, parameters and
+        # optimizer moments move to host memory. On CPU they already live in host memory.
+        if "grads" in tags:
+            self.optim.zero_grad(set_to_none=True)
+        if self.device.type != "cpu":
+            self._move(tags, torch.device("cpu"))
+        self.offloaded.update(tags)
+
+    def op_onload(self, tags):
+        self._check_tags(tags, "onload")
+        if self.model is None:
+            raise RuntimeError("onload: trainer `fsdp` is not initialised; call init first")
+        if self.device.type != "cpu":
+            self._move([t for t in tags if t in self.offloaded], self.device)
+        self.offloaded.difference_update(tags)
+
+    def _move(self, tags, device):
+        with torch.no_grad():
+            if "weights" in tags:
+                for p in self.model.parameters():
+                    p.data = p.data.to(device)
+            if "optimizer" in tags:
+                for st in self.optim.state.values():
+                    for k, v in st.items():
+                        if torch.is_tensor(v) and k != "step":
+                            st[k] = v.to(device)
+        if device.type == "cpu" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def op_stats(self):
+        rss = 0
+        try:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+        rss_all = [None] * self.world
+        dist.all_gather_object(rss_all, rss)
+        if self.model is None:
+            state = "uninitialised"
+        elif self.offloaded:
+            state = "offloaded: " + ",".join(sorted(self.offloaded))
+        else:
+            state = "ready"
+        out = {
+            "weight_version": self.version,
+            "state": state,
+            "metrics": {
+                "ranks": float(self.world),
+                "snapshots": float(len(self.snapshots)),
+                "rss_bytes.total": float(sum(rss_all)),
+            },
+        }
+        if self.optim is not None:
+            out["metrics"]["optimizer_step"] = float(self._state()["adam_step"])
+        return out
+
+
+def _full_numel(p):
+    shape = p.shape  # a DTensor reports its global shape
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n

@@ -1,0 +1,14 @@
+//! `tandem-plugin-support`: what plugins that drive an external program (a vLLM server, a
+//! torchrun job) share, so each plugin does not grow its own copy.
+//!
+//! - [`process`]: a child started in its own process group with `PR_SET_PDEATHSIG`, owned
+//!   by a supervisor thread that records its exit and stops the whole group on request.
+//! - [`log`]: the last meaningful lines of a child's log, on one line, for error messages.
+//!
+//! This crate is linked into each plugin library; nothing of it crosses the plugin ABI.
+
+pub mod log;
+pub mod process;
+
+pub use log::log_tail;
+pub use process::Supervised;
