@@ -34,8 +34,14 @@ pub fn completion_body(model: &str, request: &GenerateRequest) -> Value {
     if s.logprobs {
         body["logprobs"] = json!(0);
     }
+    // vLLM gives every prompt of a batched request the same `seed`, so identical prompts (a
+    // GRPO group) would all get the same sample. The seed is sent only when the prompts are
+    // all different; with repeats the server's own sampling randomness is used.
     if let Some(seed) = s.seed.into_option() {
-        body["seed"] = json!(seed);
+        let mut seen = std::collections::HashSet::new();
+        if request.prompts.iter().all(|p| seen.insert(p.as_slice())) {
+            body["seed"] = json!(seed);
+        }
     }
     body
 }
@@ -193,5 +199,21 @@ mod tests {
         ]}]});
         let s = prompt_logprobs(&v, &[RVec::from(vec![1u32, 7, 9])]).unwrap();
         assert_eq!(s[0].as_slice(), &[-1.5, -0.25]);
+    }
+
+    #[test]
+    fn the_seed_is_dropped_when_prompts_repeat() {
+        let req = |prompts: Vec<Vec<u32>>| GenerateRequest {
+            prompts: prompts.into_iter().map(RVec::from).collect(),
+            sampling: tandem_plugin_api::SamplingParams {
+                seed: tandem_plugin_api::ROption::RSome(7),
+                ..Default::default()
+            },
+            adapter: tandem_plugin_api::ROption::RNone,
+        };
+        let distinct = completion_body("m", &req(vec![vec![1, 2], vec![1, 3]]));
+        assert_eq!(distinct["seed"], json!(7));
+        let group = completion_body("m", &req(vec![vec![1, 2], vec![1, 2]]));
+        assert!(group.get("seed").is_none(), "{group}");
     }
 }
