@@ -23,20 +23,14 @@ use std::time::Instant;
 use tandem_host::registry::Registry;
 use tandem_host::services::Services;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, ErrorCode, GenerateRequest, LossConfig, LossKind, PluginError,
-    RResult, RString, RVec, SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind,
-    UpdatePayload, WhichWeights,
+    ComponentConfig, EngineBox, ErrorCode, GenerateRequest, LossConfig, LossKind, RString, RVec,
+    SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind, UpdatePayload, WhichWeights,
 };
 
 const EOS: u32 = 2;
 
 fn python() -> String {
-    std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "TANDEM_PYTHON is unset: run `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | \
-             tail -1)` before `cargo test -p tandem-host --test fsdp_trainer -- --ignored`"
-        )
-    })
+    python_env("fsdp_trainer")
 }
 
 struct Fixture {
@@ -85,20 +79,6 @@ fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
         world_size: 1,
         device: "cpu".into(),
         run_dir: fixture().dir.path().join(run).display().to_string().into(),
-    }
-}
-
-fn ok<T>(r: RResult<T, PluginError>) -> T {
-    match r {
-        RResult::ROk(v) => v,
-        RResult::RErr(e) => panic!("plugin call failed: {e}"),
-    }
-}
-
-fn err<T>(r: RResult<T, PluginError>) -> PluginError {
-    match r {
-        RResult::ROk(_) => panic!("expected an error"),
-        RResult::RErr(e) => e,
     }
 }
 
@@ -299,10 +279,7 @@ fn engine_vs_trainer(e: &EngineBox, t: &mut TrainerBox, adapter: &str) -> (Vec<u
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2 and a real vLLM server"]
 fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
-    let mut t = fsdp(
-        r#", "lora": {"rank": 8, "alpha": 16, "seed": 3}"#,
-        "lora",
-    );
+    let mut t = fsdp(r#", "lora": {"rank": 8, "alpha": 16, "seed": 3}"#, "lora");
     // B starts at zero: the adapter changes nothing until trained.
     let train = batch(
         vec![seq(&[1, 40, 41, 42, 9, 9, 9, 2], 4)],

@@ -70,3 +70,32 @@ pub fn error_lines(o: &Output) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// `$TANDEM_PYTHON` for the real-engine tests (`test` names the test binary); panics with how
+/// to set it when it is unset, so an `--ignored` run never passes silently.
+pub fn python_env(test: &str) -> String {
+    std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "TANDEM_PYTHON is unset: run `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | \
+             tail -1)` before `cargo test -p tandem-host --test {test} -- --ignored`"
+        )
+    })
+}
+
+/// The value of a plugin call, or a panic naming the error.
+pub fn ok<T>(r: tandem_plugin_api::RResult<T, tandem_plugin_api::PluginError>) -> T {
+    match r {
+        tandem_plugin_api::RResult::ROk(v) => v,
+        tandem_plugin_api::RResult::RErr(e) => panic!("plugin call failed: {e}"),
+    }
+}
+
+/// The error of a plugin call that must fail.
+pub fn err<T>(
+    r: tandem_plugin_api::RResult<T, tandem_plugin_api::PluginError>,
+) -> tandem_plugin_api::PluginError {
+    match r {
+        tandem_plugin_api::RResult::ROk(_) => panic!("expected an error"),
+        tandem_plugin_api::RResult::RErr(e) => e,
+    }
+}
