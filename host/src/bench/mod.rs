@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod bridges;
+pub mod bridges_vllm;
 pub mod memory;
 pub mod native;
 pub mod rl_loop;

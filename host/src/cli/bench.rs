@@ -1,7 +1,9 @@
 //! `tandem bench NAME [--json] [--quick]`.
 
+use crate::bench::bridges_vllm::VllmRows;
 use crate::bench::{self, Figure};
 use crate::error::HostError;
+use std::path::PathBuf;
 
 /// Available benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -19,11 +21,17 @@ pub enum BenchName {
     /// Native core decode tok/s and train-step time on the init presets, beside candle 0.11 on
     /// the same weights (build with `--features candle`; otherwise beside machine bounds).
     Native,
-    /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size.
+    /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size; with
+    /// `$TANDEM_PYTHON` and the `vllm` plugin (`--plugin-dir`), vLLM rows beside the native ones.
     Bridges,
 }
 
-pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostError> {
+pub(super) fn run(
+    plugin_dirs: &[PathBuf],
+    name: BenchName,
+    json: bool,
+    quick: bool,
+) -> Result<(), HostError> {
     let figures: Vec<Figure> = match name {
         BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
         BenchName::Memory => bench::memory::run(quick)?,
@@ -31,7 +39,16 @@ pub(super) fn run(name: BenchName, json: bool, quick: bool) -> Result<(), HostEr
         BenchName::Control => crate::control::bench::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
         BenchName::Native => bench::native::run(quick)?,
-        BenchName::Bridges => bench::bridges::run(quick)?,
+        BenchName::Bridges => {
+            let mut figures = bench::bridges::run(quick)?;
+            match bench::bridges_vllm::run(plugin_dirs, &figures)? {
+                VllmRows::Figures(v) => figures.extend(v),
+                VllmRows::Skipped(why) => {
+                    eprintln!("tandem bench bridges: vLLM rows skipped: {why}");
+                }
+            }
+            figures
+        }
     };
     if json {
         for f in &figures {

@@ -103,7 +103,7 @@ fn dispatch(cli: Cli) -> Result<(), HostError> {
         Command::Plugins { json } => plugins::run(&cli.plugin_dirs, json),
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
         Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
-        Command::Bench { name, json, quick } => bench::run(name, json, quick),
+        Command::Bench { name, json, quick } => bench::run(&cli.plugin_dirs, name, json, quick),
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Worker(args) => crate::worker::run(args),
