@@ -242,7 +242,7 @@ impl VllmEngine {
             .post_json(
                 "/collective_rpc",
                 &json!({
-                    "method": "reload_weights",
+                    "method": "tandem_reload_weights",
                     "kwargs": { "weights_path": dir.display().to_string() },
                     "timeout": self.opts.control_timeout_s,
                 }),

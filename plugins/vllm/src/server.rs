@@ -22,7 +22,7 @@ use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
 
 use crate::http::{CallError, Client};
-use crate::options::VllmOptions;
+use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, VllmOptions};
 
 /// Bytes of the log read for an error's tail.
 const TAIL_BYTES: u64 = 16 * 1024;
@@ -110,6 +110,26 @@ fn check_python(program: &str, args: &[String]) -> Result<()> {
     }
 }
 
+/// Writes the worker extension module next to the logs (`<run_dir>/vllm-ext/`) and returns
+/// its directory (put on the server's `PYTHONPATH`).
+fn write_extension(log: &Path) -> Result<PathBuf> {
+    let base = log
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let dir = base.join("vllm-ext");
+    let (name, text) = EXTENSION_MODULE;
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(name), text))
+        .map_err(|e| {
+            PluginError::io(format!(
+                "engine `vllm`: writing the worker extension into {}: {e}",
+                dir.display()
+            ))
+        })?;
+    Ok(dir)
+}
+
 fn check_model(model: &Path) -> Result<()> {
     if !model.join("config.json").is_file() {
         return Err(PluginError::invalid_input(format!(
@@ -193,9 +213,21 @@ impl Server {
         let err = out
             .try_clone()
             .map_err(|e| PluginError::io(format!("engine `vllm`: log file: {e}")))?;
+        let ext_dir = write_extension(log)?;
+        let python_path = match std::env::var_os("PYTHONPATH") {
+            Some(p) if !p.is_empty() => {
+                let mut v = ext_dir.clone().into_os_string();
+                v.push(":");
+                v.push(p);
+                v
+            }
+            _ => ext_dir.clone().into_os_string(),
+        };
         let mut cmd = Command::new(&program);
         cmd.args(&lead)
             .args(opts.server_args(model, tokenizer, port, rank))
+            .args(["--worker-extension-cls", EXTENSION_CLASS])
+            .env("PYTHONPATH", python_path)
             .envs(opts.server_env())
             .stdin(Stdio::null())
             .stdout(out)
