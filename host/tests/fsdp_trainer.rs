@@ -331,6 +331,29 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
         "the adapter did not change vLLM's output"
     );
     ok(vllm.unload_adapter(name.clone()));
+
+    // The bridge's path: a newer adapter through apply_weight_update (load under its versioned
+    // name, switch, unload the previous) is what vLLM then serves.
+    let mut lp_before = Vec::new();
+    for _ in 0..6 {
+        let m = ok(t.train_step(train.clone()));
+        lp_before.push(metric(&m, "nll"));
+    }
+    let newer = ok(t.export_weight_update(UpdateKind::Adapter));
+    let UpdatePayload::Adapter {
+        name: newer_name, ..
+    } = &newer.payload
+    else {
+        panic!("{newer:?}")
+    };
+    assert_eq!(newer_name.as_str(), "fsdp-v12");
+    ok(vllm.apply_weight_update(newer.clone()));
+    assert_eq!(ok(vllm.health()).weight_version, 12);
+    let (_, d) = engine_vs_trainer(&vllm, &mut t, newer_name.as_str());
+    eprintln!(
+        "vLLM after the bridge's adapter swap vs trainer: max |Δ| {d:.2e} (nll {lp_before:?})"
+    );
+    assert!(d <= 1e-3, "vLLM serves a stale adapter after the swap: {d}");
     ok(vllm.shutdown());
 }
 
