@@ -362,6 +362,13 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     r.resume();
     close(&r.engine_probe(0), &r.trainer_probe());
     assert_eq!(r.version(), 3);
+    // The run dir keeps the two newest adapter versions (v1's dir was recycled for v3).
+    let mut kept: Vec<String> = std::fs::read_dir(r.run_dir.join("adapters"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["v2", "v3"]);
 }
 
 #[test]

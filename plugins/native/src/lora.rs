@@ -197,6 +197,17 @@ impl LoraAdapter {
 
     /// Writes `adapter_config.json` + `adapter_model.safetensors` into `dir`.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        self.save_config(dir)?;
+        st_io::save_from(
+            &dir.join("adapter_model.safetensors"),
+            &self.layout,
+            self.weights.as_slice(),
+            &|n| n.to_string(),
+        )
+    }
+
+    /// Writes the PEFT `adapter_config.json` into `dir` (created if missing).
+    pub fn save_config(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| NativeError::io(dir, e))?;
         let modules: Vec<&str> = self.cfg.targets.iter().map(|t| t.module()).collect();
         let conf = json!({
@@ -221,13 +232,7 @@ impl LoraAdapter {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&path, text).map_err(|e| NativeError::io(&path, e))?;
-        st_io::save_from(
-            &dir.join("adapter_model.safetensors"),
-            &self.layout,
-            self.weights.as_slice(),
-            &|n| n.to_string(),
-        )
+        st_io::write_in_place(&path, text.as_bytes()).map_err(|e| NativeError::io(&path, e))
     }
 
     /// Loads a PEFT LoRA adapter directory for `model`.
@@ -236,6 +241,66 @@ impl LoraAdapter {
         model: &ModelConfig,
         provider: &mut dyn BufferProvider,
     ) -> Result<Self> {
+        Self::load_reusing(dir, model, &mut None, provider)
+    }
+
+    /// [`load`](Self::load), reading the tensors into `spare` when it holds exactly this
+    /// adapter's number of elements (a buffer of a previous adapter of the same shape: its
+    /// pages are already mapped, so loading costs one read of the file, not page faults on
+    /// fresh memory); the adapter then owns it. Otherwise (or with `None`) a new buffer is
+    /// allocated and `spare` is left as it was. On an error `spare` is kept (its contents are
+    /// unspecified).
+    pub fn load_reusing(
+        dir: &Path,
+        model: &ModelConfig,
+        spare: &mut Option<Box<dyn Region>>,
+        provider: &mut dyn BufferProvider,
+    ) -> Result<Self> {
+        let cfg = Self::read_config(dir)?;
+        if cfg.r == 0 || cfg.targets.is_empty() {
+            return Err(NativeError::Input(
+                "LoRA needs r > 0 and at least one target".into(),
+            ));
+        }
+        let (layout, offs) = Self::layout(model, &cfg);
+        let reuse = spare
+            .as_ref()
+            .is_some_and(|b| b.as_slice().len() == layout.total_len());
+        let mut weights = match spare.take() {
+            Some(b) if reuse => b,
+            other => {
+                *spare = other;
+                provider.alloc(BufferTag::Weights, "weights/lora", layout.total_len())?
+            }
+        };
+        // PEFT may save keys with an adapter name (`.lora_A.default.weight`); accept both.
+        let loaded = st_io::load_into(
+            &[dir.join("adapter_model.safetensors")],
+            &layout,
+            weights.as_mut_slice(),
+            &|n| {
+                Some(
+                    n.replace(".lora_A.default.", ".lora_A.")
+                        .replace(".lora_B.default.", ".lora_B."),
+                )
+            },
+        );
+        if let Err(e) = loaded {
+            if reuse {
+                *spare = Some(weights);
+            }
+            return Err(e);
+        }
+        Ok(LoraAdapter {
+            cfg,
+            layout,
+            offs,
+            weights,
+        })
+    }
+
+    /// Reads and checks a PEFT `adapter_config.json` in `dir`.
+    pub fn read_config(dir: &Path) -> Result<LoraConfig> {
         let path = dir.join("adapter_config.json");
         let text = std::fs::read_to_string(&path).map_err(|e| NativeError::io(&path, e))?;
         let v: Value = serde_json::from_str(&text).map_err(|e| NativeError::Json {
@@ -282,7 +347,7 @@ impl LoraAdapter {
             })?;
             targets.push(t);
         }
-        let cfg = LoraConfig {
+        Ok(LoraConfig {
             r,
             alpha,
             targets,
@@ -291,20 +356,6 @@ impl LoraAdapter {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
-        };
-        let mut ad = Self::new(model, cfg, provider)?;
-        // PEFT may save keys with an adapter name (`.lora_A.default.weight`); accept both.
-        st_io::load_into(
-            &[dir.join("adapter_model.safetensors")],
-            &ad.layout,
-            ad.weights.as_mut_slice(),
-            &|n| {
-                Some(
-                    n.replace(".lora_A.default.", ".lora_A.")
-                        .replace(".lora_B.default.", ".lora_B."),
-                )
-            },
-        )?;
-        Ok(ad)
+        })
     }
 }

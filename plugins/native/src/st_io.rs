@@ -1,11 +1,19 @@
 //! Safetensors I/O in Hugging Face layout: single `model.safetensors` or sharded with
 //! `model.safetensors.index.json`; f32/bf16/f16 are converted to f32 on load; saves f32.
+//!
+//! Loading streams each file: the header is read and checked (offsets contiguous, sizes
+//! matching shapes, data ending with the file), then every wanted tensor is read straight
+//! into its place in the destination buffer (f32 on a little-endian machine: one `read`
+//! from the page cache per run of tensors adjacent both in the file and in the buffer — a
+//! file written in the buffer's order is one read —, no intermediate copy of the file;
+//! other dtypes through a buffer of one tensor). Tensors the caller skips are not read.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use safetensors::SafeTensors;
-use safetensors::tensor::{Dtype, TensorView};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
 
 use crate::error::{NativeError, Result};
 use crate::layout::ParamLayout;
@@ -51,10 +59,9 @@ pub fn model_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files.into_iter().map(|f| dir.join(f)).collect())
 }
 
-/// Converts raw little-endian tensor bytes to f32 into `out`.
-fn convert(path: &Path, name: &str, view: &TensorView<'_>, out: &mut [f32]) -> Result<()> {
-    let data = view.data();
-    match view.dtype() {
+/// Converts raw little-endian tensor bytes of `dtype` to f32 into `out`.
+fn convert(path: &Path, name: &str, dtype: Dtype, data: &[u8], out: &mut [f32]) -> Result<()> {
+    match dtype {
         Dtype::F32 => {
             for (o, c) in out.iter_mut().zip(data.chunks_exact(4)) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -80,6 +87,75 @@ fn convert(path: &Path, name: &str, view: &TensorView<'_>, out: &mut [f32]) -> R
     Ok(())
 }
 
+/// Largest header accepted (the safetensors format's own limit).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// Opens a safetensors file and reads its checked header: the file, the byte offset where
+/// its data starts and the tensors.
+fn open_checked(path: &Path) -> Result<(File, u64, Metadata)> {
+    let mut f = File::open(path).map_err(|e| NativeError::io(path, e))?;
+    let len = f.metadata().map_err(|e| NativeError::io(path, e))?.len();
+    let mut n8 = [0u8; 8];
+    if len < 8 {
+        return Err(st_err(path, format!("{len} bytes: not a safetensors file")));
+    }
+    f.read_exact(&mut n8)
+        .map_err(|e| NativeError::io(path, e))?;
+    let n = u64::from_le_bytes(n8);
+    if n > MAX_HEADER || n > len - 8 {
+        return Err(st_err(
+            path,
+            format!(
+                "header length {n} does not fit the file ({len} bytes): not a safetensors file"
+            ),
+        ));
+    }
+    let mut text = vec![0u8; n as usize];
+    f.read_exact(&mut text)
+        .map_err(|e| NativeError::io(path, e))?;
+    let meta: Metadata =
+        serde_json::from_slice(&text).map_err(|e| st_err(path, format!("invalid header: {e}")))?;
+    let start = 8 + n;
+    if start + meta.data_len() as u64 != len {
+        return Err(st_err(
+            path,
+            format!(
+                "the header describes {} data bytes, the file holds {} (truncated or padded)",
+                meta.data_len(),
+                len - start
+            ),
+        ));
+    }
+    Ok((f, start, meta))
+}
+
+/// Reads raw little-endian f32 values at byte `at` of `f` into `out` (their bytes are the
+/// values' in-memory bytes on a little-endian machine: one read, no conversion).
+fn read_run(f: &mut File, path: &Path, at: u64, out: &mut [f32]) -> Result<()> {
+    f.seek(SeekFrom::Start(at))
+        .map_err(|e| NativeError::io(path, e))?;
+    f.read_exact(bytemuck::cast_slice_mut(out))
+        .map_err(|e| NativeError::io(path, e))
+}
+
+/// Reads one tensor at byte `at` of `f` into `out` (f32, converted from its dtype).
+fn read_tensor(
+    f: &mut File,
+    path: &Path,
+    name: &str,
+    info: &TensorInfo,
+    at: u64,
+    out: &mut [f32],
+) -> Result<()> {
+    f.seek(SeekFrom::Start(at))
+        .map_err(|e| NativeError::io(path, e))?;
+    let len = info.data_offsets.1 - info.data_offsets.0;
+    let mut data = vec![0u8; len];
+    f.read_exact(&mut data)
+        .map_err(|e| NativeError::io(path, e))?;
+    convert(path, name, info.dtype, &data, out)
+}
+
 /// Loads every tensor of `layout` from `files` into `buf`, with the names mapped through
 /// `rename` (file name -> layout name; `None` skips the tensor). Tensors in the files that
 /// the layout lacks are ignored only if `ignore(name)` says so; every layout tensor must be
@@ -100,9 +176,15 @@ pub fn load_into(
     let mut seen: HashMap<String, PathBuf> = HashMap::new();
     let mut skipped = Vec::new();
     for path in files {
-        let bytes = std::fs::read(path).map_err(|e| NativeError::io(path, e))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| st_err(path, e.to_string()))?;
-        for (fname, view) in st.tensors() {
+        let (mut f, start, meta) = open_checked(path)?;
+        // Raw f32 tensors adjacent in the file and in `buf` are read as one run (file byte
+        // offset, buffer range).
+        let mut run: Option<(u64, std::ops::Range<usize>)> = None;
+        // In file order: the reads go forward through the file.
+        for fname in meta.offset_keys() {
+            let Some(view) = meta.info(&fname) else {
+                continue;
+            };
             let Some(name) = rename(&fname) else {
                 skipped.push(fname);
                 continue;
@@ -111,13 +193,12 @@ pub fn load_into(
                 skipped.push(fname);
                 continue;
             };
-            if view.shape() != entry.shape.as_slice() {
+            if view.shape != entry.shape {
                 return Err(st_err(
                     path,
                     format!(
                         "tensor `{fname}` has shape {:?}, config.json implies {:?}",
-                        view.shape(),
-                        entry.shape
+                        view.shape, entry.shape
                     ),
                 ));
             }
@@ -127,7 +208,27 @@ pub fn load_into(
                     format!("tensor `{fname}` also present in {}", prev.display()),
                 ));
             }
-            convert(path, &fname, &view, &mut buf[entry.range()])?;
+            let at = start + view.data_offsets.0 as u64;
+            let dest = entry.range();
+            if !(view.dtype == Dtype::F32 && cfg!(target_endian = "little")) {
+                read_tensor(&mut f, path, &fname, view, at, &mut buf[dest])?;
+                continue;
+            }
+            // Raw f32: extend the current run while file and buffer are both contiguous.
+            run = match run {
+                Some((pos, cur)) if pos + 4 * (cur.len() as u64) == at && cur.end == dest.start => {
+                    Some((pos, cur.start..dest.end))
+                }
+                other => {
+                    if let Some((pos, cur)) = other {
+                        read_run(&mut f, path, pos, &mut buf[cur])?;
+                    }
+                    Some((at, dest))
+                }
+            };
+        }
+        if let Some((pos, cur)) = run.take() {
+            read_run(&mut f, path, pos, &mut buf[cur])?;
         }
     }
     let missing: Vec<&str> = layout
@@ -145,6 +246,20 @@ pub fn load_into(
         )));
     }
     Ok(skipped)
+}
+
+/// Writes `bytes` to `path` over an existing file's pages (then cut to size), or creates it.
+/// Unlike `std::fs::write` (which truncates first), rewriting a file that already exists
+/// costs no freeing and re-allocating of its page-cache pages, nor a truncate in the journal.
+pub fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.set_len(bytes.len() as u64)
 }
 
 /// Writes the tensors of `layout` (names mapped through `rename`) from `buf` as one f32

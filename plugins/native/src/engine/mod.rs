@@ -169,9 +169,13 @@ impl Engine {
 
     /// Drops the adapter `name`; returns whether it existed.
     pub fn remove_adapter(&mut self, name: &str) -> bool {
-        let before = self.adapters.len();
-        self.adapters.retain(|a| a.0 != name);
-        before != self.adapters.len()
+        self.take_adapter(name).is_some()
+    }
+
+    /// Unloads the adapter `name` and hands it back (e.g. to reuse its buffer).
+    pub fn take_adapter(&mut self, name: &str) -> Option<LoraAdapter> {
+        let i = self.adapters.iter().position(|a| a.0 == name)?;
+        Some(self.adapters.remove(i).1)
     }
 
     /// Names of the loaded adapters.

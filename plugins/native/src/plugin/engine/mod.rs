@@ -61,6 +61,9 @@ struct Inner {
     shared: Option<String>,
     /// Adapter used when a request names none (set by adapter updates).
     active_adapter: Option<String>,
+    /// The buffer of the adapter the last adapter update replaced: the next update of the
+    /// same shape loads into it (already-mapped pages) instead of a fresh region.
+    spare_adapter: Option<Box<dyn crate::buffer::Region>>,
 }
 
 #[derive(Default)]
@@ -123,6 +126,7 @@ impl NativeEngine {
                 served_dir: dir.clone(),
                 shared: None,
                 active_adapter: None,
+                spare_adapter: None,
             }),
             state: Mutex::new(State::default()),
             idle: Condvar::new(),

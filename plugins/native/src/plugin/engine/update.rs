@@ -13,7 +13,10 @@
 //!   engine restarted on the checkpoint) is acknowledged without reloading.
 //! - `Adapter` (`lora`): loaded under its versioned name, digest checked, then made the active
 //!   adapter (used by requests naming none, and by `score`) — the switch happens between
-//!   requests, under the engine lock — and the previously active adapter is unloaded.
+//!   requests, under the engine lock — and the previously active adapter is unloaded. Its
+//!   buffer is kept as the spare the next update of the same shape is read into: a sync then
+//!   touches no fresh memory (page faults on a new region cost more than reading the file),
+//!   and the engine holds two adapter buffers (the adapter is small beside the model).
 
 use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
@@ -187,19 +190,31 @@ impl NativeEngine {
         let what = format!("adapter `{name}` from {}", dir.display());
         let mut guard = lock(&self.inner);
         let inner: &mut Inner = &mut guard;
-        // Loaded into its own buffers and checked before the engine sees it: on an error it
-        // is dropped (freed) and the active adapter keeps serving.
-        let ad = LoraAdapter::load(dir, &inner.engine.model.cfg, &mut inner.provider).ctx(&what)?;
+        // Loaded into its own buffer (the replaced adapter's when the shape matches) and
+        // checked before the engine sees it: on an error the active adapter keeps serving.
+        let ad = LoraAdapter::load_reusing(
+            dir,
+            &inner.engine.model.cfg,
+            &mut inner.spare_adapter,
+            &mut inner.provider,
+        )
+        .ctx(&what)?;
         let served = served_digest(update, ad.weights.as_slice());
-        check_digest(update, &served, &what)?;
+        if let Err(e) = check_digest(update, &served, &what) {
+            inner.spare_adapter = Some(ad.weights);
+            return Err(e);
+        }
         let bytes = (ad.layout.total_len() * 4) as u64;
         inner
             .engine
             .add_adapter(name, ad, &mut inner.provider)
             .ctx(&what)?;
         let previous = inner.active_adapter.replace(name.to_string());
-        if let Some(p) = previous.filter(|p| p != name) {
-            inner.engine.remove_adapter(&p);
+        if let Some(p) = previous.filter(|p| p != name)
+            && let Some(old) = inner.engine.take_adapter(&p)
+        {
+            // Unloaded; its buffer is kept for the next update.
+            inner.spare_adapter = Some(old.weights);
         }
         Ok((bytes, served))
     }

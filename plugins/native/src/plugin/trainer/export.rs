@@ -9,7 +9,8 @@
 //!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
 //!   every file and the directory are fsynced before the rename, the parent after it.
 //!   Adapters are not fsynced (re-exportable from the trainer; a sync should cost what
-//!   writing the adapter costs).
+//!   writing the adapter costs), and `adapters/` keeps the two newest versions: an export
+//!   recycles an older version's dir (its file overwritten in place, see [`st_write`]).
 //!
 //! Every export carries the digest ([`crate::plugin::digest`]) of what it exports: all base
 //! weights, or the adapter tensors in LoRA mode (unless `options.digest = false`: empty).
@@ -78,7 +79,9 @@ impl NativeTrainer {
         std::fs::create_dir_all(&parent)
             .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
         let digest = self.weights_digest()?;
-        if stage.exists() {
+        if lora {
+            recycle_adapter_dir(&parent, v, &stage)?;
+        } else if stage.exists() {
             std::fs::remove_dir_all(&stage)
                 .map_err(|e| PluginError::io(format!("removing {}: {e}", stage.display())))?;
         }
@@ -125,6 +128,8 @@ impl NativeTrainer {
     /// The PEFT adapter (+ trainer state) in `dir`, without fsync: `save_checkpoint` makes a
     /// checkpoint durable, and on ext4 each fsync also commits whatever else the machine has
     /// dirty, which made a 0.6 MB adapter sync take seconds after a large checkpoint write.
+    /// The tensors are streamed from the adapter's buffer ([`st_write`]), over the file of a
+    /// recycled version when `dir` holds one.
     fn write_adapter(&mut self, dir: &Path) -> Result<()> {
         let version = self.version;
         let (tr, _) = self.ready("export_weight_update")?;
@@ -132,10 +137,16 @@ impl NativeTrainer {
         let ad = tr.lora.as_ref().ok_or_else(|| {
             PluginError::invalid_state(format!("{what}: the trainer has no adapter"))
         })?;
-        ad.save(dir).ctx(&what)?;
+        ad.save_config(dir).ctx(&what)?;
+        st_write::write(
+            &dir.join("adapter_model.safetensors"),
+            &ad.layout,
+            ad.weights.as_slice(),
+        )
+        .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
         let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
         let path = dir.join(STATE_FILE);
-        std::fs::write(&path, state.to_string())
+        crate::st_io::write_in_place(&path, state.to_string().as_bytes())
             .map_err(|e| PluginError::io(format!("{what}: {e}")))
     }
 
@@ -203,6 +214,53 @@ impl NativeTrainer {
             digest: digest.into(),
         })
     }
+}
+
+/// Prepares the staging dir `stage` of adapter version `v` under `parent`, recycling an older
+/// version's dir so the export overwrites page-cache pages instead of allocating new ones:
+/// an existing `stage`, else `v<v>` (a repeated export of the same version), else the oldest
+/// `v<k>` older than the newest version below `v`. `parent` keeps at most the two newest
+/// versions: the one being exported and the one engines served before (an engine that fails
+/// to switch keeps serving it). Older ones are recycled or removed.
+fn recycle_adapter_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
+    if stage.exists() {
+        return Ok(());
+    }
+    let rd = std::fs::read_dir(parent)
+        .map_err(|e| PluginError::io(format!("reading {}: {e}", parent.display())))?;
+    let mut older: Vec<u64> = rd
+        .filter_map(|e| {
+            let name = e.ok()?.file_name();
+            let k: u64 = name.to_str()?.strip_prefix('v')?.parse().ok()?;
+            (k <= v).then_some(k)
+        })
+        .collect();
+    older.sort_unstable();
+    let source = if older.last() == Some(&v) {
+        Some(v)
+    } else {
+        // Keep the newest older version; recycle the oldest of the rest, remove the others.
+        older.pop();
+        let mut rest = older.into_iter();
+        let first = rest.next();
+        for k in rest {
+            let d = parent.join(format!("v{k}"));
+            std::fs::remove_dir_all(&d)
+                .map_err(|e| PluginError::io(format!("removing {}: {e}", d.display())))?;
+        }
+        first
+    };
+    if let Some(k) = source {
+        let from = parent.join(format!("v{k}"));
+        std::fs::rename(&from, stage).map_err(|e| {
+            PluginError::io(format!(
+                "renaming {} to {}: {e}",
+                from.display(),
+                stage.display()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 fn sync_path(path: &Path) -> Result<()> {

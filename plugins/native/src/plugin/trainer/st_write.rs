@@ -1,8 +1,14 @@
-//! A streaming safetensors writer for weight exports: the header, then every tensor's f32
-//! values converted to little-endian bytes through one 1 MiB buffer straight into the file.
-//! Unlike building the whole file in memory first, it needs no second copy of the weights
-//! (the checkpoint bridge's peak memory stays at the weights themselves) and writes at close
-//! to disk speed.
+//! A streaming safetensors writer for weight exports: the header, then the tensors' f32
+//! values straight into the file in the buffer's order (on a little-endian machine the
+//! values' bytes are the file's: one `write` per run of adjacent tensors from the weights
+//! themselves; otherwise converted through one 1 MiB buffer). Unlike building the whole file in memory first, it needs no second
+//! copy of the weights (the checkpoint bridge's peak memory stays at the weights themselves)
+//! and writes at close to disk speed.
+//!
+//! An existing file at the path is overwritten in place, then cut to size: rewriting the
+//! pages a previous export left in the page cache costs a copy, where a new (or truncated)
+//! file first has the kernel free and allocate every page again (4× slower for a 26 MB
+//! adapter here).
 
 use std::io::Write;
 use std::path::Path;
@@ -15,10 +21,12 @@ use crate::layout::ParamLayout;
 const CHUNK: usize = 1 << 18;
 
 /// Writes the tensors of `layout` from `buf` (names as in the layout) to `path` as one f32
-/// safetensors file (`format = pt`), tensors in name order.
+/// safetensors file (`format = pt`). The data section follows the layout's order, so each
+/// run of tensors lying back to back in `buf` is one `write` (the whole adapter, usually),
+/// and a reader with the same layout can read it back as one run too.
 pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<()> {
     let mut entries: Vec<_> = layout.entries().iter().collect();
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    entries.sort_by_key(|e| e.offset);
     let mut header = Map::new();
     header.insert("__metadata__".into(), json!({"format": "pt"}));
     let mut offset = 0usize;
@@ -30,25 +38,52 @@ pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<
         );
         offset += bytes;
     }
-    let mut text = Value::Object(header).to_string().into_bytes();
+    let mut text = (0u64).to_le_bytes().to_vec();
+    text.extend_from_slice(Value::Object(header).to_string().as_bytes());
     // The data starts 8-byte aligned.
     while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
-    let mut f = std::io::BufWriter::with_capacity(4 * CHUNK, std::fs::File::create(path)?);
-    f.write_all(&(text.len() as u64).to_le_bytes())?;
+    let n = (text.len() - 8) as u64;
+    text[..8].copy_from_slice(&n.to_le_bytes());
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
     f.write_all(&text)?;
-    let mut out = Vec::with_capacity(4 * CHUNK);
+    let mut run: Option<std::ops::Range<usize>> = None;
     for e in &entries {
-        for chunk in buf[e.range()].chunks(CHUNK) {
-            out.clear();
-            for x in chunk {
-                out.extend_from_slice(&x.to_le_bytes());
+        let r = e.range();
+        run = match run {
+            Some(cur) if cur.end == r.start => Some(cur.start..r.end),
+            Some(cur) => {
+                write_values(&mut f, &buf[cur])?;
+                Some(r)
             }
-            f.write_all(&out)?;
-        }
+            None => Some(r),
+        };
     }
-    f.flush()?;
+    if let Some(cur) = run {
+        write_values(&mut f, &buf[cur])?;
+    }
+    f.set_len(text.len() as u64 + offset as u64)?;
+    Ok(())
+}
+
+/// Writes f32 values as little-endian bytes.
+fn write_values(f: &mut std::fs::File, values: &[f32]) -> std::io::Result<()> {
+    if cfg!(target_endian = "little") {
+        return f.write_all(bytemuck::cast_slice(values));
+    }
+    let mut out = Vec::with_capacity(4 * CHUNK.min(values.len()));
+    for chunk in values.chunks(CHUNK) {
+        out.clear();
+        for x in chunk {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        f.write_all(&out)?;
+    }
     Ok(())
 }
 
@@ -68,6 +103,23 @@ mod tests {
         m.init_random(5, 0.02);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
+        super::write(&path, &m.layout, m.w()).unwrap();
+        let mut back = vec![0f32; m.layout.total_len()];
+        st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
+        let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
+        let b: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
+        assert!(a == b);
+    }
+
+    #[test]
+    fn a_longer_file_at_the_path_is_overwritten_and_cut_to_size() {
+        let cfg: ModelConfig = Preset::Tiny.config();
+        let mut m = Model::new_zeroed(cfg, &mut VecProvider::new()).unwrap();
+        m.init_random(6, 0.02);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let longer = vec![0x7fu8; m.layout.total_len() * 4 + 100_000];
+        std::fs::write(&path, &longer).unwrap();
         super::write(&path, &m.layout, m.w()).unwrap();
         let mut back = vec![0f32; m.layout.total_len()];
         st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
