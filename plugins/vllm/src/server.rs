@@ -3,29 +3,23 @@
 //! `/health`, and a supervisor thread that records the exit of a dead server so every later
 //! call fails with one line carrying the log's tail.
 //!
-//! The supervisor thread is the server's parent thread; the child is started with
-//! `PR_SET_PDEATHSIG = SIGTERM`, so if the host process dies the server shuts down too
+//! The process is a `tandem_plugin_support::Supervised` child: its own process group, started
+//! with `PR_SET_PDEATHSIG = SIGTERM`, so if the host process dies the server shuts down too
 //! (vLLM's API server stops its engine-core and worker children on SIGTERM).
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
+use tandem_plugin_support::Supervised;
 
 use crate::http::{CallError, Client};
 use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, VllmOptions};
 
-/// Bytes of the log read for an error's tail.
-const TAIL_BYTES: u64 = 16 * 1024;
 /// Grace period between SIGTERM and SIGKILL at shutdown.
 const STOP_GRACE: Duration = Duration::from_secs(20);
 
@@ -41,40 +35,12 @@ pub struct Server {
     pub model: PathBuf,
     /// Seconds from launch to `/health` = 200.
     pub startup_s: f64,
-    exit: Arc<Mutex<Option<String>>>,
-    stop: mpsc::Sender<()>,
-    thread: Option<JoinHandle<()>>,
+    proc: Supervised,
 }
 
-/// The last lines of `log` joined into one line (the error line(s) of a crash).
+/// The last error lines of `log` on one line (the error line(s) of a crash).
 pub fn log_tail(log: &Path) -> String {
-    let mut text = String::new();
-    if let Ok(mut f) = File::open(log) {
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-        let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
-        let mut buf = Vec::new();
-        let _ = f.read_to_end(&mut buf);
-        text = String::from_utf8_lossy(&buf).into_owned();
-    }
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("warnings.warn"))
-        .collect();
-    // Prefer the last lines that name an error (a Python traceback ends with one).
-    let errors: Vec<&str> = lines
-        .iter()
-        .copied()
-        .filter(|l| l.contains("Error") || l.contains("error:") || l.contains("Exception"))
-        .collect();
-    let pick = if errors.is_empty() { &lines } else { &errors };
-    let start = pick.len().saturating_sub(2);
-    let tail = pick[start..].join(" | ");
-    if tail.is_empty() {
-        "(log is empty)".into()
-    } else {
-        tail
-    }
+    tandem_plugin_support::log_tail(log, 2)
 }
 
 fn unavailable(msg: String) -> PluginError {
@@ -154,30 +120,7 @@ fn pick_port(host: &str, want: u16) -> Result<u16> {
     }
 }
 
-fn signal_group(pid: u32, sig: i32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        // SAFETY: kill(2) with a negative pid signals the process group the server leads
-        // (it was started with process_group(0)); no memory is shared with the callee.
-        unsafe {
-            libc::kill(-pid, sig);
-        }
-    }
-}
 
-fn stop_child(child: &mut Child) {
-    signal_group(child.id(), libc::SIGTERM);
-    let deadline = Instant::now() + STOP_GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            // Sweep children the leader left behind.
-            signal_group(child.id(), libc::SIGKILL);
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    signal_group(child.id(), libc::SIGKILL);
-    let _ = child.wait();
-}
 
 impl Server {
     /// Launches the server for `rank` on `model` (tokenizer files from `tokenizer`) and waits
@@ -231,49 +174,20 @@ impl Server {
             .envs(opts.server_env())
             .stdin(Stdio::null())
             .stdout(out)
-            .stderr(err)
-            .process_group(0);
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe prctl(2); it touches no memory of the parent.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                Ok(())
-            });
-        }
-        let exit = Arc::new(Mutex::new(None));
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let (pid_tx, pid_rx) = mpsc::channel::<std::io::Result<u32>>();
-        let exit2 = Arc::clone(&exit);
+            .stderr(err);
         let started = Instant::now();
-        let thread = std::thread::Builder::new()
-            .name(format!("vllm-{rank}-supervisor"))
-            .spawn(move || supervise(cmd, pid_tx, stop_rx, exit2))
-            .map_err(|e| PluginError::runtime(format!("engine `vllm`: supervisor thread: {e}")))?;
-        let pid = match pid_rx.recv() {
-            Ok(Ok(pid)) => pid,
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                return Err(PluginError::invalid_input(format!(
-                    "engine `vllm`: cannot start `{program}`: {e}"
-                ))
-                .with_help("set `python` / `command` in [engine] options or $TANDEM_PYTHON"));
-            }
-            Err(_) => {
-                return Err(PluginError::runtime(
-                    "engine `vllm`: supervisor thread ended before the server started",
-                ));
-            }
-        };
+        let proc = Supervised::spawn(cmd, &format!("vllm-{rank}-supervisor"), STOP_GRACE)
+            .map_err(|e| {
+                PluginError::invalid_input(format!("engine `vllm`: cannot start `{program}`: {e}"))
+                    .with_help("set `python` / `command` in [engine] options or $TANDEM_PYTHON")
+            })?;
         let mut server = Server {
-            pid,
+            pid: proc.pid,
             client: Client::new(&opts.host, port),
             log: log.to_path_buf(),
             model: model.to_path_buf(),
             startup_s: 0.0,
-            exit,
-            stop: stop_tx,
-            thread: Some(thread),
+            proc,
         };
         server.wait_healthy(Duration::from_secs(opts.startup_timeout_s), started)?;
         server.startup_s = started.elapsed().as_secs_f64();
@@ -319,10 +233,7 @@ impl Server {
 
     /// `Some(status)` once the server process has exited.
     pub fn exited(&self) -> Option<String> {
-        self.exit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.proc.exited()
     }
 
     /// The error for a call that found the server dead, or `None` while it runs.
@@ -340,47 +251,7 @@ impl Server {
 
     /// Stops the server (SIGTERM to its group, SIGKILL after a grace period) and waits.
     pub fn stop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.proc.stop();
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn supervise(
-    mut cmd: Command,
-    pid_tx: mpsc::Sender<std::io::Result<u32>>,
-    stop_rx: mpsc::Receiver<()>,
-    exit: Arc<Mutex<Option<String>>>,
-) {
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = pid_tx.send(Err(e));
-            return;
-        }
-    };
-    let _ = pid_tx.send(Ok(child.id()));
-    loop {
-        match stop_rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                stop_child(&mut child);
-                *exit.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some("stopped by the plugin".into());
-                return;
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            signal_group(child.id(), libc::SIGKILL);
-            *exit.lock().unwrap_or_else(PoisonError::into_inner) = Some(status.to_string());
-            return;
-        }
-    }
-}
