@@ -120,8 +120,6 @@ fn pick_port(host: &str, want: u16) -> Result<u16> {
     }
 }
 
-
-
 impl Server {
     /// Launches the server for `rank` on `model` (tokenizer files from `tokenizer`) and waits
     /// for `/health`.
@@ -176,11 +174,12 @@ impl Server {
             .stdout(out)
             .stderr(err);
         let started = Instant::now();
-        let proc = Supervised::spawn(cmd, &format!("vllm-{rank}-supervisor"), STOP_GRACE)
-            .map_err(|e| {
+        let proc = Supervised::spawn(cmd, &format!("vllm-{rank}-supervisor"), STOP_GRACE).map_err(
+            |e| {
                 PluginError::invalid_input(format!("engine `vllm`: cannot start `{program}`: {e}"))
                     .with_help("set `python` / `command` in [engine] options or $TANDEM_PYTHON")
-            })?;
+            },
+        )?;
         let mut server = Server {
             pid: proc.pid,
             client: Client::new(&opts.host, port),
@@ -254,4 +253,3 @@ impl Server {
         self.proc.stop();
     }
 }
-
