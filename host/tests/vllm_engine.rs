@@ -26,20 +26,15 @@ use tandem_host::registry::Registry;
 use tandem_host::services::Services;
 use tandem_plugin_api::{
     ComponentConfig, EngineBox, ErrorCode, FinishReason, GenerateRequest, GenerateResponse,
-    LossConfig, LossKind, PauseMode, PluginError, RResult, RString, RVec, SamplingParams,
-    TrainBatch, TrainSequence, UpdateKind, UpdatePayload, WeightUpdate,
+    LossConfig, LossKind, PauseMode, RString, RVec, SamplingParams, TrainBatch, TrainSequence,
+    UpdateKind, UpdatePayload, WeightUpdate,
 };
 
 const PROMPT: [u32; 4] = [1, 40, 41, 42];
 const EOS: u32 = 2;
 
 fn python() -> String {
-    std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "TANDEM_PYTHON is unset: run `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | \
-             tail -1)` before `cargo test -p tandem-host --test vllm_engine -- --ignored`"
-        )
-    })
+    python_env("vllm_engine")
 }
 
 struct Fixture {
@@ -138,20 +133,6 @@ fn shared(slot: &mut Option<Arc<EngineBox>>) -> &Arc<EngineBox> {
 fn stop_shared(slot: &mut Option<Arc<EngineBox>>) {
     if let Some(e) = slot.take() {
         ok(e.shutdown());
-    }
-}
-
-fn ok<T>(r: RResult<T, PluginError>) -> T {
-    match r {
-        RResult::ROk(v) => v,
-        RResult::RErr(e) => panic!("{e}"),
-    }
-}
-
-fn err<T: std::fmt::Debug>(r: RResult<T, PluginError>) -> PluginError {
-    match r {
-        RResult::ROk(v) => panic!("expected an error, got {v:?}"),
-        RResult::RErr(e) => e,
     }
 }
 

@@ -24,12 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn python() -> String {
-    std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| {
-        panic!(
-            "TANDEM_PYTHON is unset: run `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | \
-             tail -1)` before `cargo test -p tandem-host --test vllm_loop -- --ignored`"
-        )
-    })
+    common::python_env("vllm_loop")
 }
 
 /// A scratch dir holding `examples/job.toml` (the example, verbatim: its `../models/tiny` is

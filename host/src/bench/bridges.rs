@@ -300,24 +300,7 @@ fn pause(engines: &[RemoteEngine]) -> Result<(), HostError> {
 
 fn train_step(trainer: &RemoteTrainer, engines: &[RemoteEngine]) -> Result<(), HostError> {
     pause(engines)?;
-    let batch = TrainBatch {
-        sequences: vec![TrainSequence {
-            tokens: vec![1u32, 40, 41, 42, 43, 44, 45, 2].into(),
-            prompt_len: 1,
-            advantage: 0.0,
-            old_logprobs: Default::default(),
-            ref_logprobs: Default::default(),
-        }]
-        .into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-4,
-            grad_clip: 1.0,
-        },
-    };
+    let batch = sft_batch();
     trainer.train_step(batch).map(drop)
 }
 
@@ -414,4 +397,26 @@ fn disk_gbps(scratch: &Path, bytes: u64) -> Result<(f64, f64), HostError> {
     let read = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
     let _ = std::fs::remove_file(&path);
     Ok((write, read))
+}
+
+/// The one-sequence SFT batch every bench train step uses.
+pub(super) fn sft_batch() -> TrainBatch {
+    TrainBatch {
+        sequences: vec![TrainSequence {
+            tokens: vec![1u32, 40, 41, 42, 43, 44, 45, 2].into(),
+            prompt_len: 1,
+            advantage: 0.0,
+            old_logprobs: Default::default(),
+            ref_logprobs: Default::default(),
+        }]
+        .into(),
+        loss: LossConfig {
+            kind: LossKind::Sft,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: 1e-4,
+            grad_clip: 1.0,
+        },
+    }
 }

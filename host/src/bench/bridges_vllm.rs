@@ -20,12 +20,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Figure;
+use super::bridges::sft_batch;
 use crate::bridge::BridgeDriver;
 use crate::control::Role;
 use crate::error::HostError;
 use crate::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
 use crate::worker::WorkerSpec;
-use tandem_plugin_api::{ComponentKind, LossConfig, LossKind, TrainBatch, TrainSequence};
+use tandem_plugin_api::ComponentKind;
 use tandem_plugin_native::buffer::VecProvider;
 use tandem_plugin_native::init::{Preset, init_preset};
 
@@ -255,26 +256,5 @@ impl Session {
         }
         self.launcher.shutdown(Duration::from_secs(30))?;
         Ok(lat)
-    }
-}
-
-fn sft_batch() -> TrainBatch {
-    TrainBatch {
-        sequences: vec![TrainSequence {
-            tokens: vec![1u32, 40, 41, 42, 43, 44, 45, 2].into(),
-            prompt_len: 1,
-            advantage: 0.0,
-            old_logprobs: Default::default(),
-            ref_logprobs: Default::default(),
-        }]
-        .into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-4,
-            grad_clip: 1.0,
-        },
     }
 }
