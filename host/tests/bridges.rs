@@ -549,7 +549,9 @@ fn worker_components_get_host_regions_that_release_really_frees() {
         .to_vec();
     engine.pause_generation(PauseMode::Wait).unwrap();
     engine.flush_cache().unwrap(); // every KV page written (resident)
-    let pss = || tandem_host::bridge::rss::pss_bytes(engine.pid()).unwrap();
+    // Pss of the worker's memfd mappings only (the memory layer's regions): the kernel's own
+    // count for the regions, without the heap and thread stacks that move under load.
+    let pss = || region_pss(engine.pid());
     let resident = pss();
     engine.release_memory(&["kv_cache".into()]).unwrap();
     let released = pss();
@@ -565,4 +567,25 @@ fn worker_components_get_host_regions_that_release_really_frees() {
             .to_vec(),
         before
     );
+}
+
+/// Summed Pss (bytes) of the memfd-backed mappings of `pid`, from `/proc/<pid>/smaps`.
+fn region_pss(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut in_memfd = false;
+    let mut kb = 0u64;
+    for line in text.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_memfd = line.contains("/memfd:");
+        } else if in_memfd && line.starts_with("Pss:") {
+            kb += line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kb * 1024
 }
