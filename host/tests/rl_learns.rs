@@ -74,12 +74,16 @@ fn the_reward_rises_for_every_bridge_mode() {
     ]);
     assert!(out.status.success(), "{}", out.stderr_text());
     learns(&t, &model, "checkpoint", "", 3e-4);
+    // LoRA at lr 3e-3 sits at the edge of instability: on this machine's CPU the run rose
+    // 0.236 -> 0.337 (seed 1) and 0.210 -> 0.337 (seed 2), collapsing to 0 at 1e-2, while
+    // another machine's float rounding gave 0.27 -> 0.54. At 2e-3: 0.229 -> 0.430 and
+    // 0.205 -> 0.537 (1.5e-3: 0.224 -> 0.419, 0.208 -> 0.406).
     learns(
         &t,
         &model,
         "lora",
         "[trainer.options.lora]\nrank = 8\nalpha = 16\n",
-        3e-3,
+        2e-3,
     );
     learns(&t, &model, "ipc", "", 3e-4);
 }
