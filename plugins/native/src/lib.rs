@@ -20,6 +20,7 @@ pub mod loss;
 pub mod model;
 pub mod ops;
 pub mod optim;
+pub mod par_io;
 pub mod plugin;
 pub mod sampling;
 pub mod st_io;

@@ -130,11 +130,10 @@ fn open_checked(path: &Path) -> Result<(File, u64, Metadata)> {
 }
 
 /// Reads raw little-endian f32 values at byte `at` of `f` into `out` (their bytes are the
-/// values' in-memory bytes on a little-endian machine: one read, no conversion).
-fn read_run(f: &mut File, path: &Path, at: u64, out: &mut [f32]) -> Result<()> {
-    f.seek(SeekFrom::Start(at))
-        .map_err(|e| NativeError::io(path, e))?;
-    f.read_exact(bytemuck::cast_slice_mut(out))
+/// values' in-memory bytes on a little-endian machine: one positional read, split over the
+/// cores when large ([`crate::par_io`]), no conversion).
+fn read_run(f: &File, path: &Path, at: u64, out: &mut [f32]) -> Result<()> {
+    crate::par_io::read_exact_at(f, at, bytemuck::cast_slice_mut(out))
         .map_err(|e| NativeError::io(path, e))
 }
 

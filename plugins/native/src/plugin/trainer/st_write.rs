@@ -1,7 +1,8 @@
 //! A streaming safetensors writer for weight exports: the header, then the tensors' f32
 //! values straight into the file in the buffer's order (on a little-endian machine the
-//! values' bytes are the file's: one `write` per run of adjacent tensors from the weights
-//! themselves; otherwise converted through one 1 MiB buffer). Unlike building the whole file in memory first, it needs no second
+//! values' bytes are the file's: one positional write per run of adjacent tensors from the
+//! weights themselves, split over the cores when large ([`crate::par_io`]); otherwise
+//! converted through one 1 MiB buffer). Unlike building the whole file in memory first, it needs no second
 //! copy of the weights (the checkpoint bridge's peak memory stays at the weights themselves)
 //! and writes at close to disk speed.
 //!
@@ -10,7 +11,7 @@
 //! file first has the kernel free and allocate every page again (4× slower for a 26 MB
 //! adapter here).
 
-use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
@@ -46,35 +47,40 @@ pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<
     }
     let n = (text.len() - 8) as u64;
     text[..8].copy_from_slice(&n.to_le_bytes());
-    let mut f = std::fs::OpenOptions::new()
+    let f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    f.write_all(&text)?;
-    let mut run: Option<std::ops::Range<usize>> = None;
+    f.write_all_at(&text, 0)?;
+    let data_start = text.len() as u64;
+    // (file byte offset, buffer range) of the current run of back-to-back tensors.
+    let mut run: Option<(u64, std::ops::Range<usize>)> = None;
+    let mut at = data_start;
     for e in &entries {
         let r = e.range();
         run = match run {
-            Some(cur) if cur.end == r.start => Some(cur.start..r.end),
-            Some(cur) => {
-                write_values(&mut f, &buf[cur])?;
-                Some(r)
+            Some((pos, cur)) if cur.end == r.start => Some((pos, cur.start..r.end)),
+            Some((pos, cur)) => {
+                write_values(&f, pos, &buf[cur])?;
+                Some((at, r))
             }
-            None => Some(r),
+            None => Some((at, r)),
         };
+        at += (e.numel() * 4) as u64;
     }
-    if let Some(cur) = run {
-        write_values(&mut f, &buf[cur])?;
+    if let Some((pos, cur)) = run {
+        write_values(&f, pos, &buf[cur])?;
     }
-    f.set_len(text.len() as u64 + offset as u64)?;
+    f.set_len(data_start + offset as u64)?;
     Ok(())
 }
 
-/// Writes f32 values as little-endian bytes.
-fn write_values(f: &mut std::fs::File, values: &[f32]) -> std::io::Result<()> {
+/// Writes f32 values as little-endian bytes at byte `at` (large runs split over the cores,
+/// [`crate::par_io`]).
+fn write_values(f: &std::fs::File, mut at: u64, values: &[f32]) -> std::io::Result<()> {
     if cfg!(target_endian = "little") {
-        return f.write_all(bytemuck::cast_slice(values));
+        return crate::par_io::write_all_at(f, at, bytemuck::cast_slice(values));
     }
     let mut out = Vec::with_capacity(4 * CHUNK.min(values.len()));
     for chunk in values.chunks(CHUNK) {
@@ -82,7 +88,8 @@ fn write_values(f: &mut std::fs::File, values: &[f32]) -> std::io::Result<()> {
         for x in chunk {
             out.extend_from_slice(&x.to_le_bytes());
         }
-        f.write_all(&out)?;
+        f.write_all_at(&out, at)?;
+        at += out.len() as u64;
     }
     Ok(())
 }
