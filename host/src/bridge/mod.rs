@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::HostError;
 use crate::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
-use tandem_plugin_api::{BridgeMode, RString, UpdatePayload, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{BridgeMode, RString, RVec, UpdatePayload, UpdateReport, WeightUpdate};
 
 /// What one sync did (→ metrics).
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +76,9 @@ pub struct BridgeDriver {
     restart: bool,
     version: Option<u64>,
     adapter: Option<String>,
+    /// The trainer region every engine serves in place (`ipc`, after the first apply): later
+    /// updates of it ship without the tensor layout, which the engines checked then.
+    attached: Option<String>,
     hook: Option<RestartHook>,
 }
 
@@ -123,6 +126,7 @@ impl BridgeDriver {
             restart,
             version: None,
             adapter: None,
+            attached: None,
             hook: None,
         })
     }
@@ -281,8 +285,12 @@ impl BridgeDriver {
             _ => (self.apply_all(&update, engines)?, 0),
         };
         let verified = self.check_reports(&update, &reports, engines)?;
-        if let UpdatePayload::Adapter { name, .. } = &update.payload {
-            self.adapter = Some(name.to_string());
+        match &update.payload {
+            UpdatePayload::Adapter { name, .. } => self.adapter = Some(name.to_string()),
+            UpdatePayload::SharedRegion { region, .. } => {
+                self.attached = Some(region.key.to_string());
+            }
+            _ => {}
         }
         self.version = Some(update.version);
         Ok(SyncRecord {
@@ -297,11 +305,20 @@ impl BridgeDriver {
         })
     }
 
-    /// The update as engines get it: without the digest when verification is off.
+    /// The update as engines get it: without the digest when verification is off, and for a
+    /// shared region the engines already serve, without its tensor layout (checked when they
+    /// attached it; an engine that has not attached that region refuses an empty layout).
+    /// Shipping a few hundred tensor specs through two more control-plane hops is what made
+    /// an `ipc` sync grow with the number of tensors.
     fn shipped(&self, update: &WeightUpdate) -> WeightUpdate {
         let mut u = update.clone();
         if !self.verify {
             u.digest = RString::new();
+        }
+        if let UpdatePayload::SharedRegion { region, tensors } = &mut u.payload
+            && self.attached.as_deref() == Some(region.key.as_str())
+        {
+            *tensors = RVec::new();
         }
         u
     }
