@@ -220,14 +220,14 @@ pub fn load_into(
                 }
                 other => {
                     if let Some((pos, cur)) = other {
-                        read_run(&mut f, path, pos, &mut buf[cur])?;
+                        read_run(&f, path, pos, &mut buf[cur])?;
                     }
                     Some((at, dest))
                 }
             };
         }
         if let Some((pos, cur)) = run.take() {
-            read_run(&mut f, path, pos, &mut buf[cur])?;
+            read_run(&f, path, pos, &mut buf[cur])?;
         }
     }
     let missing: Vec<&str> = layout
