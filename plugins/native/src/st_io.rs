@@ -3,8 +3,8 @@
 //!
 //! Loading streams each file: the header is read and checked (offsets contiguous, sizes
 //! matching shapes, data ending with the file), then every wanted tensor is read straight
-//! into its place in the destination buffer (f32 on a little-endian machine: one `read`
-//! from the page cache per run of tensors adjacent both in the file and in the buffer — a
+//! into its place in the destination buffer (f32 on a little-endian machine: one positional read
+//! (split over the cores when large) from the page cache per run of tensors adjacent both in the file and in the buffer — a
 //! file written in the buffer's order is one read —, no intermediate copy of the file;
 //! other dtypes through a buffer of one tensor). Tensors the caller skips are not read.
 

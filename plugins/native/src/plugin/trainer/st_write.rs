@@ -23,7 +23,7 @@ const CHUNK: usize = 1 << 18;
 
 /// Writes the tensors of `layout` from `buf` (names as in the layout) to `path` as one f32
 /// safetensors file (`format = pt`). The data section follows the layout's order, so each
-/// run of tensors lying back to back in `buf` is one `write` (the whole adapter, usually),
+/// run of tensors lying back to back in `buf` is one positional write (the whole adapter, usually),
 /// and a reader with the same layout can read it back as one run too.
 pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<()> {
     let mut entries: Vec<_> = layout.entries().iter().collect();
