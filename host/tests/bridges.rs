@@ -209,6 +209,16 @@ fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
         bits(&r.engine_probe(0)),
         "training changed nothing"
     );
+    // The tensor layout travels with the first export of the region only (the driver keeps
+    // it for engines that attach later).
+    let again = r
+        .trainer
+        .export_weight_update(UpdateKind::SharedRegion)
+        .unwrap();
+    let UpdatePayload::SharedRegion { tensors, .. } = &again.payload else {
+        panic!("{again:?}")
+    };
+    assert!(tensors.is_empty(), "{again:?}");
     let stats = r.engines[0].stats().unwrap();
     let shared = stats
         .metrics
@@ -464,7 +474,47 @@ fn checkpoint_without_restart_reloads_in_place() {
     assert_eq!((rec.version, rec.verified, rec.restarted), (1, true, false));
     assert_eq!(r.engines[0].pid(), pid);
     r.resume();
-    assert_eq!(bits(&r.engine_probe(0)), bits(&r.trainer_probe()));
+    let served_v1 = r.engine_probe(0);
+    assert_eq!(bits(&served_v1), bits(&r.trainer_probe()));
+    // A damaged checkpoint is refused before it touches the served weights (its digest is
+    // streamed from the file before the read in place): v1 keeps serving, bit-exact.
+    r.train_step();
+    let update = r
+        .trainer
+        .export_weight_update(UpdateKind::CheckpointDir)
+        .unwrap();
+    let UpdatePayload::CheckpointDir { dir } = &update.payload else {
+        panic!("{update:?}")
+    };
+    let file = Path::new(dir.as_str()).join("model.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 6;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    let e = d
+        .apply(update, &mut r.engines, &mut r.launcher)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("digest mismatch") && e.contains("previous weights"),
+        "{e}"
+    );
+    r.resume();
+    assert_eq!(bits(&served_v1), bits(&r.engine_probe(0)));
+    assert_eq!(r.version(), 1);
+    // Later syncs go through; `weights/` keeps the newest two checkpoints, not one per sync.
+    for _ in 0..3 {
+        r.train_step();
+        d.sync(&r.trainer, &mut r.engines, &mut r.launcher).unwrap();
+        r.resume();
+        assert_eq!(bits(&r.engine_probe(0)), bits(&r.trainer_probe()));
+    }
+    let mut kept: Vec<String> = std::fs::read_dir(r.run_dir.join("weights"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["v4", "v5"]);
     // Versions only go up: an older update is refused.
     r.engines[0].pause_generation(PauseMode::Wait).unwrap();
     let mut old = r
@@ -483,13 +533,13 @@ fn checkpoint_without_restart_reloads_in_place() {
     let mut o = LaunchOptions::new(dir.path());
     o.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
     let mut l2 = LocalLauncher::new(o).unwrap();
-    let ckpt = r.run_dir.join("weights/v1");
+    let ckpt = r.run_dir.join("weights/v5");
     let t2 = l2
         .spawn_trainers(&[spec(Role::Trainer, &ckpt, "", dir.path())])
         .unwrap()
         .pop()
         .unwrap();
-    assert_eq!(t2.init().unwrap().weight_version, 1);
+    assert_eq!(t2.init().unwrap().weight_version, 5);
 }
 
 #[test]

@@ -367,7 +367,9 @@ pub enum UpdatePayload {
     SharedRegion {
         /// The region.
         region: SharedRegionRef,
-        /// Tensor layout inside it.
+        /// Tensor layout inside it. May be empty in a later update of a region whose layout
+        /// an earlier update carried (it cannot change); the host then adds it back for an
+        /// engine that has not attached the region.
         tensors: RVec<TensorSpec>,
     },
     /// A PEFT adapter directory to load under `name`.

@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::HostError;
 use crate::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
-use tandem_plugin_api::{BridgeMode, RString, RVec, UpdatePayload, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{
+    BridgeMode, RString, RVec, TensorSpec, UpdatePayload, UpdateReport, WeightUpdate,
+};
 
 /// What one sync did (→ metrics).
 #[derive(Debug, Clone, PartialEq)]
@@ -51,8 +53,9 @@ pub struct SyncRecord {
     pub bytes_moved: u64,
     /// Wall time of the sync, export to verified.
     pub latency_s: f64,
-    /// Peak of the summed proportional set size (Pss) of all worker processes during the
-    /// sync (shared pages counted once).
+    /// Peak memory of all worker processes during the sync: their summed proportional set
+    /// size (Pss, shared pages counted once) at the start plus each one's growth to its RSS
+    /// high-water mark (see [`rss`]).
     pub peak_rss_bytes: u64,
     /// The trainer's digest of the weights.
     pub digest: String,
@@ -79,6 +82,10 @@ pub struct BridgeDriver {
     /// The trainer region every engine serves in place (`ipc`, after the first apply): later
     /// updates of it ship without the tensor layout, which the engines checked then.
     attached: Option<String>,
+    /// A shared region's key and tensor layout as the trainer first exported it (`ipc`): a
+    /// trainer ships the layout with its first export of a region only, and the driver adds
+    /// it back for an engine that has not attached the region.
+    layout: Option<(String, RVec<TensorSpec>)>,
     hook: Option<RestartHook>,
 }
 
@@ -127,6 +134,7 @@ impl BridgeDriver {
             version: None,
             adapter: None,
             attached: None,
+            layout: None,
             hook: None,
         })
     }
@@ -179,6 +187,7 @@ impl BridgeDriver {
             return Ok(());
         }
         let update = self.export(trainer)?;
+        self.remember_layout(&update);
         let reports = self.apply_all(&update, engines)?;
         self.check_reports(&update, &reports, engines)?;
         self.version = Some(update.version);
@@ -199,8 +208,8 @@ impl BridgeDriver {
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, HostError> {
-        // The sampler's first reading is taken before the clock starts.
-        let sampler = rss::PeakSampler::start(launcher.live_pids());
+        // The meter reads the workers' memory before the clock starts and after it stops.
+        let mut meter = rss::PeakMeter::start(launcher.live_pids());
         let start = Instant::now();
         let update = self.export(trainer)?;
         tracing::debug!(
@@ -208,11 +217,9 @@ impl BridgeDriver {
             self.mode(),
             start.elapsed().as_secs_f64() * 1e3
         );
-        self.ship(update, engines, launcher, start, Some(&sampler))
-            .map(|mut rec| {
-                rec.peak_rss_bytes = sampler.finish();
-                rec
-            })
+        let mut rec = self.ship(update, engines, launcher, start, &mut meter)?;
+        rec.peak_rss_bytes = meter.finish();
+        Ok(rec)
     }
 
     /// Ships an update the trainer already exported (what [`sync`](Self::sync) does after
@@ -223,13 +230,11 @@ impl BridgeDriver {
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, HostError> {
-        let sampler = rss::PeakSampler::start(launcher.live_pids());
+        let mut meter = rss::PeakMeter::start(launcher.live_pids());
         let start = Instant::now();
-        self.ship(update, engines, launcher, start, Some(&sampler))
-            .map(|mut rec| {
-                rec.peak_rss_bytes = sampler.finish();
-                rec
-            })
+        let mut rec = self.ship(update, engines, launcher, start, &mut meter)?;
+        rec.peak_rss_bytes = meter.finish();
+        Ok(rec)
     }
 
     /// The adapter name generate requests must carry (lora mode), None otherwise.
@@ -269,13 +274,15 @@ impl BridgeDriver {
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
         start: Instant,
-        sampler: Option<&rss::PeakSampler>,
+        meter: &mut rss::PeakMeter,
     ) -> Result<SyncRecord, HostError> {
         let restarted = self.restarts();
+        self.remember_layout(&update);
+        let shipping = Instant::now();
         let (reports, bytes) = match (&update.payload, restarted) {
             (UpdatePayload::CheckpointDir { dir }, true) => {
                 let dir = PathBuf::from(dir.as_str());
-                let reports = self.restart_all(&update, &dir, engines, launcher, sampler)?;
+                let reports = self.restart_all(&update, &dir, engines, launcher, meter)?;
                 (reports, dir_bytes(&dir) * engines.len() as u64)
             }
             (UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. }, _) => {
@@ -284,6 +291,11 @@ impl BridgeDriver {
             }
             _ => (self.apply_all(&update, engines)?, 0),
         };
+        tracing::debug!(
+            "{} sync: shipping to the engines took {:.2} ms",
+            self.mode(),
+            shipping.elapsed().as_secs_f64() * 1e3
+        );
         let verified = self.check_reports(&update, &reports, engines)?;
         match &update.payload {
             UpdatePayload::Adapter { name, .. } => self.adapter = Some(name.to_string()),
@@ -305,22 +317,44 @@ impl BridgeDriver {
         })
     }
 
+    /// Keeps the tensor layout a shared-region update carries (see `layout`).
+    fn remember_layout(&mut self, update: &WeightUpdate) {
+        if let UpdatePayload::SharedRegion { region, tensors } = &update.payload
+            && !tensors.is_empty()
+        {
+            self.layout = Some((region.key.to_string(), tensors.clone()));
+        }
+    }
+
     /// The update as engines get it: without the digest when verification is off, and for a
     /// shared region the engines already serve, without its tensor layout (checked when they
-    /// attached it; an engine that has not attached that region refuses an empty layout).
-    /// Shipping a few hundred tensor specs through two more control-plane hops is what made
-    /// an `ipc` sync grow with the number of tensors.
-    fn shipped(&self, update: &WeightUpdate) -> WeightUpdate {
+    /// attached it); a region they have not attached goes with the layout the trainer sent
+    /// with its first export of it. Shipping a few hundred tensor specs through the control
+    /// plane on every sync is what made an `ipc` sync grow with the number of tensors.
+    fn shipped(&self, update: &WeightUpdate) -> Result<WeightUpdate, HostError> {
         let mut u = update.clone();
         if !self.verify {
             u.digest = RString::new();
         }
-        if let UpdatePayload::SharedRegion { region, tensors } = &mut u.payload
-            && self.attached.as_deref() == Some(region.key.as_str())
-        {
-            *tensors = RVec::new();
+        if let UpdatePayload::SharedRegion { region, tensors } = &mut u.payload {
+            let key = region.key.as_str();
+            if self.attached.as_deref() == Some(key) {
+                *tensors = RVec::new();
+            } else if tensors.is_empty() {
+                match &self.layout {
+                    Some((k, t)) if k == key => *tensors = t.clone(),
+                    _ => {
+                        return Err(HostError::Runtime(format!(
+                            "ipc bridge: the trainer exported region {key} without its tensor \
+                             layout, and this bridge never received it (help: a trainer sends \
+                             the layout with its first export of a region; set up the bridge \
+                             with the trainer it syncs from)"
+                        )));
+                    }
+                }
+            }
         }
-        u
+        Ok(u)
     }
 
     fn apply_all(
@@ -328,7 +362,7 @@ impl BridgeDriver {
         update: &WeightUpdate,
         engines: &[RemoteEngine],
     ) -> Result<Vec<UpdateReport>, HostError> {
-        let shipped = self.shipped(update);
+        let shipped = self.shipped(update)?;
         let mut reports = Vec::with_capacity(engines.len());
         for (i, e) in engines.iter().enumerate() {
             let r = e.apply_weight_update(shipped.clone()).map_err(|err| {
@@ -352,9 +386,9 @@ impl BridgeDriver {
         dir: &Path,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
-        sampler: Option<&rss::PeakSampler>,
+        meter: &mut rss::PeakMeter,
     ) -> Result<Vec<UpdateReport>, HostError> {
-        let shipped = self.shipped(update);
+        let shipped = self.shipped(update)?;
         let mut reports = Vec::with_capacity(engines.len());
         for (i, slot) in engines.iter_mut().enumerate() {
             let rank = slot.rank();
@@ -372,12 +406,12 @@ impl BridgeDriver {
                     dir.display()
                 )));
             }
+            let t = Instant::now();
             let new = launcher
                 .respawn_engine(rank, dir)
                 .map_err(|e| fail(e.to_string()))?;
-            if let Some(s) = sampler {
-                s.add(new.pid());
-            }
+            let started = t.elapsed();
+            meter.add(new.pid());
             if let Some(h) = self.hook.as_mut() {
                 h(&new);
             }
@@ -396,12 +430,20 @@ impl BridgeDriver {
                 // Acknowledged without reloading: the engine serves exactly this dir and version.
                 new.apply_weight_update(shipped.clone())
             })();
+            let healthy = t.elapsed();
             match checked {
                 Ok(report) => {
                     let old = std::mem::replace(slot, new);
                     if let Err(e) = old.exit_and_wait(EXIT_GRACE) {
                         tracing::warn!("stopping the replaced {}: {e}", old.name());
                     }
+                    tracing::debug!(
+                        "checkpoint restart of engine rank {rank}: started in {:.1} ms, healthy \
+                         at {:.1} ms, the old engine gone at {:.1} ms",
+                        started.as_secs_f64() * 1e3,
+                        healthy.as_secs_f64() * 1e3,
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
                     reports.push(report);
                 }
                 Err(e) => {

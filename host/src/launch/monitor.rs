@@ -104,8 +104,12 @@ impl WorkerProc {
     }
 
     /// Waits up to `wait` for the process to end.
+    /// Polls every millisecond for the first 50 ms (a worker asked to exit is usually gone in
+    /// a few: a checkpoint restart waits for the replaced engine inside the sync's clock),
+    /// then every 10 ms.
     pub(crate) fn wait_exit(&self, wait: Duration) -> Option<WorkerExit> {
-        let deadline = Instant::now() + wait;
+        let start = Instant::now();
+        let deadline = start + wait;
         loop {
             if let Some(exit) = self.poll() {
                 return Some(exit);
@@ -113,7 +117,12 @@ impl WorkerProc {
             if Instant::now() >= deadline {
                 return None;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            let every = if start.elapsed() < Duration::from_millis(50) {
+                1
+            } else {
+                10
+            };
+            std::thread::sleep(Duration::from_millis(every));
         }
     }
 

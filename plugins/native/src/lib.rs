@@ -9,6 +9,7 @@ pub mod backward;
 pub mod bench;
 pub mod buffer;
 pub mod config;
+pub mod digest;
 pub mod engine;
 pub mod error;
 pub mod forward;

@@ -241,7 +241,7 @@ impl LoraAdapter {
         model: &ModelConfig,
         provider: &mut dyn BufferProvider,
     ) -> Result<Self> {
-        Self::load_reusing(dir, model, &mut None, provider)
+        Self::load_reusing(dir, model, &mut None, provider, false).map(|(ad, _)| ad)
     }
 
     /// [`load`](Self::load), reading the tensors into `spare` when it holds exactly this
@@ -249,13 +249,15 @@ impl LoraAdapter {
     /// pages are already mapped, so loading costs one read of the file, not page faults on
     /// fresh memory); the adapter then owns it. Otherwise (or with `None`) a new buffer is
     /// allocated and `spare` is left as it was. On an error `spare` is kept (its contents are
-    /// unspecified).
+    /// unspecified). With `digest`, also returns the digest ([`crate::digest`]) of the loaded
+    /// weights, computed inside the read when the file is the buffer's bytes.
     pub fn load_reusing(
         dir: &Path,
         model: &ModelConfig,
         spare: &mut Option<Box<dyn Region>>,
         provider: &mut dyn BufferProvider,
-    ) -> Result<Self> {
+        digest: bool,
+    ) -> Result<(Self, Option<String>)> {
         let cfg = Self::read_config(dir)?;
         if cfg.r == 0 || cfg.targets.is_empty() {
             return Err(NativeError::Input(
@@ -273,30 +275,37 @@ impl LoraAdapter {
                 provider.alloc(BufferTag::Weights, "weights/lora", layout.total_len())?
             }
         };
+        let files = [dir.join("adapter_model.safetensors")];
         // PEFT may save keys with an adapter name (`.lora_A.default.weight`); accept both.
-        let loaded = st_io::load_into(
-            &[dir.join("adapter_model.safetensors")],
-            &layout,
-            weights.as_mut_slice(),
-            &|n| {
-                Some(
-                    n.replace(".lora_A.default.", ".lora_A.")
-                        .replace(".lora_B.default.", ".lora_B."),
-                )
-            },
-        );
-        if let Err(e) = loaded {
-            if reuse {
-                *spare = Some(weights);
+        let rename = |n: &str| {
+            Some(
+                n.replace(".lora_A.default.", ".lora_A.")
+                    .replace(".lora_B.default.", ".lora_B."),
+            )
+        };
+        let buf = weights.as_mut_slice();
+        let loaded = if digest {
+            st_io::load_into_digest(&files, &layout, buf, &rename).map(|(_, d)| Some(d))
+        } else {
+            st_io::load_into(&files, &layout, buf, &rename).map(|_| None)
+        };
+        match loaded {
+            Ok(d) => Ok((
+                LoraAdapter {
+                    cfg,
+                    layout,
+                    offs,
+                    weights,
+                },
+                d,
+            )),
+            Err(e) => {
+                if reuse {
+                    *spare = Some(weights);
+                }
+                Err(e)
             }
-            return Err(e);
         }
-        Ok(LoraAdapter {
-            cfg,
-            layout,
-            offs,
-            weights,
-        })
     }
 
     /// Reads and checks a PEFT `adapter_config.json` in `dir`.

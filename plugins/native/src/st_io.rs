@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, Metadata, TensorInfo, TensorView};
@@ -245,6 +246,82 @@ pub fn load_into(
         )));
     }
     Ok(skipped)
+}
+
+/// The file of `files` whose data section is byte for byte the f32 buffer of `layout` (one
+/// file, every tensor raw F32 at its layout offset, nothing skipped or missing: what
+/// [`save_from`] and the trainer's streaming writer produce on a little-endian machine),
+/// opened, with the byte offset its data starts at; `None` for any other file set (the
+/// general [`load_into`] handles those, and reports their errors).
+fn single_run(
+    files: &[PathBuf],
+    layout: &ParamLayout,
+    rename: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(File, PathBuf, u64)>> {
+    let [path] = files else {
+        return Ok(None);
+    };
+    if !cfg!(target_endian = "little") {
+        return Ok(None);
+    }
+    let (f, start, meta) = open_checked(path)?;
+    let names = meta.offset_keys();
+    if names.len() != layout.entries().len() || meta.data_len() != layout.total_len() * 4 {
+        return Ok(None);
+    }
+    for fname in names {
+        let entry = rename(&fname).and_then(|n| layout.get(&n));
+        let (Some(view), Some(entry)) = (meta.info(&fname), entry) else {
+            return Ok(None);
+        };
+        if view.dtype != Dtype::F32
+            || view.shape != entry.shape
+            || view.data_offsets.0 != entry.offset * 4
+        {
+            return Ok(None);
+        }
+    }
+    Ok(Some((f, path.clone(), start)))
+}
+
+/// [`load_into`] that also returns the digest ([`crate::digest`]) of `buf` once loaded,
+/// computed inside the read (each block hashed while it is in the cache) when the files are
+/// the buffer's bytes, else in a pass after it.
+pub fn load_into_digest(
+    files: &[PathBuf],
+    layout: &ParamLayout,
+    buf: &mut [f32],
+    rename: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<String>, String)> {
+    if buf.len() == layout.total_len()
+        && let Some((f, path, start)) = single_run(files, layout, rename)?
+    {
+        let d = crate::digest::digest_reading(buf, |at, c| {
+            f.read_exact_at(bytemuck::cast_slice_mut(c), start + 4 * at as u64)
+        })
+        .map_err(|e| NativeError::io(&path, e))?;
+        return Ok((Vec::new(), d));
+    }
+    let skipped = load_into(files, layout, buf, rename)?;
+    Ok((skipped, crate::digest::digest(buf)))
+}
+
+/// The digest of the buffer [`load_into`] would fill from `files`, read through a scratch
+/// block per thread (no buffer of the model's size), when the files are the buffer's bytes;
+/// `None` for other file sets.
+pub fn digest_files(
+    files: &[PathBuf],
+    layout: &ParamLayout,
+    rename: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>> {
+    let Some((f, path, start)) = single_run(files, layout, rename)? else {
+        return Ok(None);
+    };
+    let d = crate::digest::digest_streaming(layout.total_len(), |at, c| {
+        f.read_exact_at(bytemuck::cast_slice_mut(c), start + 4 * at as u64)
+    })
+    .map_err(|e| NativeError::io(&path, e))?;
+    Ok(Some(d))
 }
 
 /// Writes `bytes` to `path` over an existing file's pages (then cut to size), or creates it.

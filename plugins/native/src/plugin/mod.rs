@@ -7,7 +7,6 @@
 
 pub mod batch;
 pub mod common;
-pub mod digest;
 pub mod engine;
 pub mod provider;
 pub mod trainer;

@@ -81,6 +81,10 @@ pub struct NativeEngine {
     idle: Condvar,
     host: HostBox,
     model_dir: PathBuf,
+    /// Why the served weights cannot be trusted (a checkpoint read in place failed half-way):
+    /// generation and scoring refuse until a weight update loads completely. Never held while
+    /// another lock is taken.
+    damaged: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -130,12 +134,19 @@ impl NativeEngine {
             }),
             state: Mutex::new(State::default()),
             idle: Condvar::new(),
+            damaged: Mutex::new(None),
             host,
             model_dir: dir,
         })
     }
 
     fn begin(&self) -> Result<()> {
+        if let Some(why) = lock(&self.damaged).clone() {
+            return Err(PluginError::invalid_state(format!(
+                "engine `native` serves damaged weights: {why}"
+            ))
+            .with_help("apply a weight update that loads completely, or restart the engine"));
+        }
         let mut st = lock(&self.state);
         if st.paused {
             return Err(PluginError::invalid_state(
@@ -196,10 +207,17 @@ impl EngineImpl for NativeEngine {
     fn health(&self) -> Result<EngineHealth> {
         let st = lock(&self.state);
         let version = lock(&self.inner).weight_version;
+        let damaged = lock(&self.damaged).is_some();
         Ok(EngineHealth {
-            ready: !st.paused && st.released.is_empty(),
+            ready: !st.paused && st.released.is_empty() && !damaged,
             weight_version: version,
-            detail: format!("{} ({})", state_name(&st), self.model_dir.display()).into(),
+            detail: format!(
+                "{}{} ({})",
+                state_name(&st),
+                if damaged { ", weights damaged" } else { "" },
+                self.model_dir.display()
+            )
+            .into(),
         })
     }
 

@@ -8,9 +8,13 @@
 //!   the weights exist once. Later updates of the same region are a fence + version bump (0
 //!   bytes copied). The trainer must not write while the engine serves (the bridge pauses
 //!   generation for the optimizer step).
-//! - `CheckpointDir`: reloaded in place (staged beside the served weights, config and digest
-//!   checked, then copied in). The dir the engine already serves at the same version (an
-//!   engine restarted on the checkpoint) is acknowledged without reloading.
+//! - `CheckpointDir`: reloaded in place. A checkpoint that is the weights' bytes (what the
+//!   trainer writes) has its config and its digest (streamed from the file) checked, then is
+//!   read straight into the served weights, hashed again as it is read — no staged copy; a
+//!   read that fails half-way marks the weights damaged (generation refuses) instead of
+//!   serving a silent mix. Other checkpoints are staged beside the served weights, checked,
+//!   then copied in. The dir the engine already serves at the same version (an engine
+//!   restarted on the checkpoint) is acknowledged without reloading.
 //! - `Adapter` (`lora`): loaded under its versioned name, digest checked, then made the active
 //!   adapter (used by requests naming none, and by `score`) — the switch happens between
 //!   requests, under the engine lock — and the previously active adapter is unloaded. Its
@@ -28,10 +32,10 @@ use tandem_plugin_api::{
 
 use super::{Inner, NativeEngine, lock};
 use crate::config::ModelConfig;
+use crate::digest::digest;
 use crate::layout::ParamLayout;
 use crate::lora::LoraAdapter;
 use crate::plugin::common::Ctx;
-use crate::plugin::digest::digest;
 use crate::plugin::provider::{AttachedRegion, Backing};
 use crate::st_io;
 
@@ -172,18 +176,56 @@ impl NativeEngine {
             )));
         }
         let files = st_io::model_files(dir).ctx("weight update")?;
-        // Load beside the served weights first, so a bad checkpoint leaves them untouched.
-        let mut staged = vec![0f32; model.layout.total_len()];
         let tied = model.cfg.tie_word_embeddings;
-        st_io::load_into(&files, &model.layout, &mut staged, &|n| {
-            (!(tied && n == "lm_head.weight")).then(|| n.to_string())
-        })
-        .ctx(&format!("weight update {}", dir.display()))?;
+        let rename = |n: &str| (!(tied && n == "lm_head.weight")).then(|| n.to_string());
+        let what = format!("weight update {}", dir.display());
+        let bytes = (model.layout.total_len() * 4) as u64;
+        // A checkpoint that is the weights' bytes (one f32 file in layout order, as the
+        // trainer writes it) is checked first, its digest streamed from the file, and then
+        // read straight into the served weights: no staged copy, so the engine holds the
+        // weights once during a reload. The read in place hashes what it reads; should it
+        // fail or differ from the check (the file changed or an I/O error half-way), the
+        // weights are a mix and the engine refuses to serve them until an update loads.
+        let verify = !update.digest.is_empty();
+        let checked = if verify {
+            st_io::digest_files(&files, &model.layout, &rename).ctx(&what)?
+        } else {
+            None
+        };
+        if let Some(pre) = &checked {
+            check_digest(update, pre, &dir.display().to_string())?;
+            let n = model.layout.total_len();
+            let dst = &mut model.weights.as_mut_slice()[..n];
+            let read = st_io::load_into_digest(&files, &model.layout, dst, &rename);
+            let served = match read {
+                Ok((_, d)) if &d == pre => d,
+                Ok((_, d)) => {
+                    format!("the file changed while it was read in place ({d} after {pre})")
+                }
+                Err(e) => format!("reading it in place failed half-way: {e}"),
+            };
+            if &served != pre {
+                let why = format!("{what}: {served}");
+                *lock(&self.damaged) = Some(why.clone());
+                return Err(PluginError::new(ErrorCode::Corrupt, why).with_help(
+                    "the engine refuses to generate until a weight update loads completely; \
+                     restart it on a good checkpoint",
+                ));
+            }
+            inner.served_dir = dir.to_path_buf();
+            *lock(&self.damaged) = None;
+            return Ok((bytes, served));
+        }
+        // Other files (sharded, other dtypes or order), or no check asked for: loaded beside
+        // the served weights first, so a bad checkpoint leaves them untouched.
+        let mut staged = vec![0f32; model.layout.total_len()];
+        st_io::load_into(&files, &model.layout, &mut staged, &rename).ctx(&what)?;
         let served = served_digest(update, &staged);
         check_digest(update, &served, &dir.display().to_string())?;
         model.copy_weights_from(&staged).ctx("weight update")?;
         inner.served_dir = dir.to_path_buf();
-        Ok(((staged.len() * 4) as u64, served))
+        *lock(&self.damaged) = None;
+        Ok((bytes, served))
     }
 
     fn swap_adapter(&self, update: &WeightUpdate, name: &str, dir: &Path) -> Result<(u64, String)> {
@@ -192,14 +234,15 @@ impl NativeEngine {
         let inner: &mut Inner = &mut guard;
         // Loaded into its own buffer (the replaced adapter's when the shape matches) and
         // checked before the engine sees it: on an error the active adapter keeps serving.
-        let ad = LoraAdapter::load_reusing(
+        let (ad, served) = LoraAdapter::load_reusing(
             dir,
             &inner.engine.model.cfg,
             &mut inner.spare_adapter,
             &mut inner.provider,
+            !update.digest.is_empty(),
         )
         .ctx(&what)?;
-        let served = served_digest(update, ad.weights.as_slice());
+        let served = served.unwrap_or_default();
         if let Err(e) = check_digest(update, &served, &what) {
             inner.spare_adapter = Some(ad.weights);
             return Err(e);

@@ -2,31 +2,34 @@
 //!
 //! - `SharedRegion` (`ipc`, full fine-tuning, host memory only): the key of the host region
 //!   holding all the weights (the optimizer writes into it in place), the tensor layout inside
-//!   it, the version and the digest of the region's contents. No byte is copied; after the
+//!   it (with the first export of the region only: it cannot change, and the host keeps it),
+//!   the version and the digest of the region's contents. No byte is copied; after the
 //!   first such export the trainer refuses to offload `weights` (the engine serves them).
 //! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
 //!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
 //!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
 //!   every file and the directory are fsynced before the rename, the parent after it.
 //!   Adapters are not fsynced (re-exportable from the trainer; a sync should cost what
-//!   writing the adapter costs), and `adapters/` keeps the two newest versions: an export
-//!   recycles an older version's dir (its file overwritten in place, see [`st_write`]).
+//!   writing the adapter costs). Both keep the two newest versions (the one exported and
+//!   the one engines served before): an export recycles an older version's dir (its files
+//!   overwritten in place, see [`st_write`]) and removes the rest.
 //!
-//! Every export carries the digest ([`crate::plugin::digest`]) of what it exports: all base
-//! weights, or the adapter tensors in LoRA mode (unless `options.digest = false`: empty).
+//! Every export carries the digest ([`crate::digest`]) of what it exports (computed inside
+//! the write for files): all base weights, or the adapter tensors in LoRA mode (unless
+//! `options.digest = false`: empty).
 
 use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
 
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{
-    DType, PluginError, RString, SharedRegionRef, TensorSpec, UpdateKind, UpdatePayload,
+    DType, PluginError, RString, RVec, SharedRegionRef, TensorSpec, UpdateKind, UpdatePayload,
     WeightUpdate,
 };
 
 use super::{NativeTrainer, STATE_FILE, st_write};
+use crate::digest::digest;
 use crate::plugin::common::Ctx;
-use crate::plugin::digest::digest;
 use crate::plugin::provider::region_key;
 
 impl NativeTrainer {
@@ -78,18 +81,13 @@ impl NativeTrainer {
         let stage = parent.join(format!(".v{v}.stage"));
         std::fs::create_dir_all(&parent)
             .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
-        let digest = self.weights_digest()?;
-        if lora {
-            recycle_adapter_dir(&parent, v, &stage)?;
-        } else if stage.exists() {
-            std::fs::remove_dir_all(&stage)
-                .map_err(|e| PluginError::io(format!("removing {}: {e}", stage.display())))?;
-        }
-        if lora {
-            self.write_adapter(&stage)?;
+        recycle_version_dir(&parent, v, &stage)?;
+        // The digest is computed inside the write (each block hashed as it is written).
+        let digest = if lora {
+            self.write_adapter(&stage)?
         } else {
-            self.write_checkpoint(&stage)?;
-        }
+            self.write_checkpoint(&stage)?
+        };
         // A checkpoint is durable state (fsynced); an adapter is re-exported from the trainer
         // at will, so it is only made visible atomically (rename), not forced to disk.
         if !lora {
@@ -129,44 +127,58 @@ impl NativeTrainer {
     /// checkpoint durable, and on ext4 each fsync also commits whatever else the machine has
     /// dirty, which made a 0.6 MB adapter sync take seconds after a large checkpoint write.
     /// The tensors are streamed from the adapter's buffer ([`st_write`]), over the file of a
-    /// recycled version when `dir` holds one.
-    fn write_adapter(&mut self, dir: &Path) -> Result<()> {
+    /// recycled version when `dir` holds one. Returns the adapter's digest (empty when
+    /// digests are off).
+    fn write_adapter(&mut self, dir: &Path) -> Result<String> {
         let version = self.version;
+        let with_digest = self.opts.digest;
         let (tr, _) = self.ready("export_weight_update")?;
         let what = format!("writing adapter {}", dir.display());
         let ad = tr.lora.as_ref().ok_or_else(|| {
             PluginError::invalid_state(format!("{what}: the trainer has no adapter"))
         })?;
         ad.save_config(dir).ctx(&what)?;
-        st_write::write(
+        let files = [
+            "adapter_config.json",
+            "adapter_model.safetensors",
+            STATE_FILE,
+        ];
+        keep_only(dir, &files).map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        let digest = st_write::write(
             &dir.join("adapter_model.safetensors"),
             &ad.layout,
             ad.weights.as_slice(),
+            with_digest,
         )
         .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
         let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
         let path = dir.join(STATE_FILE);
         crate::st_io::write_in_place(&path, state.to_string().as_bytes())
-            .map_err(|e| PluginError::io(format!("{what}: {e}")))
+            .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        Ok(digest.unwrap_or_default())
     }
 
     /// A full HF checkpoint (config + one streamed safetensors file + trainer state) in `dir`.
-    fn write_checkpoint(&mut self, dir: &Path) -> Result<()> {
+    /// Returns the weights' digest (empty when digests are off).
+    fn write_checkpoint(&mut self, dir: &Path) -> Result<String> {
         let version = self.version;
+        let with_digest = self.opts.digest;
         let (tr, _) = self.ready("export_weight_update")?;
         let what = format!("writing checkpoint {}", dir.display());
         let io = |e: std::io::Error| PluginError::io(format!("{what}: {e}"));
         std::fs::create_dir_all(dir).map_err(io)?;
+        keep_only(dir, &["config.json", "model.safetensors", STATE_FILE]).map_err(io)?;
         tr.model.cfg.save(dir).ctx(&what)?;
-        st_write::write(
+        let digest = st_write::write(
             &dir.join("model.safetensors"),
             &tr.model.layout,
             tr.model.w(),
+            with_digest,
         )
         .map_err(io)?;
         let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
         std::fs::write(dir.join(STATE_FILE), state.to_string()).map_err(io)?;
-        Ok(())
+        Ok(digest.unwrap_or_default())
     }
 
     fn export_shared(&mut self) -> Result<WeightUpdate> {
@@ -182,6 +194,7 @@ impl NativeTrainer {
         // run in order on one thread); the fence orders them before the key is published.
         fence(Ordering::SeqCst);
         let digest = self.weights_digest()?;
+        let layout_sent = self.layout_sent.take();
         let (tr, _) = self.ready("export_weight_update")?;
         let w = tr.model.w();
         let key = region_key(w.as_ptr()).ok_or_else(|| {
@@ -190,24 +203,31 @@ impl NativeTrainer {
                  of this process",
             )
         })?;
-        let tensors = tr
-            .model
-            .layout
-            .entries()
-            .iter()
-            .map(|e| TensorSpec {
-                name: e.name.as_str().into(),
-                dtype: DType::F32,
-                shape: e.shape.iter().map(|&d| d as u64).collect(),
-                offset: (e.offset * 4) as u64,
-            })
-            .collect();
+        // The layout travels with the first export of a region only: a few hundred specs
+        // through the control plane are most of what an `ipc` sync costs otherwise. The host
+        // keeps it for engines that attach the region later.
+        let tensors = if layout_sent.as_deref() == Some(key.as_str()) {
+            RVec::new()
+        } else {
+            tr.model
+                .layout
+                .entries()
+                .iter()
+                .map(|e| TensorSpec {
+                    name: e.name.as_str().into(),
+                    dtype: DType::F32,
+                    shape: e.shape.iter().map(|&d| d as u64).collect(),
+                    offset: (e.offset * 4) as u64,
+                })
+                .collect()
+        };
         let region = SharedRegionRef {
             key: key.into(),
             device: "cpu".into(),
             len: (w.len() * 4) as u64,
         };
         self.shared = true;
+        self.layout_sent = Some(region.key.to_string());
         Ok(WeightUpdate {
             version: self.version,
             payload: UpdatePayload::SharedRegion { region, tensors },
@@ -216,13 +236,17 @@ impl NativeTrainer {
     }
 }
 
-/// Prepares the staging dir `stage` of adapter version `v` under `parent`, recycling an older
-/// version's dir so the export overwrites page-cache pages instead of allocating new ones:
-/// an existing `stage`, else `v<v>` (a repeated export of the same version), else the oldest
-/// `v<k>` older than the newest version below `v`. `parent` keeps at most the two newest
-/// versions: the one being exported and the one engines served before (an engine that fails
-/// to switch keeps serving it). Older ones are recycled or removed.
-fn recycle_adapter_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
+/// Prepares the staging dir `stage` of version `v` (adapter or checkpoint) under `parent`,
+/// recycling an older version's dir so the export overwrites its files' page-cache pages
+/// instead of allocating new ones (fresh pages cost more than the copy, several times more
+/// in a VM): an existing `stage` (left by an export that did not finish), else `v<v>` (a
+/// repeated export of the same version), else the oldest `v<k>` older than the newest
+/// version below `v`. `parent` keeps at most the two newest versions: the one being exported
+/// and the one engines served before (an engine that fails to switch keeps serving it);
+/// older ones are recycled or removed, so a run does not keep a copy of the model per sync.
+/// A recycled dir is only renamed into place as `v<v>` once every file in it is rewritten
+/// (and, for a checkpoint, fsynced).
+fn recycle_version_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
     if stage.exists() {
         return Ok(());
     }
@@ -259,6 +283,23 @@ fn recycle_adapter_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
                 stage.display()
             ))
         })?;
+    }
+    Ok(())
+}
+
+/// Removes every entry of `dir` (a recycled version's dir) not named in `names`: what an
+/// export writes is all the new version holds.
+fn keep_only(dir: &Path, names: &[&str]) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !names.iter().any(|n| entry.file_name() == **n) {
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
     }
     Ok(())
 }

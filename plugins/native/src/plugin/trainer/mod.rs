@@ -56,6 +56,9 @@ pub struct NativeTrainer {
     offloaded: BTreeSet<String>,
     /// The weights region was exported as a `SharedRegion` (an engine may serve from it).
     shared: bool,
+    /// The key of the region whose tensor layout the last `SharedRegion` export carried:
+    /// later exports of the same region leave the layout out (it cannot change).
+    layout_sent: Option<String>,
 }
 
 impl NativeTrainer {
@@ -77,6 +80,7 @@ impl NativeTrainer {
             snapshots: HashMap::new(),
             offloaded: BTreeSet::new(),
             shared: false,
+            layout_sent: None,
         })
     }
 

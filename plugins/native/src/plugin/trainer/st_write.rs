@@ -24,8 +24,16 @@ const CHUNK: usize = 1 << 18;
 /// Writes the tensors of `layout` from `buf` (names as in the layout) to `path` as one f32
 /// safetensors file (`format = pt`). The data section follows the layout's order, so each
 /// run of tensors lying back to back in `buf` is one positional write (the whole adapter, usually),
-/// and a reader with the same layout can read it back as one run too.
-pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<()> {
+/// and a reader with the same layout can read it back as one run too. With `digest`, also
+/// returns the digest ([`crate::digest`]) of `buf`: when `buf` is one run (the layout fills it
+/// back to back, as the trainer's weights and adapters do) each block is hashed just before
+/// it is written, else in a pass of its own.
+pub fn write(
+    path: &Path,
+    layout: &ParamLayout,
+    buf: &[f32],
+    digest: bool,
+) -> std::io::Result<Option<String>> {
     let mut entries: Vec<_> = layout.entries().iter().collect();
     entries.sort_by_key(|e| e.offset);
     let mut header = Map::new();
@@ -54,6 +62,22 @@ pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<
         .open(path)?;
     f.write_all_at(&text, 0)?;
     let data_start = text.len() as u64;
+    let whole = offset == buf.len() * 4
+        && entries
+            .iter()
+            .scan(0usize, |next, e| {
+                let at = *next == e.offset;
+                *next = e.offset + e.numel();
+                Some(at)
+            })
+            .all(|x| x);
+    if digest && whole && cfg!(target_endian = "little") {
+        let d = crate::digest::digest_writing(buf, |at, c| {
+            f.write_all_at(bytemuck::cast_slice(c), data_start + 4 * at as u64)
+        })?;
+        f.set_len(data_start + offset as u64)?;
+        return Ok(Some(d));
+    }
     // (file byte offset, buffer range) of the current run of back-to-back tensors.
     let mut run: Option<(u64, std::ops::Range<usize>)> = None;
     let mut at = data_start;
@@ -73,7 +97,7 @@ pub fn write(path: &Path, layout: &ParamLayout, buf: &[f32]) -> std::io::Result<
         write_values(&f, pos, &buf[cur])?;
     }
     f.set_len(data_start + offset as u64)?;
-    Ok(())
+    Ok(digest.then(|| crate::digest::digest(buf)))
 }
 
 /// Writes f32 values as little-endian bytes at byte `at` (large runs split over the cores,
@@ -110,7 +134,7 @@ mod tests {
         m.init_random(5, 0.02);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
-        super::write(&path, &m.layout, m.w()).unwrap();
+        super::write(&path, &m.layout, m.w(), false).unwrap();
         let mut back = vec![0f32; m.layout.total_len()];
         st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
         let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
@@ -127,11 +151,39 @@ mod tests {
         let path = dir.path().join("model.safetensors");
         let longer = vec![0x7fu8; m.layout.total_len() * 4 + 100_000];
         std::fs::write(&path, &longer).unwrap();
-        super::write(&path, &m.layout, m.w()).unwrap();
+        super::write(&path, &m.layout, m.w(), false).unwrap();
         let mut back = vec![0f32; m.layout.total_len()];
         st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
         let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
         let b: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
         assert!(a == b);
+    }
+
+    #[test]
+    fn the_fused_digest_is_the_weights_digest_and_the_file_the_same() {
+        let cfg: ModelConfig = Preset::Tiny.config();
+        let mut m = Model::new_zeroed(cfg, &mut VecProvider::new()).unwrap();
+        m.init_random(8, 0.02);
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            dir.path().join("a.safetensors"),
+            dir.path().join("b.safetensors"),
+        );
+        assert_eq!(super::write(&a, &m.layout, m.w(), false).unwrap(), None);
+        let d = super::write(&b, &m.layout, m.w(), true).unwrap();
+        assert_eq!(d, Some(crate::digest::digest(m.w())));
+        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+        // Read back with the digest fused into the read, and streamed without a buffer.
+        let mut back = vec![0f32; m.layout.total_len()];
+        let files = [b];
+        let same = |n: &str| Some(n.to_string());
+        let (_, rd) = st_io::load_into_digest(&files, &m.layout, &mut back, &same).unwrap();
+        assert_eq!(Some(rd), d);
+        assert!(
+            back.iter()
+                .zip(m.w())
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
+        assert_eq!(st_io::digest_files(&files, &m.layout, &same).unwrap(), d);
     }
 }
