@@ -19,7 +19,7 @@ use tandem_host::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrai
 use tandem_host::worker::WorkerSpec;
 use tandem_plugin_api::{
     GenerateRequest, LossConfig, LossKind, PauseMode, RVec, SamplingParams, TrainBatch,
-    TrainSequence, UpdateKind, UpdatePayload, WhichWeights,
+    TrainSequence, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
 };
 
 /// A model written once by `tandem model init` (per preset and seed).
@@ -163,6 +163,20 @@ impl Rig {
             })
             .unwrap();
         (out.completions[0].tokens.to_vec(), out.weight_version)
+    }
+
+    /// Trains a step and exports a checkpoint (not applied): the update and its directory.
+    fn train_and_export_checkpoint(&self) -> (WeightUpdate, PathBuf) {
+        self.train_step();
+        let update = self
+            .trainer
+            .export_weight_update(UpdateKind::CheckpointDir)
+            .unwrap();
+        let UpdatePayload::CheckpointDir { dir } = &update.payload else {
+            panic!("{update:?}")
+        };
+        let dir = PathBuf::from(dir.as_str());
+        (update, dir)
     }
 
     fn version(&self) -> u64 {
@@ -406,15 +420,8 @@ fn checkpoint_restarts_the_engine_on_an_atomic_checkpoint() {
     let served_v1 = r.engine_probe(0);
 
     // The checkpoint vanishes before the restart: clear error, v1 keeps serving.
-    r.train_step();
-    let update = r
-        .trainer
-        .export_weight_update(UpdateKind::CheckpointDir)
-        .unwrap();
-    let UpdatePayload::CheckpointDir { dir } = &update.payload else {
-        panic!("{update:?}")
-    };
-    std::fs::remove_dir_all(dir.as_str()).unwrap();
+    let (update, dir) = r.train_and_export_checkpoint();
+    std::fs::remove_dir_all(&dir).unwrap();
     let pid = r.engines[0].pid();
     let e = d
         .apply(update, &mut r.engines, &mut r.launcher)
@@ -478,15 +485,8 @@ fn checkpoint_without_restart_reloads_in_place() {
     assert_eq!(bits(&served_v1), bits(&r.trainer_probe()));
     // A damaged checkpoint is refused before it touches the served weights (its digest is
     // streamed from the file before the read in place): v1 keeps serving, bit-exact.
-    r.train_step();
-    let update = r
-        .trainer
-        .export_weight_update(UpdateKind::CheckpointDir)
-        .unwrap();
-    let UpdatePayload::CheckpointDir { dir } = &update.payload else {
-        panic!("{update:?}")
-    };
-    let file = Path::new(dir.as_str()).join("model.safetensors");
+    let (update, dir) = r.train_and_export_checkpoint();
+    let file = dir.join("model.safetensors");
     let mut bytes = std::fs::read(&file).unwrap();
     let at = bytes.len() - 6;
     bytes[at] ^= 0x40;

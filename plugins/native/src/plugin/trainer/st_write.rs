@@ -127,11 +127,16 @@ mod tests {
     use crate::model::Model;
     use crate::st_io;
 
-    #[test]
-    fn streamed_file_loads_back_bit_exact() {
+    fn tiny(seed: u64) -> Model {
         let cfg: ModelConfig = Preset::Tiny.config();
         let mut m = Model::new_zeroed(cfg, &mut VecProvider::new()).unwrap();
-        m.init_random(5, 0.02);
+        m.init_random(seed, 0.02);
+        m
+    }
+
+    #[test]
+    fn streamed_file_loads_back_bit_exact() {
+        let m = tiny(5);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         super::write(&path, &m.layout, m.w(), false).unwrap();
@@ -144,9 +149,7 @@ mod tests {
 
     #[test]
     fn a_longer_file_at_the_path_is_overwritten_and_cut_to_size() {
-        let cfg: ModelConfig = Preset::Tiny.config();
-        let mut m = Model::new_zeroed(cfg, &mut VecProvider::new()).unwrap();
-        m.init_random(6, 0.02);
+        let m = tiny(6);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
         let longer = vec![0x7fu8; m.layout.total_len() * 4 + 100_000];
@@ -161,9 +164,7 @@ mod tests {
 
     #[test]
     fn the_fused_digest_is_the_weights_digest_and_the_file_the_same() {
-        let cfg: ModelConfig = Preset::Tiny.config();
-        let mut m = Model::new_zeroed(cfg, &mut VecProvider::new()).unwrap();
-        m.init_random(8, 0.02);
+        let m = tiny(8);
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (
             dir.path().join("a.safetensors"),
