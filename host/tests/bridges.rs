@@ -24,8 +24,8 @@ use tandem_plugin_api::{
 
 /// A model written once by `tandem model init` (per preset and seed).
 fn model(preset: &str, seed: u64) -> PathBuf {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let root = DIR.get_or_init(|| tempfile::tempdir().unwrap()).path();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let root = DIR.get_or_init(|| process_scratch("bridges-models"));
     let out = root.join(format!("{preset}-{seed}"));
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use tandem_host::registry::Registry;
 use tandem_host::services::Services;
@@ -21,18 +21,15 @@ use tandem_plugin_native::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
 
 /// One tiny model shared by the tests (written once by `tandem model init`).
 fn model_dir() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = process_scratch("native-cli-model").join("m");
         let out = run(tandem()
             .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(dir.path().join("m")));
+            .arg(&dir));
         assert!(out.status.success(), "{}", stderr(&out));
         dir
     })
-    .path()
-    .join("m")
-    .leak()
 }
 
 fn generate(extra: &[&str]) -> serde_json::Value {

@@ -99,3 +99,30 @@ pub fn err<T>(
         tandem_plugin_api::RResult::RErr(e) => e,
     }
 }
+
+/// A scratch directory for files a test binary shares between its tests for the whole
+/// process (e.g. models written once): `<CARGO_TARGET_TMPDIR>/<name>-<pid>`. A static
+/// `TempDir` is never dropped, so its directory outlived every run (≈ 110 MB each for the
+/// bridge tests' models); here the first call removes the `<name>-<pid>` directories of
+/// processes that are gone, so at most the live runs' directories remain.
+pub fn process_scratch(name: &str) -> PathBuf {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let prefix = format!("{name}-");
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let pid = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = base.join(format!("{prefix}{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
