@@ -13,11 +13,12 @@ pub mod orchestrator;
 pub mod placement;
 pub mod registry;
 pub mod rl;
-pub mod services;
 pub mod task;
 pub mod worker;
 
 pub use error::HostError;
+/// The host side of the `HostServices` handle (its own crate, shared with `tandem-conformance`).
+pub use tandem_services as services;
 
 // Links the built-in `native` plugin (registered with `register_builtin!`).
 use tandem_plugin_native as _;

@@ -10,6 +10,8 @@
 //! - [`caps`]: what a plugin declares about its components before anything runs.
 //! - [`traits`]: the `#[sabi_trait]` role traits and the [`traits::HostServices`] handle.
 //! - [`module`]: the append-only root module every plugin library exports.
+//! - [`lifecycle`]: the engine state machine (which lifecycle call is legal when), shared by
+//!   the host, engine plugins and the conformance suite.
 //! - [`sdk`]: what plugin authors write against: plain Rust traits, the panic guard, and
 //!   [`export_plugin!`].
 //!
@@ -18,6 +20,7 @@
 
 pub mod caps;
 pub mod error;
+pub mod lifecycle;
 pub mod module;
 pub mod sdk;
 pub mod traits;

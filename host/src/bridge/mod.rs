@@ -428,7 +428,11 @@ impl BridgeDriver {
                     )));
                 }
                 // Acknowledged without reloading: the engine serves exactly this dir and version.
-                new.apply_weight_update(shipped.clone())
+                // Updates are applied to a paused engine (the lifecycle state machine).
+                new.pause_generation(tandem_plugin_api::PauseMode::Wait)?;
+                let report = new.apply_weight_update(shipped.clone())?;
+                new.continue_generation()?;
+                Ok(report)
             })();
             let healthy = t.elapsed();
             match checked {

@@ -1,7 +1,12 @@
 //! Orchestration of engines and trainers across worker processes.
 //!
-//! - [`state`]: the engine lifecycle state machine (legal transitions only).
+//! - [`state`]: the engine lifecycle state machine (legal transitions only). It lives in
+//!   `tandem_plugin_api::lifecycle` so that engine plugins and `tandem-conformance` hold
+//!   engines to the same rules the host checks.
 
-pub mod state;
+/// The engine lifecycle state machine, shared with plugins.
+pub mod state {
+    pub use tandem_plugin_api::lifecycle::*;
+}
 
 pub use state::{EngineMachine, EngineOp, EngineState, TransitionError};

@@ -1,18 +1,21 @@
 //! The `native` engine component: [`EngineImpl`] over the core [`Engine`] behind a mutex,
-//! plus an explicit serving/paused state and the set of released tags.
+//! plus its lifecycle state (the shared state machine), in-flight count and abort flag.
 //!
 //! Concurrency: `generate` registers itself as in flight, then runs its prompts in chunks
 //! of `max_batch`, taking the core lock per chunk; `pause_generation(abort)` makes the
 //! remaining chunks return [`FinishReason::Aborted`] (a chunk already decoding finishes), and
-//! both pause modes return once nothing is in flight. Requests arriving while paused fail
-//! with `InvalidState`. Released tags must be resumed before serving continues: no code
-//! touches a paused region.
+//! both pause modes return once nothing is in flight. Which lifecycle call is legal when is
+//! decided by the shared [`EngineMachine`] (the host checks the same machine, and
+//! `tandem-conformance` holds this engine to it): requests arriving while not serving fail with
+//! `InvalidState`, flush only right after a pause, a tag is released once and resumed once,
+//! updates only while paused with the weights resident and never to a lower version. Released
+//! tags must be resumed before serving continues: no code touches a paused region.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde::Deserialize;
+use tandem_plugin_api::lifecycle::{EngineMachine, TransitionError};
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::{
     ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
@@ -66,12 +69,14 @@ struct Inner {
     spare_adapter: Option<Box<dyn crate::buffer::Region>>,
 }
 
-#[derive(Default)]
 struct State {
-    paused: bool,
+    machine: EngineMachine,
     abort: bool,
     in_flight: usize,
-    released: BTreeSet<String>,
+}
+
+fn illegal(e: TransitionError) -> PluginError {
+    PluginError::invalid_state(format!("engine `native`: {e}"))
 }
 
 /// The engine component.
@@ -120,19 +125,24 @@ impl NativeEngine {
                 provider.backing().as_str()
             ),
         );
+        // A checkpoint exported by the trainer carries its version: it survives the engine's
+        // restart on it.
+        let version = saved_version(&dir).unwrap_or(0);
         Ok(NativeEngine {
             inner: Mutex::new(Inner {
                 engine,
                 provider,
-                // A checkpoint exported by the trainer carries its version: it survives the
-                // engine's restart on it.
-                weight_version: saved_version(&dir).unwrap_or(0),
+                weight_version: version,
                 served_dir: dir.clone(),
                 shared: None,
                 active_adapter: None,
                 spare_adapter: None,
             }),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                machine: EngineMachine::new(version),
+                abort: false,
+                in_flight: 0,
+            }),
             idle: Condvar::new(),
             damaged: Mutex::new(None),
             host,
@@ -148,15 +158,11 @@ impl NativeEngine {
             .with_help("apply a weight update that loads completely, or restart the engine"));
         }
         let mut st = lock(&self.state);
-        if st.paused {
-            return Err(PluginError::invalid_state(
-                "engine `native` is paused; call continue_generation first",
-            ));
-        }
-        if !st.released.is_empty() {
+        if !st.machine.can_generate() {
             return Err(PluginError::invalid_state(format!(
-                "engine `native` has released {:?}; call resume_memory first",
-                st.released
+                "engine `native` is {}, not serving; call continue_generation (after \
+                 resume_memory of every released tag) first",
+                st.machine.state()
             )));
         }
         st.in_flight += 1;
@@ -174,25 +180,6 @@ impl NativeEngine {
     fn aborted(&self) -> bool {
         lock(&self.state).abort
     }
-
-    fn require_paused(&self, op: &str) -> Result<()> {
-        if lock(&self.state).paused {
-            Ok(())
-        } else {
-            Err(PluginError::invalid_state(format!(
-                "{op} needs a paused engine; call pause_generation first"
-            )))
-        }
-    }
-
-    fn require_resident(&self, tag: &str, op: &str) -> Result<()> {
-        if lock(&self.state).released.contains(tag) {
-            return Err(PluginError::invalid_state(format!(
-                "{op}: tag `{tag}` is released; call resume_memory first"
-            )));
-        }
-        Ok(())
-    }
 }
 
 fn strings(tags: &[String]) -> RVec<RString> {
@@ -209,7 +196,7 @@ impl EngineImpl for NativeEngine {
         let version = lock(&self.inner).weight_version;
         let damaged = lock(&self.damaged).is_some();
         Ok(EngineHealth {
-            ready: !st.paused && st.released.is_empty() && !damaged,
+            ready: st.machine.can_generate() && !damaged,
             weight_version: version,
             detail: format!(
                 "{}{} ({})",
@@ -264,7 +251,7 @@ impl EngineImpl for NativeEngine {
             ));
         }
         let mut st = lock(&self.state);
-        st.paused = true;
+        st.machine.pause().map_err(illegal)?;
         st.abort = mode == PauseMode::Abort;
         while st.in_flight > 0 {
             st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -274,23 +261,19 @@ impl EngineImpl for NativeEngine {
 
     fn continue_generation(&self) -> Result<()> {
         let mut st = lock(&self.state);
-        if !st.released.is_empty() {
-            return Err(PluginError::invalid_state(format!(
-                "continue_generation: {:?} still released; call resume_memory first",
-                st.released
-            )));
-        }
-        st.paused = false;
+        st.machine.continue_generation().map_err(illegal)?;
         st.abort = false;
         Ok(())
     }
 
     fn flush_cache(&self) -> Result<()> {
-        self.require_paused("flush_cache")?;
-        // A released KV cache comes back zeroed anyway; never touch a paused region.
-        if !lock(&self.state).released.contains("kv_cache") {
-            lock(&self.inner).engine.flush_cache();
-        }
+        // Lock order everywhere: state, then inner. Flush is legal only right after a pause,
+        // so no region is released here.
+        let mut st = lock(&self.state);
+        let mut next = st.machine.clone();
+        next.flush().map_err(illegal)?;
+        lock(&self.inner).engine.flush_cache();
+        st.machine = next;
         Ok(())
     }
 
@@ -298,11 +281,8 @@ impl EngineImpl for NativeEngine {
         check_tags(&tags, &RELEASABLE, "release_memory")?;
         // Lock order everywhere: state, then inner.
         let mut st = lock(&self.state);
-        if !st.paused {
-            return Err(PluginError::invalid_state(
-                "release_memory needs a paused engine; call pause_generation first",
-            ));
-        }
+        let mut next = st.machine.clone();
+        next.release(&tags).map_err(illegal)?;
         let inner = lock(&self.inner);
         if inner.provider.backing() != Backing::Host {
             return Err(not_host("release_memory"));
@@ -316,14 +296,8 @@ impl EngineImpl for NativeEngine {
             ))
             .with_help("release only kv_cache and activations with the ipc bridge"));
         }
-        let fresh: Vec<String> = tags
-            .into_iter()
-            .filter(|t| !st.released.contains(t))
-            .collect();
-        if !fresh.is_empty() {
-            host_call(self.host.pause_tags(strings(&fresh)), "release_memory")?;
-        }
-        st.released.extend(fresh);
+        host_call(self.host.pause_tags(strings(&tags)), "release_memory")?;
+        st.machine = next;
         drop(inner);
         Ok(())
     }
@@ -331,27 +305,33 @@ impl EngineImpl for NativeEngine {
     fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
         check_tags(&tags, &RELEASABLE, "resume_memory")?;
         let mut st = lock(&self.state);
+        let mut next = st.machine.clone();
+        next.resume(&tags).map_err(illegal)?;
         let inner = lock(&self.inner);
         if inner.provider.backing() != Backing::Host {
             return Err(not_host("resume_memory"));
         }
-        let held: Vec<String> = tags
-            .into_iter()
-            .filter(|t| st.released.contains(t))
-            .collect();
-        if !held.is_empty() {
-            host_call(self.host.resume_tags(strings(&held)), "resume_memory")?;
-        }
-        for t in &held {
-            st.released.remove(t);
-        }
+        host_call(self.host.resume_tags(strings(&tags)), "resume_memory")?;
+        st.machine = next;
         drop(inner);
         Ok(())
     }
 
     fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
-        self.require_resident("weights", "apply_weight_update")?;
-        self.apply(update)
+        // The machine is `Updating` while the update runs (outside the state lock: it reads
+        // files for a while), so concurrent lifecycle calls are refused meanwhile.
+        lock(&self.state)
+            .machine
+            .begin_update(update.version)
+            .map_err(illegal)?;
+        let result = self.apply(update);
+        let mut st = lock(&self.state);
+        let _ = if result.is_ok() {
+            st.machine.end_update()
+        } else {
+            st.machine.abort_update()
+        };
+        result
     }
 
     fn load_adapter(&self, name: String, dir: String) -> Result<()> {
@@ -405,13 +385,7 @@ impl EngineImpl for NativeEngine {
 }
 
 fn state_name(st: &State) -> String {
-    let base = if st.paused { "paused" } else { "serving" };
-    if st.released.is_empty() {
-        base.to_string()
-    } else {
-        let tags: Vec<&str> = st.released.iter().map(String::as_str).collect();
-        format!("{base}, released: {}", tags.join(","))
-    }
+    st.machine.state().to_string().to_lowercase()
 }
 
 fn not_host(op: &str) -> PluginError {

@@ -52,6 +52,12 @@ impl NativeTrainer {
         } else {
             &[UpdateKind::CheckpointDir, UpdateKind::SharedRegion]
         };
+        if kind == UpdateKind::TensorBuckets {
+            return Err(PluginError::not_supported(
+                "export_weight_update(tensor_buckets)",
+                "native",
+            ));
+        }
         if !allowed.contains(&kind) {
             let names: Vec<&str> = allowed.iter().map(|k| k.as_str()).collect();
             return Err(PluginError::invalid_input(format!(

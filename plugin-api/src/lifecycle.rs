@@ -1,4 +1,7 @@
-//! The engine state machine: which lifecycle calls are legal in which state.
+//! The engine lifecycle state machine: which calls are legal in which state. It is the one
+//! statement of the engine contract's ordering rules: the host checks every engine against it
+//! before each call, engine plugins enforce it with the same type, and `tandem-conformance`
+//! holds every engine to it as the oracle of its random operation sequences.
 //!
 //! ```text
 //!            pause                flush
@@ -21,14 +24,16 @@
 //!   through `continue` from Paused or Flushed, i.e. never while any tag is released.
 //! - Flush only from Paused (a released engine has nothing to flush; flushing twice is an
 //!   ordering bug). Release only after a pause; a tag released twice is an error.
-//! - An update needs the weights resident (`weights` not released), and its version must be
-//!   above the served one: versions only go up, and only at `end_update`.
+//! - An update needs the weights resident (`weights` not released), and its version must not
+//!   be below the served one: versions never go down, and change only at `end_update`.
+//!   Re-applying the served version is legal (an engine restarted on a checkpoint acknowledges
+//!   it; a restarted engine is re-synced to the version it already reports).
 //! - A rejected operation leaves the machine unchanged; its error names the current state and
 //!   the attempted operation.
 
 use std::collections::BTreeSet;
 use std::fmt;
-use tandem_plugin_api::tags::WEIGHTS;
+use crate::types::tags::WEIGHTS;
 
 /// A set of memory tags.
 pub type Tags = BTreeSet<String>;
@@ -109,8 +114,7 @@ impl fmt::Display for EngineOp {
 }
 
 /// An operation that is illegal in the current state.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("illegal engine transition: `{op}` in state {state}: {why}")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransitionError {
     /// The state the engine was (and stays) in.
     pub state: EngineState,
@@ -119,6 +123,18 @@ pub struct TransitionError {
     /// Why, and what would be legal.
     pub why: String,
 }
+
+impl fmt::Display for TransitionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "illegal engine transition: `{}` in state {}: {}",
+            self.op, self.state, self.why
+        )
+    }
+}
+
+impl std::error::Error for TransitionError {}
 
 /// An engine's lifecycle state and served weight version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -256,10 +272,8 @@ fn step(state: &EngineState, version: u64, op: &EngineOp) -> Result<(EngineState
                 Err(format!(
                     "the `{WEIGHTS}` are released; resume them before an update"
                 ))
-            } else if *v <= version {
-                Err(format!(
-                    "version {v} is not above the served version {version}"
-                ))
+            } else if *v < version {
+                Err(format!("version {v} is below the served version {version}"))
             } else {
                 ok(S::Updating {
                     version: *v,
@@ -287,5 +301,5 @@ fn step(state: &EngineState, version: u64, op: &EngineOp) -> Result<(EngineState
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
+#[path = "lifecycle_tests.rs"]
 mod tests;

@@ -59,14 +59,14 @@ fn illegal_transitions_name_state_and_operation() {
     assert!(e.to_string().contains("kv_cache already released"), "{e}");
     let e = m.resume(&["weights"]).unwrap_err();
     assert!(e.to_string().contains("weights not released"), "{e}");
-    let e = m.begin_update(3).unwrap_err();
+    let e = m.begin_update(2).unwrap_err();
     assert!(
         e.to_string()
-            .contains("`begin_update(v3)` in state Released(kv_cache)"),
+            .contains("`begin_update(v2)` in state Released(kv_cache)"),
         "{e}"
     );
     assert!(
-        e.to_string().contains("not above the served version 3"),
+        e.to_string().contains("version 2 is below the served version 3"),
         "{e}"
     );
     m.release(&["weights"]).unwrap();
@@ -124,7 +124,7 @@ impl Model {
                 n.released.retain(|x| !t.contains(x));
             }
             EngineOp::BeginUpdate(v)
-                if idle && *v > self.version && !self.released.contains("weights") =>
+                if idle && *v >= self.version && !self.released.contains("weights") =>
             {
                 n.updating = Some(*v);
                 n.flushed = false;

@@ -1,4 +1,4 @@
-//! The host side of [`tandem_plugin_api::traits::HostServices`]: logging into `tracing`,
+//! `tandem-services`: the host side of [`tandem_plugin_api::traits::HostServices`]: logging into `tracing`,
 //! cancellation, and (once a worker sets them up) memory and transport.
 //!
 //! Memory and transport calls answer `NotAvailable` in a process that has no memory manager

@@ -1,0 +1,45 @@
+//! `tandem-conformance`: the Tandem plugin contract as a test suite a plugin author runs.
+//!
+//! A plugin crate's `tests/conformance.rs` names its component and a model, and one macro
+//! expands into one `#[test]` per rule of the contract:
+//!
+//! ```ignore
+//! fn engine() -> tandem_conformance::EngineSetup {
+//!     tandem_conformance::EngineSetup::new(Source::built("tandem_myengine"), "myengine", model_dir())
+//! }
+//! tandem_conformance::engine_suite!(engine());
+//! ```
+//!
+//! What is checked is driven by the component's **declared capabilities** (its manifest): each
+//! declared pause mode, releasable tag and update kind must work, everything undeclared must
+//! answer `NotSupported` (or be refused), and random lifecycle sequences must be accepted or
+//! refused exactly as the host's engine state machine ([`tandem_plugin_api::lifecycle`]) says.
+//! Components run in this process with the host's real services (tagged host memory regions,
+//! [`tandem_services::Services`]) and are reached through the ABI: a library is `dlopen`ed and
+//! its root module's constructors are called, exactly as a `tandem worker` does.
+//!
+//! Expensive components (a vLLM server, a torchrun job) are built once per test binary and
+//! shared by its checks ([`Shared`]): each check leaves the engine serving again, and a check
+//! that fails drops the component so the next check starts from a fresh one. A suite that
+//! cannot run in an environment is marked `ignore = "why"` (libtest reports it as ignored with
+//! the reason); a check never passes without having checked.
+
+mod engine;
+mod harness;
+mod oracle;
+mod pair;
+mod setup;
+mod suite;
+mod trainer;
+
+pub use engine::EngineHarness;
+pub use harness::{Failure, Outcome, Shared, run_engine, run_pair, run_trainer};
+pub use setup::{EngineSetup, Source, TrainerSetup};
+pub use trainer::TrainerHarness;
+
+/// The checks, by role: each is a plain function a test (or a harness of your own) can call.
+pub mod checks {
+    pub use crate::engine::checks as engine;
+    pub use crate::pair::checks as pair;
+    pub use crate::trainer::checks as trainer;
+}

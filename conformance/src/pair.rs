@@ -1,0 +1,258 @@
+//! Engine + trainer checks: every update kind both sides declare (and the trainer's options
+//! allow) goes from the trainer's export to the engine, which then serves exactly the
+//! trainer's weights; versions never go down and a damaged update is refused with the
+//! previous weights still served.
+
+use crate::engine::{EngineHarness, ok, one, refused};
+use crate::harness::{Failure, Outcome};
+use crate::trainer::{TrainerHarness, max_diff};
+use tandem_plugin_api::lifecycle::EngineOp;
+use tandem_plugin_api::{ErrorCode, RVec, UpdateKind, UpdateReport, WeightUpdate};
+
+/// Update kinds both sides declare, restricted to the trainer setup's `kinds` when given.
+fn common_kinds(e: &EngineHarness, t: &TrainerHarness) -> Vec<UpdateKind> {
+    e.decl
+        .caps
+        .update_kinds
+        .iter()
+        .copied()
+        .filter(|k| t.decl.caps.update_kinds.contains(k))
+        .filter(|k| t.setup.kinds.as_ref().is_none_or(|only| only.contains(k)))
+        .collect()
+}
+
+/// The engine's logprobs of the trainer setup's completions (`score`, completion part).
+fn engine_logprobs(e: &EngineHarness, t: &TrainerHarness) -> Result<Vec<Vec<f32>>, Failure> {
+    let seqs: RVec<RVec<u32>> = t
+        .setup
+        .sequences
+        .iter()
+        .map(|(s, _)| s.iter().copied().collect())
+        .collect();
+    let scores = ok(
+        e.engine.score(seqs),
+        "the engine serves the trainer's weights",
+        "score",
+    )?;
+    Ok(scores
+        .iter()
+        .zip(&t.setup.sequences)
+        .map(|(s, (tokens, prompt_len))| {
+            let n = tokens.len() - *prompt_len as usize;
+            s[s.len().saturating_sub(n)..].to_vec()
+        })
+        .collect())
+}
+
+/// Pauses, applies `update` through the mirror, continues.
+fn apply(e: &mut EngineHarness, update: WeightUpdate) -> Result<UpdateReport, Failure> {
+    let rule = "declared updates are applied";
+    let Some(mode) = e.pause_mode() else {
+        return Err(Failure::new(
+            rule,
+            "the engine declares update kinds but no pause mode to apply them in",
+        ));
+    };
+    ok(e.step(EngineOp::Pause, mode), rule, "pause_generation")?;
+    let version = update.version;
+    let report = ok(
+        e.engine.apply_weight_update(update),
+        rule,
+        &format!("apply_weight_update(version {version})"),
+    )?;
+    e.advance(EngineOp::BeginUpdate(version));
+    ok(e.step(EngineOp::Continue, mode), rule, "continue_generation")?;
+    Ok(report)
+}
+
+/// Train a step, export `kind`, apply it, and check the engine serves it.
+fn sync(
+    e: &mut EngineHarness,
+    t: &mut TrainerHarness,
+    kind: UpdateKind,
+) -> Result<WeightUpdate, Failure> {
+    let rule = "the engine serves the trainer's weights";
+    t.train(rule)?;
+    let update = ok(
+        t.trainer.export_weight_update(kind),
+        "declared exports work",
+        &format!("export_weight_update({})", kind.as_str()),
+    )?;
+    let report = apply(e, update.clone())?;
+    let served = ok(e.engine.health(), "health", "health")?.weight_version;
+    if report.version != update.version || served != update.version {
+        return Err(Failure::new(
+            "the engine serves the update's version",
+            format!(
+                "applied version {}: report says {}, health {served}",
+                update.version, report.version
+            ),
+        ));
+    }
+    if e.setup.digests && !update.digest.is_empty() && report.digest != update.digest {
+        return Err(Failure::new(
+            "digests agree",
+            format!(
+                "trainer digest {}, engine digest {}",
+                update.digest, report.digest
+            ),
+        ));
+    }
+    let want = t.logprobs(rule)?;
+    let got = engine_logprobs(e, t)?;
+    let d = max_diff(&want, &got);
+    if d > e.setup.tolerance {
+        return Err(Failure::new(
+            rule,
+            format!(
+                "{} update: engine and trainer logprobs differ by {d} (tolerance {})",
+                kind.as_str(),
+                e.setup.tolerance
+            ),
+        ));
+    }
+    Ok(update)
+}
+
+/// The first common kind, or a failure saying there is none.
+fn first_kind(e: &EngineHarness, t: &TrainerHarness) -> Result<UpdateKind, Failure> {
+    common_kinds(e, t).first().copied().ok_or_else(|| {
+        Failure::new(
+            "engine and trainer share an update kind",
+            format!(
+                "engine `{}` and trainer `{}` declare no update kind in common",
+                e.decl.name, t.decl.name
+            ),
+        )
+    })
+}
+
+/// Refuses `bad` and checks the engine still serves `version` with logprobs `served`.
+fn refused_keeps_serving(
+    e: &mut EngineHarness,
+    t: &TrainerHarness,
+    bad: WeightUpdate,
+    rule: &'static str,
+    what: &str,
+    served: &[Vec<f32>],
+) -> Result<tandem_plugin_api::PluginError, Failure> {
+    let mode = e.pause_mode().unwrap_or(tandem_plugin_api::PauseMode::Wait);
+    ok(e.step(EngineOp::Pause, mode), rule, "pause_generation")?;
+    let version = e.machine.version();
+    let err = refused(e.engine.apply_weight_update(bad), rule, what)?;
+    ok(e.step(EngineOp::Continue, mode), rule, "continue_generation")?;
+    let now = ok(e.engine.health(), "health", "health")?.weight_version;
+    if now != version {
+        return Err(Failure::new(
+            rule,
+            format!("after the refused update the engine serves version {now}, not {version}"),
+        ));
+    }
+    let d = if served.is_empty() {
+        0.0
+    } else {
+        max_diff(served, &engine_logprobs(e, t)?)
+    };
+    if d > 0.0 {
+        return Err(Failure::new(
+            rule,
+            format!("after the refused update the served logprobs moved by {d}"),
+        ));
+    }
+    Ok(err)
+}
+
+/// The engine + trainer checks.
+pub mod checks {
+    use super::*;
+
+    /// Every update kind both declare: export → apply → the engine's logprobs equal the
+    /// trainer's (within the engine setup's tolerance), at the update's version.
+    pub fn exports_are_served(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        first_kind(e, t)?;
+        for kind in common_kinds(e, t) {
+            sync(e, t, kind)?;
+        }
+        Ok(())
+    }
+
+    /// An update below the served version is refused; the engine keeps serving.
+    pub fn lower_version_refused(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let kind = first_kind(e, t)?;
+        let good = sync(e, t, kind)?;
+        let served = engine_logprobs(e, t)?;
+        let mut bad = good.clone();
+        bad.version = good.version.saturating_sub(1);
+        if bad.version == good.version {
+            return Err(Failure::new(
+                "versions never go down",
+                "the trainer exported version 0 after a train step",
+            ));
+        }
+        refused_keeps_serving(
+            e,
+            t,
+            bad,
+            "versions never go down",
+            &format!("applying version {} over {}", good.version - 1, good.version),
+            &served,
+        )
+        .map(drop)
+    }
+
+    /// An update whose digest does not match its weights is refused (`corrupt`); the engine
+    /// keeps serving the previous weights (for a shared region, which *is* the trainer's
+    /// memory, only its version), and the good update applies afterwards.
+    pub fn digest_mismatch_refused(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let rule = "a digest mismatch is refused";
+        let mut kinds = common_kinds(e, t);
+        kinds.sort_by_key(|k| *k == UpdateKind::SharedRegion);
+        let kind = match kinds.first() {
+            Some(k) => *k,
+            None => return first_kind(e, t).map(drop),
+        };
+        sync(e, t, kind)?;
+        t.train(rule)?;
+        let good = ok(
+            t.trainer.export_weight_update(kind),
+            "declared exports work",
+            "export_weight_update",
+        )?;
+        if good.digest.is_empty() {
+            return Err(Failure::new(
+                rule,
+                "the trainer's export carries no digest (mark the suite `no_digests`)",
+            ));
+        }
+        let served = if kind == UpdateKind::SharedRegion {
+            Vec::new()
+        } else {
+            engine_logprobs(e, t)?
+        };
+        let mut bad = good.clone();
+        let flipped: String = good
+            .digest
+            .chars()
+            .map(|c| if c == '0' { '1' } else { '0' })
+            .collect();
+        bad.digest = flipped.as_str().into();
+        let err = refused_keeps_serving(e, t, bad, rule, "an update with a wrong digest", &served)?;
+        if err.code != ErrorCode::Corrupt {
+            return Err(Failure::new(
+                rule,
+                format!("a digest mismatch must be `corrupt`, got {}", one(&err)),
+            ));
+        }
+        let report = apply(e, good.clone())?;
+        if report.version != good.version {
+            return Err(Failure::new(
+                rule,
+                format!(
+                    "the good update after a refused one reports version {}",
+                    report.version
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

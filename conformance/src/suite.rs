@@ -1,0 +1,174 @@
+//! The `suite!` macro: one `#[test]` per check of the chosen groups, sharing one engine and one
+//! trainer per test binary.
+//!
+//! ```ignore
+//! tandem_conformance::suite! {
+//!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`)
+//!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`)
+//!     checks: [engine, trainer, pair],
+//!     no_digests: "why",            // optional: the pair's digest rule cannot be checked
+//!     ignore: "why",                // optional: the whole suite needs something absent here
+//! }
+//! ```
+
+/// Expands the conformance checks of the listed groups into `#[test]` functions.
+#[macro_export]
+macro_rules! suite {
+    (
+        $( engine: $engine:expr, )?
+        $( trainer: $trainer:expr, )?
+        checks: [ $( $group:ident ),* $(,)? ],
+        $( no_digests: $nd:literal, )?
+        $( ignore: $why:literal, )?
+    ) => {
+        $(
+            static __TANDEM_ENGINE: $crate::Shared<$crate::EngineHarness> = $crate::Shared::new();
+            fn __tandem_engine_setup() -> $crate::EngineSetup {
+                $engine
+            }
+        )?
+        $(
+            static __TANDEM_TRAINER: $crate::Shared<$crate::TrainerHarness> = $crate::Shared::new();
+            fn __tandem_trainer_setup() -> $crate::TrainerSetup {
+                $trainer
+            }
+        )?
+        $crate::__tandem_groups!({ $( $nd )? } { $( $why )? } $( $group )*);
+    };
+}
+
+/// Expands each listed group with the suite's options (internal to [`suite!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_groups {
+    ($nd:tt $why:tt) => {};
+    ($nd:tt $why:tt $group:ident $( $rest:ident )*) => {
+        $crate::__tandem_group!($group $nd $why);
+        $crate::__tandem_groups!($nd $why $( $rest )*);
+    };
+}
+
+/// One group of checks (internal to [`suite!`]).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_group {
+    (engine $nd:tt $why:tt) => {
+        $crate::__tandem_engine_tests!(
+            $why
+            engine_declared_and_healthy = declared_and_healthy,
+            engine_generate_is_well_formed = generate_is_well_formed,
+            engine_score_agrees_with_generate = score_agrees_with_generate,
+            engine_pause_modes = pause_modes,
+            engine_release_and_resume = release_and_resume,
+            engine_undeclared_updates = undeclared_updates,
+            engine_follows_the_state_machine = follows_the_state_machine,
+        );
+    };
+    (trainer $nd:tt $why:tt) => {
+        $crate::__tandem_trainer_tests!(
+            $why
+            trainer_init_twice = init_twice,
+            trainer_snapshot_restore_round_trip = snapshot_restore_round_trip,
+            trainer_save_load_keeps_version = save_load_keeps_version,
+            trainer_offload_onload = offload_onload,
+            trainer_undeclared_exports = undeclared_exports,
+        );
+    };
+    (pair $nd:tt $why:tt) => {
+        $crate::__tandem_pair_tests!(
+            $why
+            pair_exports_are_served = exports_are_served,
+            pair_lower_version_refused = lower_version_refused,
+        );
+        $crate::__tandem_digest_test!($nd $why);
+    };
+}
+
+/// Engine tests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_engine_tests {
+    ($why:tt $( $name:ident = $check:ident, )*) => {
+        $(
+            $crate::__tandem_test!($why $name {
+                $crate::run_engine(
+                    stringify!($name),
+                    &__TANDEM_ENGINE,
+                    __tandem_engine_setup,
+                    $crate::checks::engine::$check,
+                );
+            });
+        )*
+    };
+}
+
+/// Trainer tests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_trainer_tests {
+    ($why:tt $( $name:ident = $check:ident, )*) => {
+        $(
+            $crate::__tandem_test!($why $name {
+                $crate::run_trainer(
+                    stringify!($name),
+                    &__TANDEM_TRAINER,
+                    __tandem_trainer_setup,
+                    $crate::checks::trainer::$check,
+                );
+            });
+        )*
+    };
+}
+
+/// Engine + trainer tests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_pair_tests {
+    ($why:tt $( $name:ident = $check:ident, )*) => {
+        $(
+            $crate::__tandem_test!($why $name {
+                $crate::run_pair(
+                    stringify!($name),
+                    (&__TANDEM_ENGINE, __tandem_engine_setup),
+                    (&__TANDEM_TRAINER, __tandem_trainer_setup),
+                    $crate::checks::pair::$check,
+                );
+            });
+        )*
+    };
+}
+
+/// The digest test, ignored with its own reason when the pair has no digests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_digest_test {
+    ({ $nd:literal } $why:tt) => {
+        #[test]
+        #[ignore = $nd]
+        fn pair_digest_mismatch_refused() {
+            $crate::run_pair(
+                "pair_digest_mismatch_refused",
+                (&__TANDEM_ENGINE, __tandem_engine_setup),
+                (&__TANDEM_TRAINER, __tandem_trainer_setup),
+                $crate::checks::pair::digest_mismatch_refused,
+            );
+        }
+    };
+    ({} $why:tt) => {
+        $crate::__tandem_pair_tests!(
+            $why
+            pair_digest_mismatch_refused = digest_mismatch_refused,
+        );
+    };
+}
+
+/// One test, ignored with the suite's reason when it has one (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_test {
+    ({ $( $why:literal )? } $name:ident $body:block) => {
+        #[test]
+        $( #[ignore = $why] )?
+        fn $name() $body
+    };
+}

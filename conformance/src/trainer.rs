@@ -1,0 +1,270 @@
+//! The trainer under test ([`TrainerHarness`]) and the trainer checks.
+
+use crate::engine::{not_supported, ok, refused};
+use crate::harness::{Failure, Outcome};
+use crate::setup::{TrainerSetup, declaration};
+use tandem_memory::{ManagerConfig, MemoryManager};
+use tandem_plugin_api::{
+    ComponentConfig, ComponentDecl, ComponentKind, ErrorCode, LossConfig, LossKind, RResult,
+    RString, RVec, TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind, WhichWeights,
+};
+use tandem_services::Services;
+
+/// A constructed, initialised trainer with the host's real services.
+pub struct TrainerHarness {
+    /// The trainer, as the host sees it.
+    pub trainer: TrainerBox,
+    /// Its declaration.
+    pub decl: ComponentDecl,
+    /// What `init` reported.
+    pub info: TrainerInfo,
+    /// The services it was constructed with.
+    pub services: Services,
+    /// The setup it was built from.
+    pub setup: TrainerSetup,
+    /// Scratch directory (run dir, checkpoints).
+    pub dir: tempfile::TempDir,
+}
+
+impl TrainerHarness {
+    /// Loads the plugin, constructs the trainer and calls `init`.
+    pub fn new(setup: TrainerSetup) -> Result<TrainerHarness, Failure> {
+        let module = setup
+            .source
+            .load()
+            .map_err(|e| Failure::new("setup", e))?;
+        let (_, decl) = declaration(module, ComponentKind::Trainer, &setup.component)
+            .map_err(|e| Failure::new("the component is declared", e))?;
+        let dir = tempfile::tempdir()
+            .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
+        let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu(
+            "conformance-trainer",
+        )));
+        let config = ComponentConfig {
+            component: setup.component.as_str().into(),
+            model_path: setup.model.display().to_string().into(),
+            options_json: setup.options_json.as_str().into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: dir.path().display().to_string().into(),
+        };
+        let mut trainer = ok(
+            (module.new_trainer())(config, services.handle()),
+            "the trainer constructs",
+            "new_trainer",
+        )?;
+        let info = ok(trainer.init(), "the trainer initialises", "init")?;
+        Ok(TrainerHarness {
+            trainer,
+            decl,
+            info,
+            services,
+            setup,
+            dir,
+        })
+    }
+
+    /// The setup's sequences as a batch (GRPO loss, alternating advantages).
+    pub fn batch(&self, old: Option<&[RVec<f32>]>) -> TrainBatch {
+        let sequences = self
+            .setup
+            .sequences
+            .iter()
+            .enumerate()
+            .map(|(i, (tokens, prompt_len))| TrainSequence {
+                tokens: tokens.iter().copied().collect(),
+                prompt_len: *prompt_len,
+                advantage: if i % 2 == 0 { 1.0 } else { -1.0 },
+                old_logprobs: old.and_then(|o| o.get(i).cloned()).unwrap_or_default(),
+                ref_logprobs: RVec::new(),
+            })
+            .collect();
+        TrainBatch {
+            sequences,
+            loss: LossConfig {
+                kind: LossKind::Grpo,
+                clip_eps_low: 0.2,
+                clip_eps_high: 0.2,
+                kl_coef: 0.0,
+                learning_rate: self.setup.learning_rate,
+                grad_clip: 1.0,
+            },
+        }
+    }
+
+    /// Logprobs of the setup's completions under the current weights.
+    pub fn logprobs(&mut self, rule: &'static str) -> Result<Vec<Vec<f32>>, Failure> {
+        let batch = self.batch(None);
+        let lp = ok(
+            self.trainer.compute_logprobs(batch, WhichWeights::Current),
+            rule,
+            "compute_logprobs",
+        )?;
+        Ok(lp.into_iter().map(RVec::into_vec).collect())
+    }
+
+    /// One GRPO step that must change the weights.
+    pub fn train(&mut self, rule: &'static str) -> Outcome {
+        let old = ok(
+            self.trainer
+                .compute_logprobs(self.batch(None), WhichWeights::Current),
+            rule,
+            "compute_logprobs",
+        )?;
+        let batch = self.batch(Some(&old));
+        ok(self.trainer.train_step(batch), rule, "train_step").map(drop)
+    }
+}
+
+/// Largest absolute difference of two logprob lists (infinite when their shapes differ).
+pub(crate) fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.len() != y.len()) {
+        return f32::INFINITY;
+    }
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The trainer checks.
+pub mod checks {
+    use super::*;
+
+    /// A second `init` is either refused or reports the same model.
+    pub fn init_twice(h: &mut TrainerHarness) -> Outcome {
+        match h.trainer.init() {
+            RResult::ROk(again) => {
+                if again.total_params != h.info.total_params
+                    || again.trainable_params != h.info.trainable_params
+                {
+                    return Err(Failure::new(
+                        "init twice is idempotent or refused",
+                        format!("first init {:?}, second {again:?}", h.info),
+                    ));
+                }
+                Ok(())
+            }
+            RResult::RErr(e) if e.code == ErrorCode::Panicked => {
+                Err(Failure::new("no panic", e.message.to_string()))
+            }
+            RResult::RErr(_) => Ok(()),
+        }
+    }
+
+    /// A train step changes the logprobs; restoring a snapshot taken before it brings them
+    /// back bit-exact.
+    pub fn snapshot_restore_round_trip(h: &mut TrainerHarness) -> Outcome {
+        let rule = "snapshot/restore round trip";
+        let before = h.logprobs(rule)?;
+        ok(h.trainer.snapshot("conformance".into()), rule, "snapshot")?;
+        h.train(rule)?;
+        let trained = h.logprobs(rule)?;
+        if max_diff(&before, &trained) == 0.0 {
+            return Err(Failure::new(
+                "a train step changes the weights",
+                format!(
+                    "logprobs identical after a step at lr {}",
+                    h.setup.learning_rate
+                ),
+            ));
+        }
+        ok(h.trainer.restore("conformance".into()), rule, "restore")?;
+        let back = h.logprobs(rule)?;
+        let d = max_diff(&before, &back);
+        if d != 0.0 {
+            return Err(Failure::new(
+                rule,
+                format!("logprobs differ by {d} after restore"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `save_checkpoint` then `load_checkpoint` restores the weights and the weight version.
+    pub fn save_load_keeps_version(h: &mut TrainerHarness) -> Outcome {
+        let rule = "save/load keeps weights and version";
+        h.train(rule)?;
+        let dir = h.dir.path().join(format!("ckpt-{}", std::process::id()));
+        let saved = ok(
+            h.trainer.save_checkpoint(dir.display().to_string().into()),
+            rule,
+            "save_checkpoint",
+        )?;
+        let at_save = h.logprobs(rule)?;
+        h.train(rule)?;
+        let loaded = ok(
+            h.trainer
+                .load_checkpoint(dir.display().to_string().into()),
+            rule,
+            "load_checkpoint",
+        )?;
+        if loaded.weight_version != saved.weight_version {
+            return Err(Failure::new(
+                rule,
+                format!(
+                    "saved version {}, loaded version {}",
+                    saved.weight_version, loaded.weight_version
+                ),
+            ));
+        }
+        let d = max_diff(&at_save, &h.logprobs(rule)?);
+        if d > 1e-6 {
+            return Err(Failure::new(
+                rule,
+                format!("logprobs differ by {d} after loading the checkpoint"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each declared releasable tag offloads and onloads with logprobs unchanged; undeclared
+    /// tags are refused.
+    pub fn offload_onload(h: &mut TrainerHarness) -> Outcome {
+        let rule = "declared tags offload and onload bit-exact";
+        let before = h.logprobs(rule)?;
+        for tag in h.decl.caps.releasable_tags.clone() {
+            let tags: RVec<RString> = RVec::from(vec![tag.clone()]);
+            ok(h.trainer.offload(tags.clone()), rule, &format!("offload([{tag}])"))?;
+            ok(h.trainer.onload(tags), rule, &format!("onload([{tag}])"))?;
+            let d = max_diff(&before, &h.logprobs(rule)?);
+            if d != 0.0 {
+                return Err(Failure::new(
+                    rule,
+                    format!("logprobs differ by {d} after offloading and onloading `{tag}`"),
+                ));
+            }
+        }
+        for t in tandem_plugin_api::tags::ALL {
+            if h.decl.caps.releasable_tags.iter().any(|d| d == t) {
+                continue;
+            }
+            refused(
+                h.trainer.offload(RVec::from(vec![RString::from(t)])),
+                "undeclared tags are refused",
+                &format!("offload([{t}]) of an undeclared tag"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Update kinds the trainer does not declare answer `NotSupported`.
+    pub fn undeclared_exports(h: &mut TrainerHarness) -> Outcome {
+        for kind in [
+            UpdateKind::SharedRegion,
+            UpdateKind::Adapter,
+            UpdateKind::CheckpointDir,
+            UpdateKind::TensorBuckets,
+        ] {
+            if !h.decl.caps.update_kinds.contains(&kind) {
+                not_supported(
+                    h.trainer.export_weight_update(kind),
+                    &format!("export_weight_update({})", kind.as_str()),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
