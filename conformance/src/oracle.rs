@@ -9,30 +9,26 @@
 
 use crate::engine::{EngineHarness, one};
 use crate::harness::{Failure, Outcome};
-use proptest::prelude::*;
+use proptest::prelude::any;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use std::cell::RefCell;
 use tandem_plugin_api::lifecycle::{EngineOp, Tags};
 use tandem_plugin_api::{PauseMode, RResult};
 
-/// One drawn operation (indices into the declared capabilities).
+/// A candidate operation (the update's version is relative to the served one).
 #[derive(Debug, Clone)]
-enum Draw {
-    Generate,
-    Pause(usize),
-    Flush,
-    Release(u32),
-    Resume(u32),
-    Update(i8),
-    Continue,
+enum Cand {
+    Pause(PauseMode),
+    Op(EngineOp),
+    Update(i64),
 }
 
-/// Number of sequences (`TANDEM_CONFORMANCE_CASES`, default 16).
+/// Number of sequences (`TANDEM_CONFORMANCE_CASES`, default 32).
 fn cases() -> u32 {
     std::env::var("TANDEM_CONFORMANCE_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(16)
+        .unwrap_or(32)
 }
 
 fn tags_of(mask: u32, declared: &[String]) -> Tags {
@@ -56,49 +52,61 @@ pub(crate) fn run(h: &mut EngineHarness) -> Outcome {
         .collect();
     let updates = h.checkpoint_update(0).is_some();
     let masks = (1u32 << tags.len().min(8)).max(2);
-    let mut options: Vec<BoxedStrategy<Draw>> = vec![Just(Draw::Generate).boxed()];
+    let mut cands: Vec<Cand> = modes.iter().map(|m| Cand::Pause(*m)).collect();
     if !modes.is_empty() {
-        options.push((0..modes.len()).prop_map(Draw::Pause).boxed());
-        options.push(Just(Draw::Flush).boxed());
-        options.push(Just(Draw::Continue).boxed());
-        options.push(Just(Draw::Continue).boxed());
-        if !tags.is_empty() {
-            options.push((1..masks).prop_map(Draw::Release).boxed());
-            options.push((1..masks).prop_map(Draw::Resume).boxed());
+        cands.push(Cand::Op(EngineOp::Flush));
+        cands.push(Cand::Op(EngineOp::Continue));
+        for m in (1..masks).filter(|_| !tags.is_empty()) {
+            cands.push(Cand::Op(EngineOp::Release(tags_of(m, &tags))));
+            cands.push(Cand::Op(EngineOp::Resume(tags_of(m, &tags))));
         }
         if updates {
-            options.push((-1i8..=1).prop_map(Draw::Update).boxed());
+            cands.extend([-1, 0, 1].map(Cand::Update));
         }
     }
-    let strategy = proptest::collection::vec(proptest::strategy::Union::new(options), 1..12);
+    // Each draw picks, in the state the engine is in then, a legal operation (three times in
+    // four) or any operation: sequences go deep into the machine instead of stopping at the
+    // first refusal, and still try every illegal move.
+    let strategy = proptest::collection::vec(any::<u16>(), 1..16);
     let config = Config {
         cases: cases(),
         max_shrink_iters: 0,
         failure_persistence: None,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(
-        config,
-        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
-    );
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     let cell = RefCell::new(h);
     let result = runner.run(&strategy, |draws| {
         let mut h = cell.borrow_mut();
         h.to_serving()
             .map_err(|f| TestCaseError::fail(f.to_string()))?;
         let mut done: Vec<String> = Vec::new();
-        for d in draws {
-            let (op, mode) = match d {
-                Draw::Generate => (None, PauseMode::Wait),
-                Draw::Pause(i) => (Some(EngineOp::Pause), modes[i]),
-                Draw::Flush => (Some(EngineOp::Flush), PauseMode::Wait),
-                Draw::Continue => (Some(EngineOp::Continue), PauseMode::Wait),
-                Draw::Release(m) => (Some(EngineOp::Release(tags_of(m, &tags))), PauseMode::Wait),
-                Draw::Resume(m) => (Some(EngineOp::Resume(tags_of(m, &tags))), PauseMode::Wait),
-                Draw::Update(delta) => {
-                    let v = h.machine.version().saturating_add_signed(i64::from(delta));
-                    (Some(EngineOp::BeginUpdate(v)), PauseMode::Wait)
-                }
+        for draw in draws {
+            let resolve = |c: &Cand, version: u64| match c {
+                Cand::Pause(m) => (EngineOp::Pause, *m),
+                Cand::Op(op) => (op.clone(), PauseMode::Wait),
+                Cand::Update(d) => (
+                    EngineOp::BeginUpdate(version.saturating_add_signed(*d)),
+                    PauseMode::Wait,
+                ),
+            };
+            let version = h.machine.version();
+            let legal: Vec<&Cand> = cands
+                .iter()
+                .filter(|c| h.machine.clone().apply(resolve(c, version).0).is_ok())
+                .collect();
+            let pick = usize::from(draw / 4);
+            let chosen = if draw % 4 != 0 && !legal.is_empty() {
+                Some(legal[pick % legal.len()])
+            } else {
+                cands.get(pick % cands.len().max(1))
+            };
+            // After every operation, generation is probed too: only Serving may generate.
+            for op in [chosen.map(|c| resolve(c, version)), None] {
+            let (op, mode) = match op {
+                Some((op, mode)) => (Some(op), mode),
+                None => (None, PauseMode::Wait),
             };
             let (name, legal, got) = match op {
                 None => {
@@ -156,6 +164,7 @@ pub(crate) fn run(h: &mut EngineHarness) -> Outcome {
                     h.machine.version()
                 )));
             }
+        }
         }
         Ok(())
     });
