@@ -8,6 +8,9 @@
 # The venv lives at ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/venv-<first 16 hex of the lock's
 # sha256>, so a machine that already has it skips the install (a few seconds for the import
 # check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s; 5.5 GB on disk).
+# Its python is also recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python (one line,
+# replaced atomically), where the vllm and fsdp plugins look when neither their `python`
+# option nor $TANDEM_PYTHON names one.
 # Needs CPython 3.11 on x86_64 Linux (the lock pins cp311 wheels); set TANDEM_BASE_PYTHON to
 # pick the interpreter (default: python3).
 set -euo pipefail
@@ -23,9 +26,20 @@ ver="$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 
 hash="$(sha256sum "$lock" | cut -c1-16)"
 venv_root="${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}"
+mkdir -p "$venv_root"
+venv_root="$(cd "$venv_root" >/dev/null && pwd)"   # absolute: the pointer file is read from anywhere
 venv="$venv_root/venv-$hash"
 py="$venv/bin/python"
-mkdir -p "$venv_root"
+
+# Records $py in the pointer file: written beside it, then renamed over it (atomic).
+record() {
+  local tmp
+  tmp="$(mktemp "$venv_root/.python.XXXXXX")"
+  printf '%s\n' "$py" >"$tmp"
+  chmod 644 "$tmp"
+  mv -f "$tmp" "$venv_root/python"
+  log "recorded $py in $venv_root/python"
+}
 
 check() { "$py" -c 'import torch, transformers, peft, vllm; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__)' >&2; }
 
@@ -34,6 +48,7 @@ exec 9>"$venv.lock"
 flock 9
 if [ -f "$venv/.tandem-complete" ] && check; then
   log "reusing $venv"
+  record
   echo "$py"
   exit 0
 fi
@@ -45,4 +60,5 @@ log "creating $venv from $(basename "$lock") (sha256 $hash…)"
 check
 touch "$venv/.tandem-complete"
 log "installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1))"
+record
 echo "$py"

@@ -510,9 +510,12 @@ fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
     );
 }
 
+/// No `options.python`, no `$TANDEM_PYTHON` and no pointer file of `scripts/setup-python.sh`
+/// (an empty `TANDEM_VENV_ROOT`, whatever this machine's `~/.cache/tandem` holds).
 #[test]
 fn e_a_missing_python_environment_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
+    let no_venv = tempfile::tempdir().unwrap();
     let job = job(
         dir.path(),
         "[engine]\nplugin = \"native\"",
@@ -523,11 +526,12 @@ fn e_a_missing_python_environment_is_one_line() {
         .arg("run")
         .arg(&job)
         .env_remove("TANDEM_PYTHON")
+        .env("TANDEM_VENV_ROOT", no_venv.path())
         .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
     assert!(!out.status.success());
     let lines = error_lines(&out);
     assert_eq!(lines.len(), 1, "{}", stderr(&out));
-    for want in ["TANDEM_PYTHON", "setup-python.sh"] {
+    for want in ["TANDEM_PYTHON", "setup-python.sh", "no pointer file"] {
         assert!(lines[0].contains(want), "`{want}` missing: {}", lines[0]);
     }
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));

@@ -284,17 +284,21 @@ fn vllm_engine_and_native_trainer_run_the_loop_and_a_dead_server_stops_it_cleanl
     s.assert_no_leftovers(Duration::from_secs(60));
 }
 
-/// vLLM not installed, as `tandem run` meets it: no `python` in the options and no
-/// `$TANDEM_PYTHON`. Needs no venv (no server starts), so it runs with the normal tests.
+/// vLLM not installed, as `tandem run` meets it: no `python` in the options, no
+/// `$TANDEM_PYTHON` and no pointer file of `scripts/setup-python.sh` (an empty
+/// `TANDEM_VENV_ROOT`, whatever this machine's `~/.cache/tandem` holds). Needs no venv (no
+/// server starts), so it runs with the normal tests.
 #[test]
 fn a_vllm_job_without_python_is_one_line_naming_the_fix() {
     let s = Scratch::new();
+    let no_venv = tempfile::tempdir().unwrap();
     let out = Command::new(rl_common::tandem_bin())
         .arg("run")
         .arg(&s.job)
         .args(["--steps", "1", "--output-dir"])
         .arg(s.dir.join("run"))
         .env_remove("TANDEM_PYTHON")
+        .env("TANDEM_VENV_ROOT", no_venv.path())
         .env("TANDEM_PLUGIN_PATH", s.plugins.path())
         .current_dir(&s.dir)
         .output()
@@ -305,7 +309,8 @@ fn a_vllm_job_without_python_is_one_line_naming_the_fix() {
     assert!(
         line.contains("engine `vllm`")
             && line.contains("TANDEM_PYTHON")
-            && line.contains("scripts/setup-python.sh"),
+            && line.contains("scripts/setup-python.sh")
+            && line.contains("no pointer file"),
         "{line}"
     );
     s.assert_no_leftovers(Duration::from_secs(30));

@@ -121,34 +121,67 @@ pub fn plugin_dirs_from_env() -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Library files (`*.so`, `*.dylib`) in `dirs`, sorted per directory.
+/// File-name prefix of the plugin libraries picked up next to the executable.
+const EXE_DIR_PREFIX: &str = "libtandem_";
+
+/// Library files (`*.so`, `*.dylib`) in `dirs`, sorted per directory; a directory that cannot
+/// be read is an error.
 pub(super) fn library_files(dirs: &[PathBuf], errors: &mut Vec<LoadError>) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for dir in dirs {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(source) => {
-                errors.push(LoadError::Dir {
-                    path: dir.clone(),
-                    source,
-                });
-                continue;
-            }
-        };
-        let mut files: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_file()
-                    && matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("so") | Some("dylib")
-                    )
-            })
-            .collect();
-        files.sort();
-        out.extend(files);
+        match libraries_in(dir, |_| true) {
+            Ok(files) => out.extend(files),
+            Err(source) => errors.push(LoadError::Dir {
+                path: dir.clone(),
+                source,
+            }),
+        }
     }
     out
+}
+
+/// The directory of the running executable (symlinks resolved), where a build puts `tandem`
+/// beside the plugin libraries of its workspace; `None` when it cannot be found.
+pub(super) fn exe_dir() -> Option<PathBuf> {
+    match std::env::current_exe() {
+        Ok(exe) => exe.parent().map(Path::to_path_buf),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot locate the tandem executable: its directory is not searched for plugins");
+            None
+        }
+    }
+}
+
+/// The `libtandem_*` library files in `dir` (the executable's directory), sorted. Only that
+/// prefix: a build directory also holds other libraries (test fixtures, proc macros). The
+/// directory is searched implicitly, so one that cannot be read is skipped, not an error.
+pub(super) fn exe_dir_files(dir: &Path) -> Vec<PathBuf> {
+    let prefixed = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(EXE_DIR_PREFIX))
+    };
+    libraries_in(dir, prefixed).unwrap_or_else(|e| {
+        tracing::debug!(dir = %dir.display(), error = %e, "cannot read the executable's directory: no plugins from there");
+        Vec::new()
+    })
+}
+
+/// Library files in `dir` accepted by `keep`, sorted by path.
+fn libraries_in(dir: &Path, keep: impl Fn(&Path) -> bool) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("so") | Some("dylib")
+                )
+                && keep(p)
+        })
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn name_from_path(path: &Path) -> String {
@@ -281,12 +314,41 @@ fn compatible_range(version: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+
     use super::*;
 
     #[test]
     fn compatible_range_follows_semver() {
         assert_eq!(compatible_range("0.1.0"), "0.1.x");
         assert_eq!(compatible_range("2.3.4"), "2.x");
+    }
+
+    #[test]
+    fn only_libtandem_libraries_are_taken_from_the_executables_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "libtandem_b.so",
+            "libtandem_a.so",
+            "libfixture_beta.so",
+            "libtandem_notes.txt",
+            "tandem",
+        ] {
+            std::fs::write(dir.path().join(f), b"").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("libtandem_dir.so")).unwrap();
+        let names: Vec<String> = exe_dir_files(dir.path())
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["libtandem_a.so", "libtandem_b.so"]);
+        let mut errors = Vec::new();
+        assert_eq!(
+            library_files(&[dir.path().to_path_buf()], &mut errors).len(),
+            3
+        );
+        assert!(errors.is_empty());
+        assert!(exe_dir_files(&dir.path().join("missing")).is_empty());
     }
 
     #[test]

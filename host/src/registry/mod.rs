@@ -1,6 +1,15 @@
 //! The plugin registry: built-in plugins (linked statically, registered with `inventory`)
 //! merged with dynamic plugins loaded from directories, with one-line errors for every way a
 //! library can fail to be a usable plugin.
+//!
+//! Where plugins come from, in order of precedence: the built-ins; the explicit directories
+//! (`--plugin-dir`, the job's `[plugins] dirs`, `TANDEM_PLUGIN_PATH`: every `*.so` in them);
+//! the directory of the `tandem` executable itself (only `libtandem_*.so`), which is where
+//! `cargo build --workspace` puts the workspace's plugin libraries. A library naming a
+//! built-in plugin is skipped (a debug line: the `native` cdylib beside a `tandem` with
+//! `native` built in); one next to the executable that clashes (by name or component) with a
+//! plugin from an explicit directory is skipped the same way. Any other clash (two libraries
+//! with one name, both in explicit directories or both next to the executable) is an error.
 
 mod load;
 
@@ -51,33 +60,60 @@ impl std::fmt::Debug for LoadedPlugin {
     }
 }
 
+/// Where a plugin being registered was found (decides who wins a clash).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Linked into the binary.
+    Builtin,
+    /// A directory given by `--plugin-dir`, `[plugins] dirs` or `TANDEM_PLUGIN_PATH`.
+    ExplicitDir,
+    /// The directory of the running executable.
+    ExeDir,
+}
+
 /// All plugins available to this process.
 #[derive(Debug, Default)]
 pub struct Registry {
     plugins: Vec<LoadedPlugin>,
+    /// Where each of `plugins` was found (same index).
+    origins: Vec<Origin>,
 }
 
 impl Registry {
-    /// Built-in plugins plus every plugin library in `dirs` (non-recursive, sorted by path).
-    /// Every failure is collected; the registry is returned only if there were none.
+    /// Built-in plugins, every plugin library in `dirs` (non-recursive, sorted by path), then
+    /// the `libtandem_*` libraries next to this executable (see the module docs for who wins a
+    /// clash). Every failure is collected; the registry is returned only if there were none.
     pub fn discover(dirs: &[PathBuf]) -> Result<Registry, Vec<LoadError>> {
+        Registry::discover_in(dirs, load::exe_dir().as_deref())
+    }
+
+    /// [`Registry::discover`] with the executable's directory given (`None`: not searched).
+    fn discover_in(dirs: &[PathBuf], exe_dir: Option<&Path>) -> Result<Registry, Vec<LoadError>> {
         let mut registry = Registry::default();
         let mut errors = Vec::new();
         for builtin in tandem_plugin_api::module::builtin_plugins() {
             match load::from_module((builtin.root)(), PluginSource::Builtin) {
-                Ok(p) => registry.insert(p, &mut errors),
+                Ok(p) => registry.insert(p, Origin::Builtin, &mut errors),
                 Err(e) => errors.push(e),
             }
         }
+        let explicit = load::library_files(dirs, &mut errors)
+            .into_iter()
+            .map(|p| (p, Origin::ExplicitDir));
+        let beside_exe = exe_dir
+            .map(load::exe_dir_files)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| (p, Origin::ExeDir));
         let mut seen = Vec::new();
-        for path in load::library_files(dirs, &mut errors) {
+        for (path, origin) in explicit.chain(beside_exe) {
             let canonical = path.canonicalize().unwrap_or_else(|_| path.clone());
             if seen.contains(&canonical) {
                 continue;
             }
             seen.push(canonical);
             match load::from_path(&path) {
-                Ok(p) => registry.insert(p, &mut errors),
+                Ok(p) => registry.insert(p, origin, &mut errors),
                 Err(e) => errors.push(e),
             }
         }
@@ -88,12 +124,35 @@ impl Registry {
         }
     }
 
-    fn insert(&mut self, plugin: LoadedPlugin, errors: &mut Vec<LoadError>) {
-        if let Some(existing) = self
+    /// Adds `plugin` unless it clashes with one already registered. Skipped with a debug
+    /// line: a library naming a built-in plugin (the built-in wins), and a library next to
+    /// the executable clashing with one from an explicit directory (that one wins). Any other
+    /// clash of names or components is an error.
+    fn insert(&mut self, plugin: LoadedPlugin, origin: Origin, errors: &mut Vec<LoadError>) {
+        let clash = |i: usize| (self.origins[i], &self.plugins[i]);
+        if let Some(i) = self
             .plugins
             .iter()
-            .find(|p| p.manifest.name == plugin.manifest.name)
+            .position(|p| p.manifest.name == plugin.manifest.name)
         {
+            let (their_origin, existing) = clash(i);
+            if origin != Origin::Builtin && their_origin == Origin::Builtin {
+                tracing::debug!(
+                    plugin = %plugin.manifest.name,
+                    path = %plugin.source,
+                    "skipping a plugin library: a built-in plugin has its name (the built-in wins)"
+                );
+                return;
+            }
+            if origin == Origin::ExeDir && their_origin == Origin::ExplicitDir {
+                tracing::debug!(
+                    plugin = %plugin.manifest.name,
+                    path = %plugin.source,
+                    loaded = %existing.source,
+                    "skipping a plugin library next to the executable: a plugin directory has one of that name (it wins)"
+                );
+                return;
+            }
             errors.push(LoadError::Duplicate {
                 name: plugin.manifest.name.to_string(),
                 first: existing.source.to_string(),
@@ -102,17 +161,35 @@ impl Registry {
             return;
         }
         for decl in plugin.manifest.components.iter() {
-            if let Some((other, _)) = self.component(decl.kind, &decl.name) {
-                errors.push(LoadError::DuplicateComponent {
-                    kind: decl.kind.as_str(),
-                    name: decl.name.to_string(),
-                    first: format!("{} ({})", other.manifest.name, other.source),
-                    second: format!("{} ({})", plugin.manifest.name, plugin.source),
-                });
+            let Some(i) = self.plugins.iter().position(|p| {
+                p.manifest
+                    .components
+                    .iter()
+                    .any(|c| c.kind == decl.kind && c.name == decl.name)
+            }) else {
+                continue;
+            };
+            let (their_origin, other) = clash(i);
+            if origin == Origin::ExeDir && their_origin == Origin::ExplicitDir {
+                tracing::debug!(
+                    plugin = %plugin.manifest.name,
+                    path = %plugin.source,
+                    component = %decl.name,
+                    provider = %other.source,
+                    "skipping a plugin library next to the executable: a plugin from a plugin directory provides one of its components (it wins)"
+                );
                 return;
             }
+            errors.push(LoadError::DuplicateComponent {
+                kind: decl.kind.as_str(),
+                name: decl.name.to_string(),
+                first: format!("{} ({})", other.manifest.name, other.source),
+                second: format!("{} ({})", plugin.manifest.name, plugin.source),
+            });
+            return;
         }
         self.plugins.push(plugin);
+        self.origins.push(origin);
     }
 
     /// Every loaded plugin, built-ins first.

@@ -45,7 +45,7 @@ impl Plugin for FsdpPlugin {
                     "offload/onload moves parameters and optimizer state between GPU and host memory",
                 ]),
                 notes: strs(&[
-                    "needs Python with torch, transformers, peft (python option or $TANDEM_PYTHON; scripts/setup-python.sh)",
+                    "needs Python with torch, transformers, peft: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
                     "options.ranks = FSDP ranks under torchrun (gloo on CPU)",
                     "exports carry no weight digest: use [bridge] verify = false",
                     "checkpoint_dir exports with full fine-tuning, adapter exports with options.lora",

@@ -1,11 +1,13 @@
 //! `[trainer] options` of the `fsdp` trainer (JSON from the job file), and where the Python
-//! interpreter comes from.
+//! interpreter comes from (`tandem_plugin_support::python`).
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
+use tandem_plugin_support::Python;
+use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
 
 /// `options.lora`: train a PEFT LoRA adapter on a frozen base (same keys as the native
 /// trainer's, so a job switches trainers by changing `plugin`).
@@ -28,7 +30,8 @@ pub struct LoraOptions {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FsdpOptions {
-    /// Python interpreter of the venv (default: `$TANDEM_PYTHON`).
+    /// Python interpreter of the venv (default: `$TANDEM_PYTHON`, else the venv
+    /// `scripts/setup-python.sh` recorded).
     pub python: Option<PathBuf>,
     /// FSDP ranks (torchrun `--nproc-per-node`).
     pub ranks: u32,
@@ -114,22 +117,18 @@ impl FsdpOptions {
         Ok(o)
     }
 
-    /// The interpreter: `python`, else `$TANDEM_PYTHON`, else an error saying how to get one.
-    pub fn interpreter(&self) -> Result<PathBuf> {
-        if let Some(p) = &self.python {
-            return Ok(p.clone());
-        }
-        match std::env::var_os("TANDEM_PYTHON") {
-            Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
-            _ => Err(PluginError::new(
-                ErrorCode::NotAvailable,
-                "trainer `fsdp`: no Python environment (neither options.python nor $TANDEM_PYTHON is set)",
+    /// The interpreter: `python`, else `$TANDEM_PYTHON`, else the venv
+    /// `scripts/setup-python.sh` recorded, else an error saying how to get one.
+    pub fn interpreter(&self) -> Result<Python> {
+        resolve_python(self.python.as_deref()).map_err(|e| {
+            PluginError::new(ErrorCode::NotAvailable, format!("trainer `fsdp`: {e}")).with_help(
+                format!(
+                    "{} (torch, transformers, peft from python/requirements-cpu.lock); or set \
+                     ${PYTHON_ENV} or options.python",
+                    e.help()
+                ),
             )
-            .with_help(
-                "create it with `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1)` \
-                 (torch, transformers, peft from python/requirements-cpu.lock)",
-            )),
-        }
+        })
     }
 
     /// Torch threads per rank.
@@ -159,5 +158,13 @@ mod tests {
         assert!(e.message.contains("ranks = 0"), "{}", e.message);
         let e = FsdpOptions::parse(r#"{"dtype": "int8"}"#).unwrap_err();
         assert!(e.message.contains("int8"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_python_option_is_the_interpreter() {
+        let o = FsdpOptions::parse(r#"{"python": "/venv/bin/python"}"#).unwrap();
+        let p = o.interpreter().unwrap();
+        assert_eq!(p.path, std::path::Path::new("/venv/bin/python"));
+        assert_eq!(p.source, tandem_plugin_support::PythonSource::Option);
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
-use tandem_plugin_support::{Supervised, log_tail};
+use tandem_plugin_support::{Python, Supervised, log_tail};
 
 use crate::channel::{Channel, ChannelError};
 use crate::options::FsdpOptions;
@@ -86,31 +86,30 @@ fn run_token() -> Result<String> {
 
 /// Checks that `python` runs and finds torch, transformers, peft and safetensors (module
 /// lookup only: a second, not an import of torch).
-fn check_python(python: &Path) -> Result<()> {
+fn check_python(python: &Python) -> Result<()> {
     let probe = "import importlib.util as u, sys\n\
                  miss = [m for m in ('torch', 'transformers', 'peft', 'safetensors') if u.find_spec(m) is None]\n\
                  print(' '.join(miss)); sys.exit(3 if miss else 0)";
-    let help = "create the venv with `bash scripts/setup-python.sh` and point options.python or \
-                $TANDEM_PYTHON at its python";
-    match Command::new(python)
+    let help = "create the venv with `bash scripts/setup.sh` (scripts/setup-python.sh) and point \
+                options.python or $TANDEM_PYTHON at its python, or unset them to use the one it \
+                records";
+    let shown = format!("`{}` (from {})", python.path.display(), python.source);
+    match Command::new(&python.path)
         .args(["-c", probe])
         .stdin(Stdio::null())
         .output()
     {
         Err(e) => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: cannot run Python `{}`: {e}",
-            python.display()
+            "trainer `fsdp`: cannot run Python {shown}: {e}"
         ))
         .with_help(help)),
         Ok(o) if o.status.code() == Some(3) => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: Python `{}` lacks {}",
-            python.display(),
+            "trainer `fsdp`: Python {shown} lacks {}",
             String::from_utf8_lossy(&o.stdout).trim()
         ))
         .with_help(help)),
         Ok(o) if !o.status.success() => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: Python `{}` failed: {}",
-            python.display(),
+            "trainer `fsdp`: Python {shown} failed: {}",
             String::from_utf8_lossy(&o.stderr)
                 .lines()
                 .last()
@@ -192,7 +191,7 @@ impl Worker {
                 "eps": opts.eps,
             },
         });
-        let mut cmd = Command::new(&python);
+        let mut cmd = Command::new(&python.path);
         cmd.args([
             "-m",
             "torch.distributed.run",
@@ -217,8 +216,9 @@ impl Worker {
         .stderr(err);
         let proc = Supervised::spawn(cmd, "fsdp-supervisor", STOP_GRACE).map_err(|e| {
             PluginError::invalid_input(format!(
-                "trainer `fsdp`: cannot start `{}`: {e}",
-                python.display()
+                "trainer `fsdp`: cannot start `{}` (from {}): {e}",
+                python.path.display(),
+                python.source
             ))
         })?;
         let started = Instant::now();

@@ -4,11 +4,15 @@
 //! - [`process`]: a child started in its own process group with `PR_SET_PDEATHSIG`, owned
 //!   by a supervisor thread that records its exit and stops the whole group on request.
 //! - [`log`]: the last meaningful lines of a child's log, on one line, for error messages.
+//! - [`python`]: which Python interpreter to drive (the `python` option, `$TANDEM_PYTHON`,
+//!   or the venv `scripts/setup-python.sh` recorded), or one error saying how to get one.
 //!
 //! This crate is linked into each plugin library; nothing of it crosses the plugin ABI.
 
 pub mod log;
 pub mod process;
+pub mod python;
 
 pub use log::log_tail;
 pub use process::Supervised;
+pub use python::{Python, PythonError, PythonSource, resolve_python};

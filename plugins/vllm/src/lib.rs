@@ -46,7 +46,7 @@ impl Plugin for VllmPlugin {
                     "single-copy CUDA IPC weight sync (vLLM worker extension)",
                 ]),
                 notes: strs(&[
-                    "needs Python with vllm (python option or $TANDEM_PYTHON; scripts/setup-python.sh)",
+                    "needs Python with vllm: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
                     "release_memory/resume_memory map to /sleep and /wake_up but free NO memory on CPU; requests are refused while released",
                     "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
                     "checkpoint_dir: reloaded in place (default; reload_weights + a tied lm_head repair in Tandem's worker extension); checkpoint_apply = \"restart\" starts a new server on the dir",

@@ -10,16 +10,27 @@ use std::time::Duration;
 use serde::Deserialize;
 use tandem_plugin_api::PluginError;
 use tandem_plugin_api::sdk::Result;
+use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
 
-/// Environment variable naming the Python interpreter of the venv holding vLLM.
-pub const PYTHON_ENV: &str = "TANDEM_PYTHON";
+/// The program that starts a server, its leading arguments, and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    /// The program (an interpreter, or the first word of `command`).
+    pub program: String,
+    /// Arguments before the model and flags (`-m vllm.entrypoints.openai.api_server`).
+    pub args: Vec<String>,
+    /// Where `program` came from (the `python` option, `$TANDEM_PYTHON`, the pointer file of
+    /// `scripts/setup-python.sh`, the `command` option), for error messages.
+    pub origin: String,
+}
 
 /// `options` of the `vllm` engine component.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct VllmOptions {
     /// Python interpreter with vLLM installed; runs
-    /// `python -m vllm.entrypoints.openai.api_server`. Default: `$TANDEM_PYTHON`.
+    /// `python -m vllm.entrypoints.openai.api_server`. Default: `$TANDEM_PYTHON`, else the
+    /// venv `scripts/setup-python.sh` recorded.
     pub python: Option<String>,
     /// Alternative launcher, e.g. `["vllm", "serve"]` (the model path is appended). Exclusive
     /// with `python`.
@@ -175,30 +186,38 @@ impl VllmOptions {
         Duration::from_secs(self.control_timeout_s)
     }
 
-    /// The launcher: program and leading arguments (before the model and flags).
-    pub fn launcher(&self) -> Result<(String, Vec<String>)> {
+    /// The launcher: program and leading arguments (before the model and flags). The
+    /// interpreter is `python`, else `$TANDEM_PYTHON`, else the venv `scripts/setup-python.sh`
+    /// recorded (`tandem_plugin_support::python`).
+    pub fn launcher(&self) -> Result<Launcher> {
         if let Some(cmd) = &self.command {
             let mut it = cmd.iter().cloned();
             let program = it.next().unwrap_or_default();
-            return Ok((program, it.collect()));
+            return Ok(Launcher {
+                program,
+                args: it.collect(),
+                origin: "the `command` option".into(),
+            });
         }
-        let python = match &self.python {
-            Some(p) => p.clone(),
-            None => std::env::var(PYTHON_ENV).map_err(|_| {
-                PluginError::invalid_input(format!(
-                    "engine `vllm`: no Python with vLLM given (neither `python` in the engine \
-                     options nor ${PYTHON_ENV})"
-                ))
-                .with_help(format!(
-                    "run `bash scripts/setup-python.sh` and set ${PYTHON_ENV} to the python it \
-                     prints (or `python = \"...\"` in [engine] options)"
-                ))
-            })?,
-        };
-        Ok((
-            python,
-            vec!["-m".into(), "vllm.entrypoints.openai.api_server".into()],
-        ))
+        let python = resolve_python(self.python.as_deref().map(Path::new)).map_err(|e| {
+            PluginError::invalid_input(format!("engine `vllm`: {e}")).with_help(format!(
+                "{}; or set ${PYTHON_ENV} or `python = \"...\"` in [engine] options",
+                e.help()
+            ))
+        })?;
+        let origin = python.source.to_string();
+        let program = python.path.into_os_string().into_string().map_err(|p| {
+            PluginError::invalid_input(format!(
+                "engine `vllm`: the Python path {} (from {origin}) is not valid UTF-8",
+                Path::new(&p).display()
+            ))
+            .with_help("install the venv under a UTF-8 path")
+        })?;
+        Ok(Launcher {
+            program,
+            args: vec!["-m".into(), "vllm.entrypoints.openai.api_server".into()],
+            origin,
+        })
     }
 
     /// Server arguments after the launcher.
@@ -303,6 +322,22 @@ mod tests {
         VllmOptions::parse(r#"{"host": "0.0.0.0", "python": "p", "allow_public_bind": true}"#)
             .unwrap();
         VllmOptions::parse(r#"{"host": "::1", "python": "p"}"#).unwrap();
+    }
+
+    #[test]
+    fn the_python_option_and_command_name_their_origin() {
+        let o = VllmOptions::parse(r#"{"python": "/venv/bin/python"}"#).unwrap();
+        let l = o.launcher().unwrap();
+        assert_eq!(l.program, "/venv/bin/python");
+        assert_eq!(l.args, ["-m", "vllm.entrypoints.openai.api_server"]);
+        assert_eq!(l.origin, "the `python` option");
+        let o = VllmOptions::parse(r#"{"command": ["vllm", "serve"]}"#).unwrap();
+        let l = o.launcher().unwrap();
+        assert_eq!(
+            (l.program.as_str(), l.args.as_slice()),
+            ("vllm", &["serve".to_owned()][..])
+        );
+        assert_eq!(l.origin, "the `command` option");
     }
 
     #[test]

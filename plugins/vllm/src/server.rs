@@ -18,7 +18,7 @@ use tandem_plugin_api::{ErrorCode, PluginError};
 use tandem_plugin_support::Supervised;
 
 use crate::http::{CallError, Client};
-use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, VllmOptions};
+use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, Launcher, VllmOptions};
 
 /// Grace period between SIGTERM and SIGKILL at shutdown.
 const STOP_GRACE: Duration = Duration::from_secs(20);
@@ -47,8 +47,14 @@ fn unavailable(msg: String) -> PluginError {
     PluginError::new(ErrorCode::Unavailable, msg)
 }
 
-/// Checks that `python` can import vLLM (fast: module lookup only, no import of torch).
-fn check_python(program: &str, args: &[String]) -> Result<()> {
+/// Checks that the launcher's Python can import vLLM (fast: module lookup only, no import of
+/// torch).
+fn check_python(launcher: &Launcher) -> Result<()> {
+    let Launcher {
+        program,
+        args,
+        origin,
+    } = launcher;
     if args.first().map(String::as_str) != Some("-m") {
         return Ok(()); // a custom `command`: nothing to probe
     }
@@ -61,15 +67,15 @@ fn check_python(program: &str, args: &[String]) -> Result<()> {
         .output();
     match out {
         Err(e) => Err(PluginError::invalid_input(format!(
-            "engine `vllm`: cannot run Python `{program}`: {e}"
+            "engine `vllm`: cannot run Python `{program}` (from {origin}): {e}"
         ))
-        .with_help("set `python` in [engine] options or $TANDEM_PYTHON to the venv's python (see scripts/setup-python.sh)")),
+        .with_help("run `bash scripts/setup.sh` (scripts/setup-python.sh creates the venv), or point `python` in [engine] options or $TANDEM_PYTHON at the venv's python")),
         Ok(o) if o.status.code() == Some(3) => Err(PluginError::invalid_input(format!(
-            "engine `vllm`: vLLM is not installed for Python `{program}`"
+            "engine `vllm`: vLLM is not installed for Python `{program}` (from {origin})"
         ))
-        .with_help("create the venv with `bash scripts/setup-python.sh` and point `python` / $TANDEM_PYTHON at its python")),
+        .with_help("create the venv with `bash scripts/setup.sh` (scripts/setup-python.sh) and point `python` / $TANDEM_PYTHON at its python, or unset them to use the one it records")),
         Ok(o) if !o.status.success() => Err(PluginError::invalid_input(format!(
-            "engine `vllm`: Python `{program}` failed: {}",
+            "engine `vllm`: Python `{program}` (from {origin}) failed: {}",
             String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
         ))),
         Ok(_) => Ok(()),
@@ -130,9 +136,14 @@ impl Server {
         rank: u32,
         log: &Path,
     ) -> Result<Server> {
-        let (program, lead) = opts.launcher()?;
+        let launcher = opts.launcher()?;
         check_model(model)?;
-        check_python(&program, &lead)?;
+        check_python(&launcher)?;
+        let Launcher {
+            program,
+            args: lead,
+            ..
+        } = launcher;
         let want = if opts.port == 0 {
             0
         } else {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One setup command for the real engines and trainers (vLLM, PyTorch FSDP2):
+#
+#   1. scripts/setup-python.sh — the Python env of python/requirements-cpu.lock (reused when
+#      the lock is unchanged), its python recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python,
+#      where the vllm and fsdp plugins find it (no export needed);
+#   2. cargo build --release --workspace — `tandem` and the plugin libraries side by side in
+#      target/release, where `tandem` finds them (no --plugin-dir needed). The loader-test
+#      fixture plugins are left out: they are for `cargo test` only.
+#
+#   bash scripts/setup.sh
+#
+# Prints each step's time and, last, the commands to run next.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+say() { echo "setup: $*" >&2; }
+
+t=$(date +%s)
+say "[1/2] Python environment (scripts/setup-python.sh)"
+py="$(bash scripts/setup-python.sh | tail -n1)"
+say "[1/2] done in $(( $(date +%s) - t )) s: $py"
+
+t=$(date +%s)
+say "[2/2] cargo build --release --workspace (less the loader-test fixtures)"
+cargo build --release --workspace \
+  --exclude tandem-fixture-alpha --exclude tandem-fixture-beta
+say "[2/2] done in $(( $(date +%s) - t )) s"
+
+say "ready in $(( $(date +%s) - start )) s; next:"
+echo "target/release/tandem plugins"
+echo "target/release/tandem run examples/vllm-fsdp-checkpoint.toml"
