@@ -38,29 +38,78 @@ impl std::error::Error for Failure {}
 /// Result of one check.
 pub type Outcome = Result<(), Failure>;
 
-/// A component built once per test binary and shared by its checks (one at a time).
+/// A component built once per test binary and shared by its checks (one at a time). Once as
+/// many checks as it has `users` have run, it is dropped (a vLLM server stops), so a suite run
+/// with one test thread holds one expensive component at a time.
 pub struct Shared<H> {
-    cell: Mutex<Option<H>>,
+    cell: Mutex<(Option<H>, usize)>,
+    users: usize,
 }
 
 impl<H> Shared<H> {
-    /// An empty cell (for a `static`).
-    pub const fn new() -> Self {
+    /// An empty cell (for a `static`) for `users` checks.
+    pub const fn new(users: usize) -> Self {
         Shared {
-            cell: Mutex::new(None),
+            cell: Mutex::new((None, 0)),
+            users,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<H>> {
+    fn lock(&self) -> MutexGuard<'_, (Option<H>, usize)> {
         self.cell.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a finished check; drops the component after the last one.
+    fn done(&self, cell: &mut (Option<H>, usize)) {
+        cell.1 += 1;
+        if cell.1 >= self.users {
+            cell.0 = None;
+        }
     }
 }
 
-impl<H> Default for Shared<H> {
-    fn default() -> Self {
-        Self::new()
+/// How many checks of `groups` use the component of `role` (`engine`, `pair_engine` or
+/// `trainer`): the suite macro sizes its [`Shared`] cells with it.
+pub const fn users(groups: &[&str], role: &str) -> usize {
+    const fn eq(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
     }
+    let mut n = 0;
+    let mut i = 0;
+    while i < groups.len() {
+        let g = groups[i];
+        if eq(role, "engine") && eq(g, "engine") {
+            n += ENGINE_CHECKS;
+        }
+        if eq(role, "pair_engine") && eq(g, "pair") {
+            n += PAIR_CHECKS;
+        }
+        if eq(role, "trainer") && eq(g, "trainer") {
+            n += TRAINER_CHECKS;
+        }
+        if eq(role, "trainer") && eq(g, "pair") {
+            n += PAIR_CHECKS;
+        }
+        i += 1;
+    }
+    n
 }
+
+/// Checks per group (the suite macro's lists).
+const ENGINE_CHECKS: usize = 7;
+const TRAINER_CHECKS: usize = 5;
+const PAIR_CHECKS: usize = 3;
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -108,15 +157,15 @@ pub fn run_engine(
     check: fn(&mut EngineHarness) -> Outcome,
 ) {
     let mut cell = shared.lock();
-    report(
-        name,
-        run_in(
-            &mut cell,
-            || EngineHarness::new(setup()),
-            check,
-            EngineHarness::to_serving,
-        ),
+    let outcome = run_in(
+        &mut cell.0,
+        || EngineHarness::new(setup()),
+        check,
+        EngineHarness::to_serving,
     );
+    shared.done(&mut cell);
+    drop(cell);
+    report(name, outcome);
 }
 
 /// Runs a trainer check on the shared trainer (built from `setup` on first use).
@@ -127,10 +176,10 @@ pub fn run_trainer(
     check: fn(&mut TrainerHarness) -> Outcome,
 ) {
     let mut cell = shared.lock();
-    report(
-        name,
-        run_in(&mut cell, || TrainerHarness::new(setup()), check, |_| Ok(())),
-    );
+    let outcome = run_in(&mut cell.0, || TrainerHarness::new(setup()), check, |_| Ok(()));
+    shared.done(&mut cell);
+    drop(cell);
+    report(name, outcome);
 }
 
 /// Runs an engine + trainer check (locks the engine first, then the trainer).
@@ -142,19 +191,30 @@ pub fn run_pair(
 ) {
     let mut e_cell = engines.0.lock();
     let mut t_cell = trainers.0.lock();
+    let outcome = pair_in(&mut e_cell.0, &mut t_cell.0, engines.1, trainers.1, check);
+    engines.0.done(&mut e_cell);
+    trainers.0.done(&mut t_cell);
+    drop((e_cell, t_cell));
+    report(name, outcome);
+}
+
+fn pair_in(
+    e_cell: &mut Option<EngineHarness>,
+    t_cell: &mut Option<TrainerHarness>,
+    engine: fn() -> EngineSetup,
+    trainer: fn() -> TrainerSetup,
+    check: fn(&mut EngineHarness, &mut TrainerHarness) -> Outcome,
+) -> Outcome {
     if t_cell.is_none() {
-        match TrainerHarness::new((trainers.1)()) {
-            Ok(t) => *t_cell = Some(t),
-            Err(f) => report(name, Err(f)),
-        }
+        *t_cell = Some(TrainerHarness::new(trainer())?);
     }
     let Some(t) = t_cell.as_mut() else {
-        return report(name, Err(Failure::new("setup", "no trainer")));
+        return Err(Failure::new("setup", "no trainer"));
     };
     let mut trainer_broken = false;
     let outcome = run_in(
-        &mut e_cell,
-        || EngineHarness::new((engines.1)()),
+        e_cell,
+        || EngineHarness::new(engine()),
         |e| {
             let r = check(e, t);
             trainer_broken = r.is_err();
@@ -165,5 +225,5 @@ pub fn run_pair(
     if trainer_broken {
         *t_cell = None;
     }
-    report(name, outcome);
+    outcome
 }

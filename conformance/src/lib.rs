@@ -33,8 +33,8 @@ mod suite;
 mod trainer;
 
 pub use engine::EngineHarness;
-pub use harness::{Failure, Outcome, Shared, run_engine, run_pair, run_trainer};
-pub use setup::{EngineSetup, Source, TrainerSetup};
+pub use harness::{Failure, Outcome, Shared, run_engine, run_pair, run_trainer, users};
+pub use setup::{EngineSetup, Source, TrainerSetup, target_profile_dir, tiny_model};
 pub use trainer::TrainerHarness;
 
 /// The checks, by role: each is a plain function a test (or a harness of your own) can call.

@@ -255,4 +255,30 @@ pub mod checks {
         }
         Ok(())
     }
+
+    /// A pair declared digest-free (`no_digests`) really carries none: the trainer's export
+    /// or the engine's report has an empty digest (otherwise the digest rule must be checked).
+    pub fn carries_no_digests(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let kind = first_kind(e, t)?;
+        let rule = "a pair declared digest-free carries no digests";
+        t.train(rule)?;
+        let update = ok(
+            t.trainer.export_weight_update(kind),
+            "declared exports work",
+            "export_weight_update",
+        )?;
+        let digest = update.digest.clone();
+        let report = apply(e, update)?;
+        if !digest.is_empty() && !report.digest.is_empty() {
+            return Err(Failure::new(
+                rule,
+                format!(
+                    "trainer digest {digest} and engine digest {}: remove `no_digests` so the \
+                     digest rule is checked",
+                    report.digest
+                ),
+            ));
+        }
+        Ok(())
+    }
 }

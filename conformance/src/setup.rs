@@ -64,6 +64,35 @@ pub fn target_profile_dir() -> PathBuf {
     }
 }
 
+/// A tiny random-init Llama model (`tandem model init --preset tiny --seed 3`) made by the
+/// workspace's own `tandem` binary beside the test binary, in `target/tmp/conformance-<name>`
+/// (made anew once per test process). For in-tree plugins whose crates cannot create models.
+pub fn tiny_model(name: &str) -> PathBuf {
+    static MADE: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let dir = target_profile_dir()
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("tmp")
+        .join(format!("conformance-{name}"));
+    let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !made.contains(&dir) {
+        let _ = std::fs::remove_dir_all(&dir);
+        let tandem = target_profile_dir().join("tandem");
+        let status = std::process::Command::new(&tandem)
+            .args(["-q", "model", "init", "--preset", "tiny", "--seed", "3", "--out"])
+            .arg(&dir)
+            .status();
+        match status {
+            Ok(s) if s.success() => made.push(dir.clone()),
+            other => panic!(
+                "{} model init failed ({other:?}); build it first with `cargo build --workspace`",
+                tandem.display()
+            ),
+        }
+    }
+    dir
+}
+
 /// The manifest and the declaration of `component` of `kind`.
 pub(crate) fn declaration(
     module: PluginModuleRef,

@@ -6,7 +6,7 @@
 //!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`)
 //!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`)
 //!     checks: [engine, trainer, pair],
-//!     no_digests: "why",            // optional: the pair's digest rule cannot be checked
+//!     no_digests: "why",            // optional: the pair carries no digests (checked instead)
 //!     ignore: "why",                // optional: the whole suite needs something absent here
 //! }
 //! ```
@@ -21,14 +21,17 @@ macro_rules! suite {
         $( no_digests: $nd:literal, )?
         $( ignore: $why:literal, )?
     ) => {
+        const __TANDEM_GROUPS: &[&str] = &[$( stringify!($group) ),*];
         $(
-            static __TANDEM_ENGINE: $crate::Shared<$crate::EngineHarness> = $crate::Shared::new();
+            static __TANDEM_ENGINE: $crate::Shared<$crate::EngineHarness> =
+                $crate::Shared::new($crate::users(__TANDEM_GROUPS, "engine"));
             fn __tandem_engine_setup() -> $crate::EngineSetup {
                 $engine
             }
         )?
         $(
-            static __TANDEM_TRAINER: $crate::Shared<$crate::TrainerHarness> = $crate::Shared::new();
+            static __TANDEM_TRAINER: $crate::Shared<$crate::TrainerHarness> =
+                $crate::Shared::new($crate::users(__TANDEM_GROUPS, "trainer"));
             fn __tandem_trainer_setup() -> $crate::TrainerSetup {
                 $trainer
             }
@@ -78,7 +81,7 @@ macro_rules! __tandem_group {
         // The pair checks get an engine of their own: the engine checks move its version
         // with updates of their own, which a trainer's exports must not have to outrun.
         static __TANDEM_PAIR_ENGINE: $crate::Shared<$crate::EngineHarness> =
-            $crate::Shared::new();
+            $crate::Shared::new($crate::users(__TANDEM_GROUPS, "pair_engine"));
         $crate::__tandem_pair_tests!(
             $why
             pair_exports_are_served = exports_are_served,
@@ -142,21 +145,16 @@ macro_rules! __tandem_pair_tests {
     };
 }
 
-/// The digest test, ignored with its own reason when the pair has no digests (internal).
+/// The digest rule, or (declared digest-free) the check that no digest is carried (internal).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tandem_digest_test {
     ({ $nd:literal } $why:tt) => {
-        #[test]
-        #[ignore = $nd]
-        fn pair_digest_mismatch_refused() {
-            $crate::run_pair(
-                "pair_digest_mismatch_refused",
-                (&__TANDEM_PAIR_ENGINE, __tandem_engine_setup),
-                (&__TANDEM_TRAINER, __tandem_trainer_setup),
-                $crate::checks::pair::digest_mismatch_refused,
-            );
-        }
+        // Declared digest-free: what is checked instead is that the declaration is true.
+        $crate::__tandem_pair_tests!(
+            $why
+            pair_carries_no_digests = carries_no_digests,
+        );
     };
     ({} $why:tt) => {
         $crate::__tandem_pair_tests!(

@@ -23,8 +23,9 @@ use std::time::Instant;
 use tandem_host::registry::Registry;
 use tandem_host::services::Services;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, ErrorCode, GenerateRequest, LossConfig, LossKind, RString, RVec,
-    SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind, UpdatePayload, WhichWeights,
+    ComponentConfig, EngineBox, ErrorCode, GenerateRequest, LossConfig, LossKind, PauseMode,
+    RString, RVec, SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind,
+    UpdatePayload, WeightUpdate, WhichWeights,
 };
 
 const EOS: u32 = 2;
@@ -231,7 +232,7 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
     };
     assert!(Path::new(dir.as_str()).join("model.safetensors").is_file());
     let engine = native_engine();
-    ok(engine.apply_weight_update(update.clone()));
+    apply_paused(engine, update.clone());
     assert_eq!(ok(engine.health()).weight_version, 6);
     let trained = logprobs(&mut t, &probe, WhichWeights::Current);
     let seqs: RVec<RVec<u32>> = probe_tokens().into_iter().map(RVec::from).collect();
@@ -347,7 +348,7 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
         panic!("{newer:?}")
     };
     assert_eq!(newer_name.as_str(), "fsdp-v12");
-    ok(vllm.apply_weight_update(newer.clone()));
+    apply_paused(vllm, newer.clone());
     assert_eq!(ok(vllm.health()).weight_version, 12);
     let (_, d) = engine_vs_trainer(&vllm, &mut t, newer_name.as_str());
     eprintln!(
@@ -594,4 +595,12 @@ fn f_vllm_with_the_fsdp_trainer_runs_the_lora_example() {
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2 and a real vLLM server"]
 fn g_vllm_with_the_fsdp_trainer_runs_the_checkpoint_example() {
     short_example("vllm-fsdp-checkpoint", 2);
+}
+
+/// Applies an update the way the contract allows: paused, then serving again.
+fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
+    ok(e.pause_generation(PauseMode::Wait));
+    let report = ok(e.apply_weight_update(update));
+    ok(e.continue_generation());
+    report
 }

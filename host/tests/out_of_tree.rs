@@ -28,3 +28,18 @@ fn out_of_tree_example_builds_and_is_listed() {
     assert!(text.contains("example-reverse 0.1.0"), "{text}");
     assert!(text.contains("engine  reverse"), "{text}");
 }
+
+#[test]
+fn out_of_tree_example_passes_the_conformance_suite() {
+    let root = workspace_root();
+    let manifest = root.join("examples/out-of-tree-plugin/Cargo.toml");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["test", "--offline", "-q", "--test", "conformance", "--manifest-path"])
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", root.join("target/out-of-tree"))
+        .output()
+        .expect("run cargo");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("7 passed; 0 failed"), "{text}");
+}

@@ -3,8 +3,12 @@
 //!
 //! Concurrency: the server slot is locked only to start, stop or read the client; HTTP calls
 //! run outside every lock, so `pause_generation` from one thread reaches vLLM while another
-//! waits in `generate`. Generation while paused or released fails with `InvalidState` here
-//! (vLLM itself would answer 503 or, when sleeping, hold the request forever).
+//! waits in `generate`. Which lifecycle call is legal when is the shared [`EngineMachine`]'s
+//! decision (the host checks the same machine and `tandem-conformance` holds this engine to
+//! it): generation while paused fails with `InvalidState` here (vLLM itself would answer 503),
+//! flush only right after a pause, updates only while paused and never to a lower version.
+//! Memory release is not declared on CPU (vLLM's CPU worker frees nothing in sleep mode), so
+//! `release_memory`/`resume_memory` answer `NotSupported`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use tandem_plugin_api::lifecycle::{EngineMachine, EngineState, TransitionError};
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::{
     ComponentConfig, ComponentStats, EngineHealth, ErrorCode, GenerateRequest, GenerateResponse,
@@ -24,18 +29,17 @@ use crate::options::{CheckpointApply, SERVED_NAME, VllmOptions, log_path};
 use crate::response;
 use crate::server::Server;
 
-/// Tags `release_memory` accepts (vLLM `/sleep`); on CPU it frees none of them.
-pub const SLEEP_TAGS: [&str; 2] = ["weights", "kv_cache"];
-
-#[derive(Default)]
 struct State {
-    paused: bool,
-    released: BTreeSet<String>,
+    machine: EngineMachine,
     version: u64,
     served_dir: PathBuf,
     active_adapter: Option<String>,
     adapters: BTreeSet<String>,
     metrics: Vec<(&'static str, f64)>,
+}
+
+fn illegal(e: TransitionError) -> PluginError {
+    PluginError::invalid_state(format!("engine `vllm`: {e}"))
 }
 
 impl State {
@@ -99,10 +103,16 @@ impl VllmEngine {
             log: log_path(config.run_dir.as_str(), config.rank),
             tokenizer: dir.clone(),
             host,
-            state: Mutex::new(State {
-                version: saved_version(&dir).unwrap_or(0),
-                served_dir: dir,
-                ..State::default()
+            state: Mutex::new({
+                let version = saved_version(&dir).unwrap_or(0);
+                State {
+                    machine: EngineMachine::new(version),
+                    version,
+                    served_dir: dir,
+                    active_adapter: None,
+                    adapters: BTreeSet::new(),
+                    metrics: Vec::new(),
+                }
             }),
             server: Mutex::new(None),
             opts,
@@ -205,18 +215,78 @@ impl VllmEngine {
 
     fn begin(&self) -> Result<()> {
         let st = lock(&self.state);
-        if st.paused {
-            return Err(PluginError::invalid_state(
-                "engine `vllm` is paused; call continue_generation first",
-            ));
-        }
-        if !st.released.is_empty() {
+        if !st.machine.can_generate() {
             return Err(PluginError::invalid_state(format!(
-                "engine `vllm` has released {:?} (vLLM sleeps); call resume_memory first",
-                st.released
+                "engine `vllm` is {}, not serving; call continue_generation first",
+                st.machine.state()
             )));
         }
         Ok(())
+    }
+
+    /// `/reset_prefix_cache`.
+    fn flush_prefix_cache(&self) -> Result<()> {
+        let v = self.post_json("/reset_prefix_cache", &json!({}), true);
+        // Older servers answer an empty body; a JSON answer must say success.
+        match v {
+            Ok(v) if v.get("success") == Some(&Value::Bool(false)) => Err(PluginError::new(
+                ErrorCode::InvalidState,
+                "engine `vllm`: /reset_prefix_cache refused (requests still running)",
+            )
+            .with_help("pause the engine before flushing its cache")),
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ErrorCode::Runtime && e.message.contains("not JSON") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+
+    /// The update itself (the lifecycle check is the caller's).
+    fn apply_update(&self, update: &WeightUpdate) -> Result<UpdateReport> {
+        let started = Instant::now();
+        let bytes = match &update.payload {
+            UpdatePayload::Adapter { name, dir } => {
+                self.require_lora("an adapter update")?;
+                let previous = lock(&self.state).active_adapter.clone();
+                self.load_adapter(name.to_string(), dir.to_string())?;
+                lock(&self.state).active_adapter = Some(name.to_string());
+                if let Some(prev) = previous.filter(|p| p.as_str() != name.as_str()) {
+                    self.unload_adapter(prev)?;
+                    lock(&self.state).active_adapter = Some(name.to_string());
+                }
+                let secs = started.elapsed().as_secs_f64();
+                lock(&self.state).set_metric("adapter_update_s", secs);
+                dir_bytes(Path::new(dir.as_str()))
+            }
+            UpdatePayload::CheckpointDir { dir } => {
+                let dir = PathBuf::from(dir.as_str());
+                self.check_checkpoint(&dir)?;
+                if self.opts.checkpoint_apply == CheckpointApply::Restart {
+                    self.restart_on(&dir)?;
+                    lock(&self.state).set_metric("restart_s", started.elapsed().as_secs_f64());
+                } else {
+                    self.reload_in_place(&dir)?;
+                    lock(&self.state).set_metric("reload_s", started.elapsed().as_secs_f64());
+                }
+                lock(&self.state).served_dir = dir.clone();
+                dir_bytes(&dir)
+            }
+            other => {
+                return Err(PluginError::not_supported(
+                    &format!("apply_weight_update({})", other.kind().as_str()),
+                    "vllm",
+                )
+                .with_help("use the `lora` or `checkpoint` bridge with engine `vllm` on CPU"));
+            }
+        };
+        let client = self.client()?;
+        self.report_version(&client, update.version)?;
+        lock(&self.state).version = update.version;
+        Ok(UpdateReport {
+            version: update.version,
+            digest: Default::default(),
+            bytes_copied: bytes,
+        })
     }
 
     fn require_lora(&self, op: &str) -> Result<()> {
@@ -234,7 +304,7 @@ impl VllmEngine {
     }
 
     fn reload_in_place(&self, dir: &Path) -> Result<()> {
-        let was_paused = lock(&self.state).paused;
+        let was_paused = !lock(&self.state).machine.can_generate();
         if !was_paused {
             self.post("/pause?mode=wait", None, false)?;
         }
@@ -318,11 +388,11 @@ impl EngineImpl for VllmEngine {
             )));
         };
         Ok(EngineHealth {
-            ready: !st.paused && st.released.is_empty(),
+            ready: st.machine.can_generate(),
             weight_version: version,
             detail: format!(
                 "{} at {} serving {} (log {})",
-                if st.paused { "paused" } else { "serving" },
+                st.machine.state().to_string().to_lowercase(),
                 client.base(),
                 st.served_dir.display(),
                 self.log.display()
@@ -398,119 +468,60 @@ impl EngineImpl for VllmEngine {
     }
 
     fn pause_generation(&self, mode: PauseMode) -> Result<()> {
-        lock(&self.state).paused = true;
+        // Paused before the call, so no new request starts while vLLM drains; back to
+        // Serving if the server refuses.
+        let before = {
+            let mut st = lock(&self.state);
+            let before = st.machine.clone();
+            st.machine.pause().map_err(illegal)?;
+            before
+        };
         let wait = matches!(mode, PauseMode::Wait);
         let res = self.post(&format!("/pause?mode={}", mode.as_str()), None, !wait);
         if res.is_err() {
-            lock(&self.state).paused = false;
+            lock(&self.state).machine = before;
         }
         res.map(drop)
     }
 
     fn continue_generation(&self) -> Result<()> {
+        let mut next = lock(&self.state).machine.clone();
+        next.continue_generation().map_err(illegal)?;
         self.post("/resume", None, true)?;
-        lock(&self.state).paused = false;
+        lock(&self.state).machine = next;
         Ok(())
     }
 
     fn flush_cache(&self) -> Result<()> {
-        let v = self.post_json("/reset_prefix_cache", &json!({}), true);
-        // Older servers answer an empty body; a JSON answer must say success.
-        match v {
-            Ok(v) if v.get("success") == Some(&Value::Bool(false)) => Err(PluginError::new(
-                ErrorCode::InvalidState,
-                "engine `vllm`: /reset_prefix_cache refused (requests still running)",
-            )
-            .with_help("pause the engine before flushing its cache")),
-            Ok(_) => Ok(()),
-            Err(e) if e.code == ErrorCode::Runtime && e.message.contains("not JSON") => Ok(()),
-            Err(e) => Err(e),
-        }
+        let mut next = lock(&self.state).machine.clone();
+        next.flush().map_err(illegal)?;
+        self.flush_prefix_cache()?;
+        lock(&self.state).machine = next;
+        Ok(())
     }
 
     fn release_memory(&self, tags: Vec<String>) -> Result<()> {
-        check_tags(&tags)?;
-        self.post("/sleep?level=1", None, true)?;
-        self.log(
-            LogLevel::Warn,
-            "vLLM /sleep on CPU frees no memory (the CPU worker ignores sleep mode); requests \
-             are refused until resume_memory",
-        );
-        lock(&self.state).released.extend(tags);
-        Ok(())
+        Err(no_release("release_memory", &tags))
     }
 
     fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
-        check_tags(&tags)?;
-        // `/sleep` puts every tag to sleep, and vLLM's scheduler stays paused until every
-        // tag is awake: wake the given tags, and everything once nothing is left released.
-        let query: Vec<String> = tags.iter().map(|t| format!("tags={t}")).collect();
-        self.post(&format!("/wake_up?{}", query.join("&")), None, true)?;
-        let all_back = {
-            let mut st = lock(&self.state);
-            for t in &tags {
-                st.released.remove(t);
-            }
-            st.released.is_empty()
-        };
-        if all_back {
-            self.post("/wake_up", None, true)?;
-        }
-        Ok(())
+        Err(no_release("resume_memory", &tags))
     }
 
     fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
-        let current = lock(&self.state).version;
-        if update.version < current {
-            return Err(PluginError::invalid_input(format!(
-                "engine `vllm`: refusing weight version {} below the served {current}",
-                update.version
-            )));
-        }
-        let started = Instant::now();
-        let bytes = match &update.payload {
-            UpdatePayload::Adapter { name, dir } => {
-                self.require_lora("an adapter update")?;
-                let previous = lock(&self.state).active_adapter.clone();
-                self.load_adapter(name.to_string(), dir.to_string())?;
-                lock(&self.state).active_adapter = Some(name.to_string());
-                if let Some(prev) = previous.filter(|p| p.as_str() != name.as_str()) {
-                    self.unload_adapter(prev)?;
-                    lock(&self.state).active_adapter = Some(name.to_string());
-                }
-                let secs = started.elapsed().as_secs_f64();
-                lock(&self.state).set_metric("adapter_update_s", secs);
-                dir_bytes(Path::new(dir.as_str()))
-            }
-            UpdatePayload::CheckpointDir { dir } => {
-                let dir = PathBuf::from(dir.as_str());
-                self.check_checkpoint(&dir)?;
-                if self.opts.checkpoint_apply == CheckpointApply::Restart {
-                    self.restart_on(&dir)?;
-                    lock(&self.state).set_metric("restart_s", started.elapsed().as_secs_f64());
-                } else {
-                    self.reload_in_place(&dir)?;
-                    lock(&self.state).set_metric("reload_s", started.elapsed().as_secs_f64());
-                }
-                lock(&self.state).served_dir = dir.clone();
-                dir_bytes(&dir)
-            }
-            other => {
-                return Err(PluginError::not_supported(
-                    &format!("apply_weight_update({})", other.kind().as_str()),
-                    "vllm",
-                )
-                .with_help("use the `lora` or `checkpoint` bridge with engine `vllm` on CPU"));
-            }
+        // `Updating` while the update runs: concurrent lifecycle calls are refused meanwhile.
+        lock(&self.state)
+            .machine
+            .begin_update(update.version)
+            .map_err(illegal)?;
+        let result = self.apply_update(&update);
+        let mut st = lock(&self.state);
+        let _ = if result.is_ok() {
+            st.machine.end_update()
+        } else {
+            st.machine.abort_update()
         };
-        let client = self.client()?;
-        self.report_version(&client, update.version)?;
-        lock(&self.state).version = update.version;
-        Ok(UpdateReport {
-            version: update.version,
-            digest: Default::default(),
-            bytes_copied: bytes,
-        })
+        result
     }
 
     fn load_adapter(&self, name: String, dir: String) -> Result<()> {
@@ -558,14 +569,10 @@ impl EngineImpl for VllmEngine {
         if let Some(pid) = pid {
             metrics.push(Metric::new("server_pid", f64::from(pid)));
         }
-        let state = if pid.is_none() {
-            "stopped"
-        } else if st.paused {
-            "paused"
-        } else if !st.released.is_empty() {
-            "sleeping"
-        } else {
-            "serving"
+        let state = match (pid, st.machine.state()) {
+            (None, _) => "stopped",
+            (Some(_), EngineState::Serving) => "serving",
+            (Some(_), _) => "paused",
         };
         Ok(ComponentStats {
             weight_version: st.version,
@@ -575,16 +582,10 @@ impl EngineImpl for VllmEngine {
     }
 }
 
-fn check_tags(tags: &[String]) -> Result<()> {
-    if tags.is_empty() {
-        return Err(PluginError::invalid_input("engine `vllm`: no tags given"));
-    }
-    for t in tags {
-        if !SLEEP_TAGS.contains(&t.as_str()) {
-            return Err(PluginError::invalid_input(format!(
-                "engine `vllm`: tag `{t}` is not one vLLM sleeps ({SLEEP_TAGS:?})"
-            )));
-        }
-    }
-    Ok(())
+/// Memory release is declared only where it frees memory: not on vLLM's CPU worker.
+fn no_release(op: &str, tags: &[String]) -> PluginError {
+    PluginError::not_supported(&format!("{op}({})", tags.join(", ")), "vllm").with_help(
+        "vLLM's CPU worker frees no memory in sleep mode; run the engine with needs_offload = \
+         false (CUDA sleep mode is designed, see plugins/vllm/NOTES.md)",
+    )
 }

@@ -47,7 +47,7 @@ impl Plugin for VllmPlugin {
                 ]),
                 notes: strs(&[
                     "needs Python with vllm: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
-                    "release_memory/resume_memory map to /sleep and /wake_up but free NO memory on CPU; requests are refused while released",
+                    "release_memory/resume_memory are not supported on CPU (vLLM's CPU worker frees nothing in sleep mode): run it with needs_offload = false",
                     "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
                     "checkpoint_dir: reloaded in place (default; reload_weights + a tied lm_head repair in Tandem's worker extension); checkpoint_apply = \"restart\" starts a new server on the dir",
                     "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
