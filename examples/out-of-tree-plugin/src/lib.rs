@@ -47,9 +47,15 @@ impl EngineImpl for ReverseEngine {
                 } else {
                     FinishReason::Stop
                 };
+                // Deterministic: each token has probability 1.
+                let logprobs = if request.sampling.logprobs {
+                    vec![0.0; tokens.len()].into()
+                } else {
+                    RVec::new()
+                };
                 Completion {
                     tokens,
-                    logprobs: RVec::new(),
+                    logprobs,
                     finish_reason,
                     hidden_states: RVec::new(),
                     hidden_dim: 0,
