@@ -28,7 +28,7 @@ pub struct EngineHarness {
     pub machine: EngineMachine,
     /// The setup it was built from.
     pub setup: EngineSetup,
-    _run_dir: tempfile::TempDir,
+    run_dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for EngineHarness {
@@ -127,7 +127,7 @@ impl EngineHarness {
             decl,
             services,
             setup,
-            _run_dir: run_dir,
+            run_dir: Some(run_dir),
         })
     }
 
@@ -234,6 +234,11 @@ impl EngineHarness {
             ok(self.step(op.clone(), mode), "reset", &op.to_string())?;
         }
         Err(Failure::new("reset", "the engine did not get back to serving"))
+    }
+
+    /// Keeps the run directory (the component's logs) after the harness is dropped.
+    pub fn keep_run_dir(&mut self) -> Option<std::path::PathBuf> {
+        self.run_dir.take().map(tempfile::TempDir::keep)
     }
 
     /// Resident bytes of the engine's host memory regions.

@@ -126,6 +126,7 @@ fn run_in<H>(
     build: impl FnOnce() -> Result<H, Failure>,
     check: impl FnOnce(&mut H) -> Outcome,
     reset: impl FnOnce(&mut H) -> Outcome,
+    keep: impl FnOnce(&mut H) -> Option<std::path::PathBuf>,
 ) -> Outcome {
     if cell.is_none() {
         *cell = Some(build()?);
@@ -136,9 +137,17 @@ fn run_in<H>(
     let result = catch_unwind(AssertUnwindSafe(|| check(h)))
         .unwrap_or_else(|p| Err(Failure::new("no panic", panic_text(p.as_ref()))))
         .and_then(|()| reset(h));
-    if result.is_err() {
+    if let Err(f) = &result {
         // A failed check may leave the component anywhere: the next check gets a fresh one.
+        // Its run dir (logs) stays for the reader.
+        let kept = keep(h);
         *cell = None;
+        if let Some(dir) = kept {
+            return Err(Failure::new(
+                f.rule,
+                format!("{} (its run dir, with logs, is kept at {})", f.detail, dir.display()),
+            ));
+        }
     }
     result
 }
@@ -162,6 +171,7 @@ pub fn run_engine(
         || EngineHarness::new(setup()),
         check,
         EngineHarness::to_serving,
+        EngineHarness::keep_run_dir,
     );
     shared.done(&mut cell);
     drop(cell);
@@ -176,7 +186,13 @@ pub fn run_trainer(
     check: fn(&mut TrainerHarness) -> Outcome,
 ) {
     let mut cell = shared.lock();
-    let outcome = run_in(&mut cell.0, || TrainerHarness::new(setup()), check, |_| Ok(()));
+    let outcome = run_in(
+        &mut cell.0,
+        || TrainerHarness::new(setup()),
+        check,
+        |_| Ok(()),
+        TrainerHarness::keep_run_dir,
+    );
     shared.done(&mut cell);
     drop(cell);
     report(name, outcome);
@@ -221,8 +237,10 @@ fn pair_in(
             r
         },
         EngineHarness::to_serving,
+        EngineHarness::keep_run_dir,
     );
     if trainer_broken {
+        t.keep_run_dir();
         *t_cell = None;
     }
     outcome

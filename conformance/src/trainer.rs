@@ -24,6 +24,8 @@ pub struct TrainerHarness {
     pub setup: TrainerSetup,
     /// Scratch directory (run dir, checkpoints).
     pub dir: tempfile::TempDir,
+    /// Set once the run dir must outlive the harness (a check failed).
+    keep: bool,
 }
 
 impl TrainerHarness {
@@ -62,6 +64,7 @@ impl TrainerHarness {
             services,
             setup,
             dir,
+            keep: false,
         })
     }
 
@@ -114,6 +117,22 @@ impl TrainerHarness {
         )?;
         let batch = self.batch(Some(&old));
         ok(self.trainer.train_step(batch), rule, "train_step").map(drop)
+    }
+}
+
+impl TrainerHarness {
+    /// Keeps the run directory (the component's logs) after the harness is dropped.
+    pub fn keep_run_dir(&mut self) -> Option<std::path::PathBuf> {
+        self.keep = true;
+        Some(self.dir.path().to_path_buf())
+    }
+}
+
+impl Drop for TrainerHarness {
+    fn drop(&mut self) {
+        if self.keep {
+            self.dir.disable_cleanup(true);
+        }
     }
 }
 
