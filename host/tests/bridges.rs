@@ -121,9 +121,7 @@ const PROBE: [u32; 6] = [1, 50, 51, 52, 53, 54];
 impl Rig {
     /// Pauses the engines, trains one step (engines never run while the trainer writes).
     fn train_step(&self) {
-        for e in &self.engines {
-            e.pause_generation(PauseMode::Wait).unwrap();
-        }
+        self.pause();
         let m = self.trainer.train_step(batch(&TRAIN)).unwrap();
         assert!(
             m.iter()
@@ -134,6 +132,13 @@ impl Rig {
     fn resume(&self) {
         for e in &self.engines {
             e.continue_generation().unwrap();
+        }
+    }
+
+    /// Pauses the engines (updates, the ipc setup included, are applied to paused engines).
+    fn pause(&self) {
+        for e in &self.engines {
+            e.pause_generation(PauseMode::Wait).unwrap();
         }
     }
 
@@ -200,8 +205,10 @@ fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
     assert!(!d.trainer_offload_tags().contains(&"weights".to_string()));
     assert!(!d.engine_release_tags().contains(&"weights".to_string()));
     assert_eq!(d.engine_release_tags(), ["kv_cache", "activations"]);
+    r.pause();
     d.setup(&r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap();
+    r.resume();
     let before = r.engine_probe(0);
     for step in 1..=2u64 {
         r.train_step();
@@ -278,13 +285,15 @@ fn ipc_setup_refuses_a_layout_mismatch_in_one_error() {
     let _ = dir;
     let mut d = BridgeDriver::new("ipc", true, &no_options()).unwrap();
     let before = r.engine_probe(0);
+    r.pause();
     let e = d
         .setup(&r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(e.contains("layout mismatch"), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
-    // The engine still serves its own weights.
+    // The engine still serves its own weights (the refused update left it paused).
+    r.resume();
     assert_eq!(bits(&before), bits(&r.engine_probe(0)));
 }
 
@@ -370,18 +379,18 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
         name: "native-v3".into(),
         dir: other.display().to_string().into(),
     };
+    r.pause();
     let e = d
         .apply(mismatched, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(e.contains("digest mismatch"), "{e}");
-    r.engines[0].pause_generation(PauseMode::Wait).unwrap();
     r.resume();
     assert_eq!(r.version(), 2);
     assert_eq!(bits(&served_v2), bits(&r.engine_probe(0)));
 
     // A fresh export of the same step goes through.
-    r.engines[0].pause_generation(PauseMode::Wait).unwrap();
+    r.pause();
     d.sync(&r.trainer, &mut r.engines, &mut r.launcher).unwrap();
     r.resume();
     close(&r.engine_probe(0), &r.trainer_probe());
@@ -515,7 +524,8 @@ fn checkpoint_without_restart_reloads_in_place() {
         .collect();
     kept.sort();
     assert_eq!(kept, ["v4", "v5"]);
-    // Versions only go up: an older update is refused.
+    // Versions only go up: an older update is refused (by the lifecycle state machine), and
+    // the engine keeps serving v5.
     r.engines[0].pause_generation(PauseMode::Wait).unwrap();
     let mut old = r
         .trainer
@@ -526,7 +536,10 @@ fn checkpoint_without_restart_reloads_in_place() {
         .apply_weight_update(old)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("only go up"), "{e}");
+    assert!(e.contains("version 0 is below the served version 5"), "{e}");
+    r.resume();
+    assert_eq!(r.version(), 5);
+    assert_eq!(bits(&r.engine_probe(0)), bits(&r.trainer_probe()));
     // The version survives a restart: a trainer started on the exported checkpoint goes on
     // from it.
     let dir = tempfile::tempdir().unwrap();

@@ -382,8 +382,11 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let engine = registry
         .new_engine(config, Services::new().handle())
         .expect("engine");
+    // Updates are applied to a paused engine (the lifecycle state machine).
+    ok(engine.pause_generation(PauseMode::Wait));
     let report = ok(engine.apply_weight_update(update));
     assert_eq!(report.version, 4);
+    ok(engine.continue_generation());
     let scored = ok(engine.score(vec![RVec::from(tokens.to_vec())].into()));
     for (i, t) in lp_now[0].iter().enumerate() {
         let e = scored[0][2 + i];
@@ -471,7 +474,9 @@ fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_er
     let engine = registry
         .new_engine(config(""), Services::new().handle())
         .expect("engine");
+    ok(engine.pause_generation(PauseMode::Wait));
     ok(engine.apply_weight_update(update));
+    ok(engine.continue_generation());
     let out = ok(engine.generate(GenerateRequest {
         prompts: vec![RVec::from(tokens[..2].to_vec())].into(),
         sampling: SamplingParams {

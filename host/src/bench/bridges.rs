@@ -175,7 +175,10 @@ impl Ctx<'_> {
             bridge_opts.insert("restart".into(), toml::Value::Boolean(restart));
         }
         let mut driver = BridgeDriver::new(mode, verify, &bridge_opts)?;
+        // The ipc setup applies the trainer's region: updates go to paused engines.
+        pause(&engines)?;
         driver.setup(&trainer, &mut engines, &mut launcher)?;
+        resume(&engines)?;
         let (mut lat, mut bytes, mut peak) = (Vec::new(), 0, 0);
         // ipc syncs cost no I/O: ten more (without a training step in between, same path:
         // export, fence, version check) make the median robust on a loaded machine.
@@ -208,8 +211,9 @@ impl Ctx<'_> {
                 probes.push(disk_seconds(self.scratch, self.weights)?);
             }
             let rec = driver.sync(&trainer, &mut engines, &mut launcher)?;
-            for e in &engines {
-                e.continue_generation()?;
+            // A checkpoint restart replaces the engines with new ones that already serve.
+            if !rec.restarted {
+                resume(&engines)?;
             }
             lat.push(rec.latency_s);
             bytes = rec.bytes_moved;
@@ -348,6 +352,13 @@ fn non_weight_bytes(
 fn pause(engines: &[RemoteEngine]) -> Result<(), HostError> {
     for e in engines {
         e.pause_generation(tandem_plugin_api::PauseMode::Wait)?;
+    }
+    Ok(())
+}
+
+fn resume(engines: &[RemoteEngine]) -> Result<(), HostError> {
+    for e in engines {
+        e.continue_generation()?;
     }
     Ok(())
 }
