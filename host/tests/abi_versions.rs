@@ -85,7 +85,7 @@ fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -
         api_version.replace('.', "_"),
         api_level.unwrap_or(1)
     ));
-    std::fs::copy(target.join("debug/libtandem_fixture_alpha.so"), &lib).unwrap();
+    std::fs::copy(target.join("debug/libfixture_alpha.so"), &lib).unwrap();
     lib
 }
 

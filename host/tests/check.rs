@@ -33,11 +33,8 @@ mode = "checkpoint"
 
 fn check(job: &str, json: bool) -> (std::process::Output, tempfile::TempDir, tempfile::TempDir) {
     let plugins = plugin_dir(&[
-        (
-            &cdylib("tandem_fixture_alpha"),
-            "libtandem_fixture_alpha.so",
-        ),
-        (&cdylib("tandem_fixture_beta"), "libtandem_fixture_beta.so"),
+        (&cdylib("fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (&cdylib("fixture_beta"), "libtandem_fixture_beta.so"),
     ]);
     let jobs = tempfile::tempdir().unwrap();
     let path = jobs.path().join("job.toml");

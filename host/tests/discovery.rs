@@ -58,11 +58,8 @@ impl Install {
 fn standard_install() -> Install {
     Install::new(&[
         (&cdylib("tandem_native"), "libtandem_native.so"),
-        (
-            &cdylib("tandem_fixture_alpha"),
-            "libtandem_fixture_alpha.so",
-        ),
-        (&cdylib("tandem_fixture_beta"), "libfixture_beta.so"),
+        (&cdylib("fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (&cdylib("fixture_beta"), "libfixture_beta.so"),
     ])
 }
 
@@ -118,7 +115,7 @@ fn libtandem_libraries_next_to_the_binary_are_found_and_a_built_in_wins() {
 #[test]
 fn tandem_plugin_path_adds_any_library_to_those_next_to_the_binary() {
     let install = standard_install();
-    let beta = plugin_dir(&[(&cdylib("tandem_fixture_beta"), "libfixture_beta.so")]);
+    let beta = plugin_dir(&[(&cdylib("fixture_beta"), "libfixture_beta.so")]);
     let plugins = listed(&install.run(&["plugins", "--json"], Some(beta.path())));
     assert_eq!(
         source_of(&plugins, "fixture-beta"),
@@ -158,7 +155,7 @@ fn a_plugin_dir_holding_the_binarys_own_build_loads_without_a_duplicate() {
 #[test]
 fn a_plugin_dir_wins_over_the_binarys_directory() {
     let install = standard_install();
-    let alpha = plugin_dir(&[(&cdylib("tandem_fixture_alpha"), "libmy_alpha.so")]);
+    let alpha = plugin_dir(&[(&cdylib("fixture_alpha"), "libmy_alpha.so")]);
     let dir = alpha.path().display().to_string();
     let plugins = listed(&install.run(&["plugins", "--json", "--plugin-dir", &dir], None));
     let alphas: Vec<&(String, String)> = plugins
@@ -189,7 +186,7 @@ fn assert_one_duplicate_line(out: &Output, first: &str, second: &str) {
 #[test]
 fn two_libraries_with_one_name_in_plugin_dirs_are_still_one_error_line() {
     let install = standard_install();
-    let beta = cdylib("tandem_fixture_beta");
+    let beta = cdylib("fixture_beta");
     let d1 = plugin_dir(&[(&beta, "libtandem_fixture_beta.so")]);
     let d2 = plugin_dir(&[(&beta, "libbeta_copy.so")]);
     let first = d1.path().join("libtandem_fixture_beta.so");
@@ -211,7 +208,7 @@ fn two_libraries_with_one_name_in_plugin_dirs_are_still_one_error_line() {
 
 #[test]
 fn two_libraries_with_one_name_next_to_the_binary_are_one_error_line() {
-    let beta = cdylib("tandem_fixture_beta");
+    let beta = cdylib("fixture_beta");
     let install = Install::new(&[
         (&beta, "libtandem_beta_a.so"),
         (&beta, "libtandem_beta_b.so"),

@@ -28,11 +28,8 @@ fn config(component: &str, options_json: &str) -> ComponentConfig {
 
 fn alpha_beta_dir() -> tempfile::TempDir {
     plugin_dir(&[
-        (
-            &cdylib("tandem_fixture_alpha"),
-            "libtandem_fixture_alpha.so",
-        ),
-        (&cdylib("tandem_fixture_beta"), "libtandem_fixture_beta.so"),
+        (&cdylib("fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (&cdylib("fixture_beta"), "libtandem_fixture_beta.so"),
     ])
 }
 
@@ -143,7 +140,7 @@ fn constructor_panic_is_caught_and_the_host_survives() {
 
 #[test]
 fn duplicate_plugin_names_are_an_error_naming_both_paths() {
-    let alpha = cdylib("tandem_fixture_alpha");
+    let alpha = cdylib("fixture_alpha");
     let d1 = plugin_dir(&[(&alpha, "libtandem_fixture_alpha.so")]);
     let d2 = plugin_dir(&[(&alpha, "libalpha_copy.so")]);
     let out = run(tandem()

@@ -19,11 +19,8 @@ use tandem_plugin_api::{ErrorCode, GenerateRequest, RVec, SamplingParams};
 
 fn fixtures() -> tempfile::TempDir {
     plugin_dir(&[
-        (
-            &cdylib("tandem_fixture_alpha"),
-            "libtandem_fixture_alpha.so",
-        ),
-        (&cdylib("tandem_fixture_beta"), "libtandem_fixture_beta.so"),
+        (&cdylib("fixture_alpha"), "libtandem_fixture_alpha.so"),
+        (&cdylib("fixture_beta"), "libtandem_fixture_beta.so"),
     ])
 }
 

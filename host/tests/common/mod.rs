@@ -27,7 +27,7 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of a workspace cdylib, e.g. `fixture("tandem_fixture_alpha")`.
+/// Path of a workspace cdylib, e.g. `cdylib("fixture_alpha")`.
 pub fn cdylib(crate_name: &str) -> PathBuf {
     let p = target_profile_dir().join(format!("lib{crate_name}.so"));
     assert!(
