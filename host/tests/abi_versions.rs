@@ -47,23 +47,33 @@ fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -
         1,
     );
     std::fs::write(&manifest, text).unwrap();
-    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let deps = |name: &str| {
-        root_manifest
-            .lines()
-            .find(|l| l.starts_with(&format!("{name} =")))
-            .unwrap_or_else(|| panic!("{name} in root Cargo.toml"))
-            .to_owned()
-    };
-    let ws_manifest = format!(
-        "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"tests/fixtures/fixture-alpha\"]\n\
-         [workspace.package]\nedition = \"2024\"\nrust-version = \"1.95\"\nlicense = \"Apache-2.0\"\npublish = false\n\
-         [workspace.dependencies]\ntandem-plugin-api = {{ path = \"plugin-api\" }}\n{}\n{}\n\
-         [workspace.lints.rust]\n[workspace.lints.clippy]\n",
-        deps("abi_stable"),
-        deps("inventory")
+    // `[workspace.dependencies]`: every registry dependency of the root workspace, so whatever
+    // plugin-api inherits (dependencies and dev-dependencies, e.g. proptest) resolves; the
+    // workspace's own crates (path entries) stay out: plugin-api depends on none of them.
+    let root_manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut deps = root_manifest["workspace"]["dependencies"]
+        .as_table()
+        .expect("[workspace.dependencies] in root Cargo.toml")
+        .clone();
+    deps.retain(|_, v| v.get("path").is_none());
+    deps.insert(
+        "tandem-plugin-api".into(),
+        toml::Value::Table("path = \"plugin-api\"".parse().unwrap()),
     );
-    std::fs::write(w.join("Cargo.toml"), ws_manifest).unwrap();
+    let mut ws_manifest: toml::Table = "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"tests/fixtures/fixture-alpha\"]\n\
+         [workspace.package]\nedition = \"2024\"\nrust-version = \"1.95\"\nlicense = \"Apache-2.0\"\npublish = false\n\
+         [workspace.lints.rust]\n[workspace.lints.clippy]\n"
+        .parse()
+        .unwrap();
+    ws_manifest
+        .get_mut("workspace")
+        .and_then(toml::Value::as_table_mut)
+        .unwrap()
+        .insert("dependencies".into(), toml::Value::Table(deps));
+    std::fs::write(w.join("Cargo.toml"), ws_manifest.to_string()).unwrap();
     std::fs::copy(root.join("Cargo.lock"), w.join("Cargo.lock")).unwrap();
     let _ = std::fs::copy(
         root.join("rust-toolchain.toml"),
