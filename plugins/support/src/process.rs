@@ -180,9 +180,44 @@ mod tests {
         let pid = s.pid;
         s.stop();
         assert!(s.exited().is_some());
+        // stop() reaps the leader; the SIGKILL it sent the group reaches the other members
+        // asynchronously, and the background `sleep` (now init's child) stays a zombie until
+        // init reaps it. So wait, bounded, until no member of the group is alive.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut live = live_members(pid);
+        while !live.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            live = live_members(pid);
+        }
+        assert!(
+            live.is_empty(),
+            "process group {pid} survived stop(): {live:?} still alive after 30 s"
+        );
+    }
+
+    /// Processes of group `pgid` that are alive (not zombies), from `/proc/<pid>/stat`.
+    fn live_members(pgid: u32) -> Vec<u32> {
         // SAFETY: kill(2) with signal 0 only probes whether the group still exists.
-        let alive = unsafe { libc::kill(-(pid as i32), 0) } == 0;
-        assert!(!alive, "process group {pid} survived stop()");
+        if unsafe { libc::kill(-(pgid as i32), 0) } != 0 {
+            return Vec::new();
+        }
+        let in_group = |pid: u32| {
+            // A process that exited since the listing has no stat: not alive.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // After `pid (comm)`: state, ppid, pgrp.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            f.len() > 2 && f[2] == pgid.to_string() && !matches!(f[0], "Z" | "X")
+        };
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| in_group(pid))
+            .collect()
     }
 
     #[test]
