@@ -232,7 +232,7 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
     };
     assert!(Path::new(dir.as_str()).join("model.safetensors").is_file());
     let engine = native_engine();
-    apply_paused(engine, update.clone());
+    apply_paused(&engine, update.clone());
     assert_eq!(ok(engine.health()).weight_version, 6);
     let trained = logprobs(&mut t, &probe, WhichWeights::Current);
     let seqs: RVec<RVec<u32>> = probe_tokens().into_iter().map(RVec::from).collect();
@@ -348,7 +348,7 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
         panic!("{newer:?}")
     };
     assert_eq!(newer_name.as_str(), "fsdp-v12");
-    apply_paused(vllm, newer.clone());
+    apply_paused(&vllm, newer.clone());
     assert_eq!(ok(vllm.health()).weight_version, 12);
     let (_, d) = engine_vs_trainer(&vllm, &mut t, newer_name.as_str());
     eprintln!(

@@ -328,7 +328,7 @@ fn native_engine_with(update: &WeightUpdate, adapter: Option<&str>) -> (Vec<u32>
             Services::new().handle(),
         )
         .unwrap();
-    apply_paused(e, update.clone());
+    apply_paused(&e, update.clone());
     first(&ok(e.generate(greedy(vec![PROMPT.to_vec()], 8, adapter))))
 }
 
@@ -430,7 +430,7 @@ fn d_checkpoint_reload_in_place_and_restart_both_serve_the_checkpoint() {
     ok(e.start());
     let old_pid = metric(&e, "server_pid");
     let t = Instant::now();
-    apply_paused(e, update.clone());
+    apply_paused(&e, update.clone());
     let restart_s = t.elapsed().as_secs_f64();
     assert_ne!(
         metric(&e, "server_pid"),

@@ -462,9 +462,22 @@ impl EngineImpl for VllmEngine {
             .active_adapter
             .clone()
             .unwrap_or_else(|| SERVED_NAME.to_owned());
-        let body = response::score_body(&model, &sequences);
-        let v = self.post_json("/v1/completions", &body, false)?;
-        response::prompt_logprobs(&v, &sequences)
+        // vLLM 0.32's CPU LoRA logits path (punica_cpu `add_lora_logits`) mis-sizes prompt
+        // logprobs of several sequences batched in one step and kills the engine core
+        // ("einsum(): subscript b has size 2 ... size 5"), adapter active or not. With LoRA on,
+        // each sequence is scored in a request of its own, one after the other.
+        let per_request = if self.opts.enable_lora {
+            1
+        } else {
+            sequences.len()
+        };
+        let mut out = Vec::with_capacity(sequences.len());
+        for chunk in sequences.chunks(per_request) {
+            let body = response::score_body(&model, chunk);
+            let v = self.post_json("/v1/completions", &body, false)?;
+            out.extend(response::prompt_logprobs(&v, chunk)?);
+        }
+        Ok(out)
     }
 
     fn pause_generation(&self, mode: PauseMode) -> Result<()> {
