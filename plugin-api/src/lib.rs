@@ -32,13 +32,16 @@ pub use caps::{BridgeMode, Capabilities, ComponentDecl, ComponentKind, PluginMan
 pub use error::{ErrorCode, PResult, PluginError};
 pub use inventory;
 pub use module::{PluginModule, PluginModuleRef};
+/// Re-exported so an out-of-tree plugin can derive its options' `Deserialize` with
+/// `#[serde(crate = "tandem_plugin_api::serde")]` and depend on this crate only.
+pub use serde;
 pub use traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
 pub use types::*;
 
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::BASE;
+pub const API_LEVEL: u32 = api_level::VALIDATE;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -47,6 +50,9 @@ pub const MIN_API_LEVEL: u32 = api_level::BASE;
 pub mod api_level {
     /// Engines, trainers, bridges, host services (logging, cancellation, memory, transport).
     pub const BASE: u32 = 1;
+    /// The root module's `validate_config`: a plugin checks its components' options before
+    /// anything starts (`tandem check`). Plugins below this level are not asked.
+    pub const VALIDATE: u32 = 2;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

@@ -6,8 +6,13 @@
 //! [`ErrorCode::Panicked`] error instead of letting it unwind into `extern "C"` code (which
 //! would abort the process). Then `export_plugin!(MyPlugin)` in a `cdylib` crate, or
 //! `register_builtin!(MyPlugin)` in a crate the host links statically.
+//!
+//! Options: a component's `options` table reaches the plugin as JSON. Parse it with
+//! [`parse_options`] in both [`Plugin::validate_config`] (what `tandem check` asks before
+//! anything starts) and the constructor, so the two can never disagree; the error names the
+//! exact key path.
 
-use crate::caps::{ComponentDecl, PluginManifest};
+use crate::caps::{ComponentDecl, ComponentKind, PluginManifest};
 use crate::error::{ErrorCode, PResult, PluginError};
 use crate::module::{PluginModule, PluginModuleRef};
 use crate::traits::{
@@ -18,6 +23,7 @@ use crate::types::*;
 use abi_stable::prefix_type::PrefixTypeTrait;
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{RResult, RString, RVec};
+use serde::de::DeserializeOwned;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Result type of the SDK traits.
@@ -304,6 +310,67 @@ pub trait Plugin: 'static {
     fn new_bridge(config: ComponentConfig, host: HostBox) -> Result<BridgeBox> {
         unsupported("new_bridge", config.component.as_str())
     }
+    /// Checks the options of the component `kind` named by `config.component` without
+    /// constructing it: the constructor's own parse ([`parse_options`]) plus static checks
+    /// that need no resources (ranges, enum values, option combinations). Never start a
+    /// process, open a model or look for an interpreter here. `tandem check` and `tandem run`
+    /// call it before anything starts; the default finds no problems.
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+}
+
+/// Parses a component's options JSON (empty = `{}`, i.e. all defaults) into `T`. On failure
+/// the problem names the exact key path inside the options table (`lora.rank`,
+/// `targets[2]`; an unknown key is named itself) and the message carries no position in the
+/// JSON text. Use the same call in [`Plugin::validate_config`] and the constructor.
+pub fn parse_options<T: DeserializeOwned>(
+    options_json: &str,
+) -> std::result::Result<T, ConfigProblem> {
+    let json = if options_json.trim().is_empty() {
+        "{}"
+    } else {
+        options_json
+    };
+    let mut de = serde_json::Deserializer::from_str(json);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let mut key: Vec<String> = Vec::new();
+        for segment in e.path().iter() {
+            use serde_path_to_error::Segment;
+            match segment {
+                Segment::Seq { index } => match key.last_mut() {
+                    Some(last) => last.push_str(&format!("[{index}]")),
+                    None => key.push(format!("[{index}]")),
+                },
+                Segment::Map { key: k } | Segment::Enum { variant: k } => key.push(k.clone()),
+                Segment::Unknown => {}
+            }
+        }
+        let message = json_message(e.inner());
+        // An unknown or missing key is reported at its own path, not at the table holding it.
+        if let Some(name) = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|prefix| message.strip_prefix(prefix))
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(name, _)| name)
+            && key.last().map(String::as_str) != Some(name)
+        {
+            key.push(name.to_owned());
+        }
+        ConfigProblem::new(key.join("."), message)
+            .with_help("fix the component's options table in the job file; see `tandem plugins`")
+    })?;
+    de.end()
+        .map_err(|e| ConfigProblem::new("", json_message(&e)))?;
+    Ok(value)
+}
+
+/// A serde_json error's message without its position in the JSON text (which is the host's
+/// serialisation of the job file's table, meaningless to a user).
+fn json_message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    text.strip_suffix(&suffix).unwrap_or(&text).to_owned()
 }
 
 /// Builds a manifest stamped with this crate's API level and ABI version.
@@ -336,6 +403,15 @@ extern "C" fn bridge_shim<P: Plugin>(config: ComponentConfig, host: HostBox) -> 
     guard(|| P::new_bridge(config, host))
 }
 
+// abi-append:validate_config:begin (cut out with the field in module.rs by the ABI tests)
+extern "C" fn validate_shim<P: Plugin>(
+    kind: ComponentKind,
+    config: ComponentConfig,
+) -> PResult<RVec<ConfigProblem>> {
+    guard(|| Ok(RVec::from(P::validate_config(kind, &config))))
+}
+// abi-append:validate_config:end
+
 /// The root module of plugin `P`; used by [`crate::export_plugin!`] and
 /// [`crate::register_builtin!`] alike, so built-in and dynamic plugins share constructors.
 pub fn module_of<P: Plugin>() -> PluginModuleRef {
@@ -344,6 +420,9 @@ pub fn module_of<P: Plugin>() -> PluginModuleRef {
         new_engine: engine_shim::<P>,
         new_trainer: trainer_shim::<P>,
         new_bridge: bridge_shim::<P>,
+        // abi-append:validate_config:begin
+        validate_config: validate_shim::<P>,
+        // abi-append:validate_config:end
     }
     .leak_into_prefix()
 }
@@ -391,6 +470,7 @@ macro_rules! register_builtin {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -411,6 +491,132 @@ mod tests {
                 assert!(e.message.contains("boom 7"), "{}", e.message);
             }
             RResult::ROk(()) => panic!("expected an error"),
+        }
+    }
+
+    #[derive(Debug, serde::Deserialize, Default)]
+    #[serde(deny_unknown_fields)]
+    struct Lora {
+        rank: u32,
+        #[serde(default)]
+        targets: Vec<String>,
+    }
+
+    #[derive(Debug, serde::Deserialize, Default)]
+    #[serde(deny_unknown_fields, default)]
+    struct Opts {
+        max_batch: usize,
+        lora: Option<Lora>,
+        mode: Mode,
+    }
+
+    #[derive(Debug, serde::Deserialize, Default)]
+    #[serde(rename_all = "lowercase")]
+    enum Mode {
+        #[default]
+        Fast,
+        Slow,
+    }
+
+    fn problem(json: &str) -> ConfigProblem {
+        match parse_options::<Opts>(json) {
+            Ok(o) => panic!("expected a problem, parsed {o:?}"),
+            Err(p) => p,
+        }
+    }
+
+    #[test]
+    fn parse_options_defaults_on_empty_and_parses_values() {
+        let o: Opts = parse_options("  ").unwrap();
+        assert_eq!(o.max_batch, 0);
+        let o: Opts = parse_options(
+            r#"{"max_batch": 4, "lora": {"rank": 8, "targets": ["q"]}, "mode": "slow"}"#,
+        )
+        .unwrap();
+        assert_eq!(o.max_batch, 4);
+        let lora = o.lora.unwrap();
+        assert_eq!((lora.rank, lora.targets), (8, vec!["q".to_owned()]));
+        assert!(matches!(o.mode, Mode::Slow));
+    }
+
+    #[test]
+    fn parse_options_names_the_exact_key_path() {
+        let p = problem(r#"{"max_batch": "x"}"#);
+        assert_eq!(p.key.as_str(), "max_batch");
+        assert!(p.message.starts_with("invalid type: string \"x\""), "{p}");
+        assert!(!p.message.contains("line 1"), "no JSON position: {p}");
+        assert!(!p.help.is_empty());
+
+        let p = problem(r#"{"max_batc": 3}"#);
+        assert_eq!(p.key.as_str(), "max_batc", "{p}");
+        assert!(p.message.contains("unknown field `max_batc`"), "{p}");
+
+        let p = problem(r#"{"lora": {"rank": 8, "alpha": 1}}"#);
+        assert_eq!(p.key.as_str(), "lora.alpha", "{p}");
+
+        let p = problem(r#"{"lora": {"targets": []}}"#);
+        assert_eq!(p.key.as_str(), "lora.rank", "{p}");
+        assert_eq!(p.message.as_str(), "missing field `rank`", "{p}");
+
+        let p = problem(r#"{"lora": {"rank": -1}}"#);
+        assert_eq!(p.key.as_str(), "lora.rank", "{p}");
+
+        let p = problem(r#"{"lora": {"targets": ["q", 3]}}"#);
+        assert_eq!(p.key.as_str(), "lora.targets[1]", "{p}");
+
+        let p = problem(r#"{"mode": "medium"}"#);
+        assert_eq!(p.key.as_str(), "mode", "{p}");
+        assert!(p.message.contains("unknown variant `medium`"), "{p}");
+
+        let p = problem(r#"{"max_batch": 1} x"#);
+        assert_eq!(p.key.as_str(), "", "{p}");
+        assert_eq!(
+            p.to_error("engine `e`").message.as_str(),
+            format!("engine `e` options: {}", p.message)
+        );
+        let p = problem(r#"{"max_batch": 1.5}"#);
+        assert_eq!(
+            p.to_error("engine `e`").message.as_str(),
+            format!("engine `e` options: max_batch: {}", p.message)
+        );
+    }
+
+    struct Validating;
+
+    impl Plugin for Validating {
+        fn manifest() -> PluginManifest {
+            manifest("v", "0.1.0", Vec::new())
+        }
+        fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+            if kind == ComponentKind::Bridge {
+                panic!("no bridges here");
+            }
+            match parse_options::<Opts>(&config.options_json) {
+                Ok(_) => Vec::new(),
+                Err(p) => vec![p],
+            }
+        }
+    }
+
+    #[test]
+    fn validate_config_goes_through_the_root_module_under_the_guard() {
+        let module = module_of::<Validating>();
+        let validate = module.validate_config().expect("the field is present");
+        let config = ComponentConfig {
+            component: "v".into(),
+            model_path: "".into(),
+            options_json: r#"{"max_batch": true}"#.into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: "".into(),
+        };
+        let problems = validate(ComponentKind::Engine, config.clone()).unwrap();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].key.as_str(), "max_batch");
+        match validate(ComponentKind::Bridge, config) {
+            RResult::RErr(e) => assert_eq!(e.code, ErrorCode::Panicked),
+            RResult::ROk(p) => panic!("expected the panic as an error, got {p:?}"),
         }
     }
 

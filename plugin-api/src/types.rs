@@ -449,6 +449,55 @@ pub struct ComponentConfig {
     pub run_dir: RString,
 }
 
+/// One problem a plugin found in a component's options, reported by
+/// [`PluginModule::validate_config`](crate::module::PluginModule) before anything starts (the
+/// host turns it into a `job.toml:LINE:COL: engine.options.KEY: message (help: ...)` line).
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfigProblem {
+    /// Dotted key path inside the component's options table, e.g. `max_batch` or
+    /// `lora.targets[1]`; empty for the whole table.
+    pub key: RString,
+    /// What is wrong, one line.
+    pub message: RString,
+    /// How to fix it (may be empty).
+    pub help: RString,
+}
+
+impl ConfigProblem {
+    /// A problem at `key` (empty: the whole table) with no help text.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigProblem {
+            key: RString::from(key.into()),
+            message: RString::from(message.into()),
+            help: RString::new(),
+        }
+    }
+
+    /// Adds a help line.
+    #[must_use]
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = RString::from(help.into());
+        self
+    }
+
+    /// The problem as a constructor error of `what` (e.g. ``engine `native` ``):
+    /// `what options: key: message`, with the help line.
+    pub fn to_error(&self, what: &str) -> crate::error::PluginError {
+        crate::error::PluginError::invalid_input(format!("{what} options: {self}"))
+            .with_help(self.help.as_str())
+    }
+}
+
+impl std::fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.key.is_empty() {
+            write!(f, "{}: ", self.key)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
 /// Request for a tagged memory region from the host.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]
