@@ -10,8 +10,8 @@ pub mod worker;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, trainer_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, HostBox, PluginError,
-    PluginManifest, RString, RVec, TrainerBox, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, HostBox,
+    PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
 };
 
 pub use options::FsdpOptions;
@@ -63,6 +63,22 @@ impl Plugin for FsdpPlugin {
             )));
         }
         Ok(trainer_box(FsdpTrainer::new(config, host)?))
+    }
+
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        if kind != ComponentKind::Trainer || config.component.as_str() != "fsdp" {
+            return vec![ConfigProblem::new(
+                "",
+                format!(
+                    "plugin `fsdp` has no {} `{}`",
+                    kind.as_str(),
+                    config.component
+                ),
+            )];
+        }
+        // The options only: the Python environment is the constructor's and `init`'s
+        // business (they say how to create it).
+        FsdpOptions::problems_of(&config.options_json)
     }
 }
 

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::{ErrorCode, PluginError};
+use tandem_plugin_api::sdk::{self, Result};
+use tandem_plugin_api::{ConfigProblem, ErrorCode, PluginError};
 use tandem_plugin_support::Python;
 use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
 
@@ -76,45 +76,99 @@ impl Default for FsdpOptions {
     }
 }
 
+/// What the trainer's errors about its options start with.
+const WHAT: &str = "trainer `fsdp`";
+
 impl FsdpOptions {
-    /// Parses the job file's options table (JSON) and checks the values.
+    /// Parses the job file's options table (JSON) and checks the values: the constructor's
+    /// side of [`FsdpOptions::problems_of`] (same parse, same checks).
     pub fn parse(json: &str) -> Result<FsdpOptions> {
-        let json = if json.trim().is_empty() { "{}" } else { json };
-        let o: FsdpOptions = serde_json::from_str(json).map_err(|e| {
-            PluginError::invalid_input(format!("trainer `fsdp` options: {e}"))
+        let o: FsdpOptions = sdk::parse_options(json).map_err(|p| {
+            p.to_error(WHAT)
                 .with_help("see `tandem plugins` and plugins/fsdp/NOTES.md for the keys")
         })?;
-        if o.ranks == 0 || o.ranks > 64 {
-            return Err(PluginError::invalid_input(format!(
-                "trainer `fsdp` options: ranks = {} (must be 1..=64)",
-                o.ranks
-            )));
+        match o.problems().first() {
+            Some(p) => Err(p.to_error(WHAT)),
+            None => Ok(o),
         }
-        if !matches!(o.dtype.as_str(), "float32" | "bfloat16" | "float16") {
-            return Err(PluginError::invalid_input(format!(
-                "trainer `fsdp` options: dtype `{}` is not float32, bfloat16 or float16",
-                o.dtype
-            )));
-        }
-        for (k, v) in [
-            ("startup_timeout_s", o.startup_timeout_s),
-            ("call_timeout_s", o.call_timeout_s),
-            ("collective_timeout_s", o.collective_timeout_s),
-        ] {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(PluginError::invalid_input(format!(
-                    "trainer `fsdp` options: {k} = {v} (must be > 0)"
-                )));
+    }
+
+    /// Every problem of the options JSON (`validate_config`): the parse error, or the static
+    /// checks'. Looks for no interpreter and starts nothing.
+    pub fn problems_of(json: &str) -> Vec<ConfigProblem> {
+        match sdk::parse_options::<FsdpOptions>(json) {
+            Ok(o) => o.problems(),
+            Err(p) => {
+                vec![p.with_help("see `tandem plugins` and plugins/fsdp/NOTES.md for the keys")]
             }
         }
-        if let Some(l) = &o.lora
-            && (l.rank == 0 || l.alpha <= 0.0)
-        {
-            return Err(PluginError::invalid_input(
-                "trainer `fsdp` options: lora.rank and lora.alpha must be > 0",
+    }
+
+    /// Static checks: ranks, dtype, timeouts, optimizer and LoRA values.
+    pub fn problems(&self) -> Vec<ConfigProblem> {
+        let mut p = Vec::new();
+        if self.ranks == 0 || self.ranks > 64 {
+            p.push(
+                ConfigProblem::new("ranks", format!("must be in 1..=64, got {}", self.ranks))
+                    .with_help("the number of FSDP ranks torchrun starts, e.g. ranks = 2"),
+            );
+        }
+        if !matches!(self.dtype.as_str(), "float32" | "bfloat16" | "float16") {
+            p.push(ConfigProblem::new(
+                "dtype",
+                format!("`{}` is not float32, bfloat16 or float16", self.dtype),
             ));
         }
-        Ok(o)
+        if self.threads == Some(0) {
+            p.push(
+                ConfigProblem::new("threads", "must be at least 1")
+                    .with_help("remove it for cores / ranks"),
+            );
+        }
+        for (k, v) in [
+            ("startup_timeout_s", self.startup_timeout_s),
+            ("call_timeout_s", self.call_timeout_s),
+            ("collective_timeout_s", self.collective_timeout_s),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                p.push(ConfigProblem::new(
+                    k,
+                    format!("must be > 0 (seconds), got {v}"),
+                ));
+            }
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            p.push(ConfigProblem::new(
+                "weight_decay",
+                format!("must be >= 0, got {}", self.weight_decay),
+            ));
+        }
+        for (k, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                p.push(ConfigProblem::new(
+                    k,
+                    format!("must be in [0, 1), got {beta}"),
+                ));
+            }
+        }
+        if !(self.eps > 0.0 && self.eps.is_finite()) {
+            p.push(ConfigProblem::new(
+                "eps",
+                format!("must be > 0, got {}", self.eps),
+            ));
+        }
+        if let Some(l) = &self.lora {
+            if l.rank == 0 {
+                p.push(ConfigProblem::new("lora.rank", "must be at least 1"));
+            }
+            if !(l.alpha > 0.0 && l.alpha.is_finite()) {
+                p.push(ConfigProblem::new(
+                    "lora.alpha",
+                    format!("must be > 0, got {}", l.alpha),
+                ));
+            }
+        }
+        p
     }
 
     /// The interpreter: `python`, else `$TANDEM_PYTHON`, else the venv
@@ -155,7 +209,10 @@ mod tests {
         let e = FsdpOptions::parse(r#"{"rank": 2}"#).unwrap_err();
         assert!(e.message.contains("unknown field `rank`"), "{}", e.message);
         let e = FsdpOptions::parse(r#"{"ranks": 0}"#).unwrap_err();
-        assert!(e.message.contains("ranks = 0"), "{}", e.message);
+        assert_eq!(
+            e.message.as_str(),
+            "trainer `fsdp` options: ranks: must be in 1..=64, got 0"
+        );
         let e = FsdpOptions::parse(r#"{"dtype": "int8"}"#).unwrap_err();
         assert!(e.message.contains("int8"), "{}", e.message);
     }
@@ -166,5 +223,17 @@ mod tests {
         let p = o.interpreter().unwrap();
         assert_eq!(p.path, std::path::Path::new("/venv/bin/python"));
         assert_eq!(p.source, tandem_plugin_support::PythonSource::Option);
+    }
+
+    #[test]
+    fn validation_reports_every_problem_at_its_key() {
+        assert!(FsdpOptions::problems_of("").is_empty());
+        let p = FsdpOptions::problems_of(r#"{"rank": 2}"#);
+        assert_eq!(p[0].key.as_str(), "rank");
+        let p = FsdpOptions::problems_of(
+            r#"{"ranks": 0, "call_timeout_s": -1, "lora": {"rank": 0, "alpha": 8}}"#,
+        );
+        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["ranks", "call_timeout_s", "lora.rank"]);
     }
 }

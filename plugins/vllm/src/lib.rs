@@ -10,8 +10,8 @@ pub mod server;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, HostBox, PauseMode,
-    PluginError, PluginManifest, RString, RVec, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
+    PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
 };
 
 pub use engine::VllmEngine;
@@ -65,6 +65,22 @@ impl Plugin for VllmPlugin {
             )));
         }
         Ok(engine_box(VllmEngine::new(&config, host)?))
+    }
+
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        if kind != ComponentKind::Engine || config.component.as_str() != "vllm" {
+            return vec![ConfigProblem::new(
+                "",
+                format!(
+                    "plugin `vllm` has no {} `{}`",
+                    kind.as_str(),
+                    config.component
+                ),
+            )];
+        }
+        // The options only: whether the Python environment is there is the constructor's
+        // business (it says how to create it).
+        VllmOptions::problems_of(&config.options_json)
     }
 }
 

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tandem_plugin_api::PluginError;
-use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::sdk::{self, Result};
+use tandem_plugin_api::{ConfigProblem, PluginError};
 use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
 
 /// The program that starts a server, its leading arguments, and where it came from.
@@ -120,47 +120,64 @@ pub enum CheckpointApply {
 /// The name the model is served under (requests without an adapter use it).
 pub const SERVED_NAME: &str = "tandem-base";
 
+/// What the engine's errors about its options start with.
+const WHAT: &str = "engine `vllm`";
+
 impl VllmOptions {
-    /// Parses the options JSON (empty = defaults) and validates it.
+    /// Parses the options JSON (empty = defaults) and validates it: the constructor's side of
+    /// [`VllmOptions::problems_of`] (same parse, same checks).
     pub fn parse(json: &str) -> Result<Self> {
-        let opts: VllmOptions = if json.trim().is_empty() {
-            VllmOptions::default()
-        } else {
-            serde_json::from_str(json).map_err(|e| {
-                PluginError::invalid_input(format!("engine `vllm` options: {e}"))
-                    .with_help("fix the `[engine] options` table of the job file")
-            })?
-        };
-        opts.validate()?;
-        Ok(opts)
+        let opts: VllmOptions = sdk::parse_options(json).map_err(|p| p.to_error(WHAT))?;
+        match opts.problems().first() {
+            Some(p) => Err(p.to_error(WHAT)),
+            None => Ok(opts),
+        }
     }
 
-    fn validate(&self) -> Result<()> {
-        let ip: IpAddr = self.host.parse().map_err(|_| {
-            PluginError::invalid_input(format!(
-                "engine `vllm` options: host `{}` is not an IP address",
-                self.host
-            ))
-            .with_help("use 127.0.0.1 (or a private address with allow_public_bind = true)")
-        })?;
-        if !ip.is_loopback() && !self.allow_public_bind {
-            return Err(PluginError::invalid_input(format!(
-                "engine `vllm` options: refusing to bind vLLM to {ip}: its dev-mode lifecycle \
-                 routes (/pause, /sleep, /collective_rpc, adapter loading) have no authentication"
-            ))
-            .with_help(
-                "bind to 127.0.0.1, or set allow_public_bind = true on a private network only",
-            ));
+    /// Every problem of the options JSON (`validate_config`): the parse error, or the static
+    /// checks'. Looks for no interpreter and starts nothing.
+    pub fn problems_of(json: &str) -> Vec<ConfigProblem> {
+        match sdk::parse_options::<VllmOptions>(json) {
+            Ok(opts) => opts.problems(),
+            Err(p) => vec![p],
+        }
+    }
+
+    /// Static checks: bind address, launcher, timeouts, counts.
+    pub fn problems(&self) -> Vec<ConfigProblem> {
+        let mut p = Vec::new();
+        match self.host.parse::<IpAddr>() {
+            Err(_) => p.push(
+                ConfigProblem::new("host", format!("`{}` is not an IP address", self.host))
+                    .with_help(
+                        "use 127.0.0.1 (or a private address with allow_public_bind = true)",
+                    ),
+            ),
+            Ok(ip) if !ip.is_loopback() && !self.allow_public_bind => p.push(
+                ConfigProblem::new(
+                    "host",
+                    format!(
+                        "refusing to bind vLLM to {ip}: its dev-mode lifecycle routes (/pause, \
+                         /sleep, /collective_rpc, adapter loading) have no authentication"
+                    ),
+                )
+                .with_help(
+                    "bind to 127.0.0.1, or set allow_public_bind = true on a private network only",
+                ),
+            ),
+            Ok(_) => {}
         }
         if self.python.is_some() && self.command.is_some() {
-            return Err(PluginError::invalid_input(
-                "engine `vllm` options: give either `python` or `command`, not both",
-            ));
+            p.push(
+                ConfigProblem::new("command", "give either `python` or `command`, not both")
+                    .with_help("remove one of them"),
+            );
         }
         if self.command.as_ref().is_some_and(Vec::is_empty) {
-            return Err(PluginError::invalid_input(
-                "engine `vllm` options: `command` is empty",
-            ));
+            p.push(
+                ConfigProblem::new("command", "`command` is empty")
+                    .with_help("e.g. command = [\"vllm\", \"serve\"], or remove it"),
+            );
         }
         for (what, v) in [
             ("startup_timeout_s", self.startup_timeout_s),
@@ -168,12 +185,34 @@ impl VllmOptions {
             ("control_timeout_s", self.control_timeout_s),
         ] {
             if v == 0 {
-                return Err(PluginError::invalid_input(format!(
-                    "engine `vllm` options: {what} must be at least 1"
-                )));
+                p.push(ConfigProblem::new(what, "must be at least 1 (seconds)"));
             }
         }
-        Ok(())
+        for (what, v) in [
+            ("max_num_seqs", self.max_num_seqs),
+            ("cpu_kvcache_gib", self.cpu_kvcache_gib),
+            ("max_loras", self.max_loras),
+            ("max_lora_rank", self.max_lora_rank),
+        ] {
+            if v == 0 {
+                p.push(ConfigProblem::new(what, "must be at least 1"));
+            }
+        }
+        if self.max_model_len == Some(0) {
+            p.push(
+                ConfigProblem::new("max_model_len", "must be at least 1")
+                    .with_help("remove it to keep the model's context length"),
+            );
+        }
+        if let Some(u) = self.gpu_memory_utilization
+            && !(u > 0.0 && u <= 1.0)
+        {
+            p.push(ConfigProblem::new(
+                "gpu_memory_utilization",
+                format!("must be in (0, 1], got {u}"),
+            ));
+        }
+        p
     }
 
     /// Timeout of a generation or scoring request.
@@ -344,6 +383,22 @@ mod tests {
     fn unknown_options_are_refused() {
         let e = VllmOptions::parse(r#"{"max_model_length": 3}"#).unwrap_err();
         assert!(e.message.contains("max_model_length"), "{e}");
+        let p = VllmOptions::problems_of(r#"{"max_model_length": 3}"#);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].key.as_str(), "max_model_length");
+    }
+
+    #[test]
+    fn validation_reports_every_problem_at_its_key() {
+        assert!(VllmOptions::problems_of("").is_empty());
+        let p = VllmOptions::problems_of(
+            r#"{"host": "0.0.0.0", "python": "p", "command": ["vllm"], "max_num_seqs": 0}"#,
+        );
+        let keys: Vec<&str> = p.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(keys, ["host", "command", "max_num_seqs"]);
+        let p = VllmOptions::problems_of(r#"{"checkpoint_apply": "swap"}"#);
+        assert_eq!(p[0].key.as_str(), "checkpoint_apply");
+        assert!(p[0].message.contains("unknown variant `swap`"), "{}", p[0]);
     }
 
     #[test]

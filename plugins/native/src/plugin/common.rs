@@ -1,8 +1,10 @@
 //! Shared glue helpers: `NativeError` → ABI error mapping, options parsing (serde,
-//! `deny_unknown_fields`), logging through the host.
+//! `deny_unknown_fields`) with the static checks `validate_config` runs too, logging through
+//! the host.
 
 use serde::de::DeserializeOwned;
-use tandem_plugin_api::{ErrorCode, HostBox, LogLevel, PluginError};
+use tandem_plugin_api::sdk;
+use tandem_plugin_api::{ConfigProblem, ErrorCode, HostBox, LogLevel, PluginError};
 
 use crate::error::NativeError;
 
@@ -39,18 +41,33 @@ impl<T> Ctx<T> for crate::error::Result<T> {
     }
 }
 
-/// Parses a component's options JSON (empty = all defaults) into `T`.
-pub fn parse_options<T: DeserializeOwned + Default>(
+/// Static checks of a component's parsed options (ranges, enum values, combinations): what
+/// needs no model, memory or process. Implemented in `plugin/validate.rs`.
+pub trait CheckOptions {
+    /// Every problem, keyed by its path inside the options table.
+    fn problems(&self) -> Vec<ConfigProblem>;
+}
+
+/// Every problem of a component's options JSON: the parse error, or the static checks'.
+/// What `validate_config` reports.
+pub fn options_problems<T: DeserializeOwned + CheckOptions>(json: &str) -> Vec<ConfigProblem> {
+    match sdk::parse_options::<T>(json) {
+        Ok(opts) => opts.problems(),
+        Err(p) => vec![p],
+    }
+}
+
+/// Parses a component's options JSON (empty = all defaults) into `T` and runs its static
+/// checks: the constructors' side of [`options_problems`] (one parser, one set of checks).
+pub fn parse_options<T: DeserializeOwned + CheckOptions>(
     json: &str,
     what: &str,
 ) -> Result<T, PluginError> {
-    if json.trim().is_empty() {
-        return Ok(T::default());
+    let opts: T = sdk::parse_options(json).map_err(|p| p.to_error(what))?;
+    match opts.problems().first() {
+        Some(p) => Err(p.to_error(what)),
+        None => Ok(opts),
     }
-    serde_json::from_str(json).map_err(|e| {
-        PluginError::invalid_input(format!("{what} options: {e}"))
-            .with_help("fix the component's `options` table in the job file")
-    })
 }
 
 /// Writes a log line through the host.

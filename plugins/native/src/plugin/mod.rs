@@ -10,11 +10,12 @@ pub mod common;
 pub mod engine;
 pub mod provider;
 pub mod trainer;
+pub mod validate;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, HostBox, PauseMode,
-    PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
+    PauseMode, PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
 };
 
 pub use engine::{EngineOptions, NativeEngine};
@@ -86,6 +87,13 @@ impl Plugin for NativePlugin {
     fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
         check_component(&config)?;
         Ok(trainer_box(NativeTrainer::new(config, host)?))
+    }
+
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        if let Err(e) = check_component(config) {
+            return vec![ConfigProblem::new("", e.message.as_str())];
+        }
+        validate::validate_config(kind, config)
     }
 }
 
