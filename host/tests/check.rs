@@ -19,7 +19,8 @@ train_frac = 0.4
 infer_frac = 0.4
 
 [model]
-path = "."
+path = "model"
+init_preset = "tiny"
 
 [engine]
 plugin = "fixture-alpha"
@@ -134,7 +135,7 @@ fn bridge_mode_not_declared_by_the_components_is_refused() {
     let line = one_error(&out);
     assert!(
         line.contains("unknown bridge mode `carrier-pigeon`")
-            && line.contains("ipc, lora, checkpoint, broadcast"),
+            && line.contains("use `ipc`, `lora` or `checkpoint`"),
         "{line}"
     );
 }

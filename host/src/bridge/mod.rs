@@ -89,44 +89,108 @@ pub struct BridgeDriver {
     hook: Option<RestartHook>,
 }
 
+/// `[bridge] mode` and `[bridge.options]` as the sync driver runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BridgeSettings {
+    /// `ipc`, `lora` or `checkpoint` (`broadcast` is refused).
+    pub mode: BridgeMode,
+    /// Checkpoint syncs restart the engines (`restart`, default true) or reload in place.
+    pub restart: bool,
+}
+
+/// A problem of the `[bridge]` table, keyed relative to it (`mode`, `options.restart`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeProblem {
+    /// `mode` or `options.KEY`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub help: String,
+}
+
+impl std::fmt::Display for BridgeProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bridge.{}: {} (help: {})",
+            self.key, self.message, self.help
+        )
+    }
+}
+
+const MODES_HELP: &str = "use `ipc`, `lora` or `checkpoint`";
+
+/// Parses `[bridge] mode` and `[bridge.options]` without side effects: what `tandem check`
+/// (config validation) and [`BridgeDriver::new`] both run. Every problem is returned.
+pub fn parse_settings(
+    mode: &str,
+    options: &toml::Table,
+) -> Result<BridgeSettings, Vec<BridgeProblem>> {
+    let problem = |key: String, message: String, help: &str| BridgeProblem {
+        key,
+        message,
+        help: help.to_owned(),
+    };
+    let m = match BridgeMode::parse(mode) {
+        Some(m @ (BridgeMode::Ipc | BridgeMode::Lora | BridgeMode::Checkpoint)) => m,
+        Some(BridgeMode::Broadcast) => {
+            return Err(vec![problem(
+                "mode".into(),
+                "bridge mode `broadcast` is not implemented by the sync driver yet".into(),
+                MODES_HELP,
+            )]);
+        }
+        None => {
+            return Err(vec![problem(
+                "mode".into(),
+                format!("unknown bridge mode `{mode}`"),
+                MODES_HELP,
+            )]);
+        }
+    };
+    let mut restart = true;
+    let mut problems = Vec::new();
+    for (k, v) in options {
+        match (k.as_str(), m, v) {
+            ("restart", BridgeMode::Checkpoint, toml::Value::Boolean(b)) => restart = *b,
+            ("restart", BridgeMode::Checkpoint, other) => problems.push(problem(
+                format!("options.{k}"),
+                format!("must be true or false, not `{other}`"),
+                "restart = true starts each engine anew on the checkpoint, false reloads it in \
+                 place",
+            )),
+            _ => problems.push(problem(
+                format!("options.{k}"),
+                format!("`{k}` is not an option of bridge mode `{mode}`"),
+                "the checkpoint mode takes `restart = true|false`; ipc and lora take none",
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(BridgeSettings { mode: m, restart })
+    } else {
+        Err(problems)
+    }
+}
+
 const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
 const ENGINE_TAGS: [&str; 3] = ["weights", "kv_cache", "activations"];
 
 impl BridgeDriver {
     /// `mode` = job file `[bridge] mode`, `verify` = `[bridge] verify`, options = `[bridge.options]`.
+    /// Refuses what [`parse_settings`] refuses (validation already reported it, with positions).
     pub fn new(mode: &str, verify: bool, options: &toml::Table) -> Result<BridgeDriver, HostError> {
-        let m = match BridgeMode::parse(mode) {
-            Some(m @ (BridgeMode::Ipc | BridgeMode::Lora | BridgeMode::Checkpoint)) => m,
-            Some(BridgeMode::Broadcast) => {
-                return Err(HostError::Usage(
-                    "bridge mode `broadcast` is not implemented by the sync driver yet (help: use \
-                     `ipc`, `lora` or `checkpoint`)"
-                        .into(),
-                ));
-            }
-            None => {
-                return Err(HostError::Usage(format!(
-                    "unknown bridge mode `{mode}` (help: use `ipc`, `lora` or `checkpoint`)"
-                )));
-            }
-        };
-        let mut restart = true;
-        for (k, v) in options {
-            match (k.as_str(), m, v) {
-                ("restart", BridgeMode::Checkpoint, toml::Value::Boolean(b)) => restart = *b,
-                ("restart", BridgeMode::Checkpoint, other) => {
-                    return Err(HostError::Usage(format!(
-                        "[bridge.options] restart must be true or false, not `{other}`"
-                    )));
-                }
-                _ => {
-                    return Err(HostError::Usage(format!(
-                        "[bridge.options] `{k}` is not an option of bridge mode `{mode}` (help: \
-                         the checkpoint mode takes `restart = true|false`; ipc and lora take none)"
-                    )));
-                }
-            }
-        }
+        let BridgeSettings { mode: m, restart } =
+            parse_settings(mode, options).map_err(|problems| {
+                HostError::Usage(
+                    problems
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
+            })?;
         Ok(BridgeDriver {
             mode: m,
             verify,

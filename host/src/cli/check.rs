@@ -1,25 +1,46 @@
 //! `tandem check JOB.toml [--json]`: validate a job file and print the resolved plan.
 
-use crate::config::{LoadedJob, ResolvedPlan, validate};
+use crate::config::{LoadedJob, Overrides, ResolvedPlan, validate_with};
 use crate::error::HostError;
+use crate::registry::Registry;
 use std::path::{Path, PathBuf};
 
-/// Parses and validates a job file against the registry.
+/// A job file, parsed and validated, with the registry it was validated against (the one
+/// registry of the process: `tandem run` constructs every component through it).
+pub(super) struct Resolved {
+    /// The parsed job file.
+    pub job: LoadedJob,
+    /// What it resolved to.
+    pub plan: ResolvedPlan,
+    /// The plugins.
+    pub registry: Registry,
+}
+
+/// Parses and validates a job file against the registry: every check `tandem run` makes
+/// before it creates anything (the same call starts `tandem run`).
 pub(super) fn resolve(
     cli_dirs: &[PathBuf],
     job_path: &Path,
-) -> Result<(LoadedJob, ResolvedPlan), HostError> {
+    overrides: &Overrides,
+) -> Result<Resolved, HostError> {
     let job = LoadedJob::read(job_path)?;
-    let job_dirs: Vec<PathBuf> = job
-        .job
+    let registry = super::load_registry(cli_dirs, &job_dirs(&job))?;
+    let plan = validate_with(&job, &registry, overrides)?;
+    Ok(Resolved {
+        job,
+        plan,
+        registry,
+    })
+}
+
+/// The job file's `[plugins] dirs`, relative to the job file.
+pub(super) fn job_dirs(job: &LoadedJob) -> Vec<PathBuf> {
+    job.job
         .plugins
         .dirs
         .iter()
         .map(|d| job.resolve_path(d))
-        .collect();
-    let registry = super::load_registry(cli_dirs, &job_dirs)?;
-    let plan = validate(&job, &registry)?;
-    Ok((job, plan))
+        .collect()
 }
 
 /// Human-readable plan.
@@ -58,9 +79,6 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
             if plan.bridge.verify { "on" } else { "off" },
             match &plan.bridge.provider {
                 Some(p) => format!("from plugin `{p}`"),
-                None if plan.bridge.mode == "broadcast" => {
-                    "not implemented by the sync driver yet".into()
-                }
                 None => "synced by the host's bridge driver (both halves in the plugins)".into(),
             }
         ),
@@ -72,7 +90,7 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
 }
 
 pub(super) fn run(cli_dirs: &[PathBuf], job_path: &Path, json: bool) -> Result<(), HostError> {
-    let (_, plan) = resolve(cli_dirs, job_path)?;
+    let Resolved { plan, .. } = resolve(cli_dirs, job_path, &Overrides::default())?;
     if json {
         super::print_json(&plan)
     } else {

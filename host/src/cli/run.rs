@@ -1,7 +1,8 @@
 //! `tandem run JOB.toml` / `tandem run --resume RUN_DIR`: validate, prepare the run
 //! directory, and run the RL loop ([`crate::rl`]).
 
-use crate::config::LoadedJob;
+use super::check::{Resolved, job_dirs};
+use crate::config::Overrides;
 use crate::error::HostError;
 use crate::rl::{self, RunOptions};
 use std::path::PathBuf;
@@ -36,19 +37,22 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
             ));
         }
     };
-    let (job, mut plan) = super::check::resolve(cli_dirs, &job_path)?;
-    let run_dir = match (&args.resume, args.output_dir) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(dir)) => dir,
-        (None, None) => plan.output_dir.clone(),
+    // The same validation as `tandem check`, before anything is created; its registry is the
+    // only one this process loads.
+    let overrides = Overrides {
+        output_dir: args.resume.clone().or(args.output_dir),
     };
-    plan.output_dir = run_dir.clone();
+    let Resolved {
+        job,
+        plan,
+        registry,
+    } = super::check::resolve(cli_dirs, &job_path, &overrides)?;
+    let run_dir = plan.output_dir.clone();
     if args.json {
         super::print_json(&plan)?;
     } else if !quiet {
         eprintln!("{}", super::check::describe(&plan));
     }
-    let registry = registry_for(cli_dirs, &job)?;
     let opts = RunOptions {
         run_dir: run_dir.clone(),
         resume: args.resume.is_some(),
@@ -83,20 +87,4 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         }
     }
     Ok(())
-}
-
-fn job_dirs(job: &LoadedJob) -> Vec<PathBuf> {
-    job.job
-        .plugins
-        .dirs
-        .iter()
-        .map(|d| job.resolve_path(d))
-        .collect()
-}
-
-fn registry_for(
-    cli_dirs: &[PathBuf],
-    job: &LoadedJob,
-) -> Result<crate::registry::Registry, HostError> {
-    super::load_registry(cli_dirs, &job_dirs(job))
 }

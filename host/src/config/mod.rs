@@ -5,10 +5,12 @@ mod schema;
 mod validate;
 
 pub use schema::*;
-pub use validate::{ResolvedPlan, validate};
+pub use validate::{Overrides, ResolvedPlan, device_of, options_json, validate, validate_with};
 
 use std::fmt;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use toml::de::{DeTable, DeValue};
 
 /// One problem in a job file, printed as one line: `file:line:col: key.path: message (help: ..)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -117,6 +119,41 @@ impl LoadedJob {
         line_col(&self.source, offset)
     }
 
+    /// Byte span of a dotted key path in the source (`engine.options.max_batch`,
+    /// `trainer.options.lora.targets[1]`): the key itself, or an array element's value. When
+    /// the path is not all in the file (a defaulted or missing key), the span of its longest
+    /// prefix that is; `None` when not even its first key is.
+    pub fn span_of(&self, key_path: &str) -> Option<Range<usize>> {
+        let doc = DeTable::parse(&self.source).ok()?;
+        let mut best = None;
+        let mut current: Option<&toml::Spanned<DeValue<'_>>> = None;
+        for segment in key_segments(key_path) {
+            let next = match segment {
+                KeySegment::Key(name) => {
+                    let table = match current {
+                        None => doc.get_ref(),
+                        Some(v) => match v.get_ref().as_table() {
+                            Some(t) => t,
+                            None => break,
+                        },
+                    };
+                    table
+                        .iter()
+                        .find(|(k, _)| k.get_ref() == name)
+                        .map(|(k, v)| (k.span(), v))
+                }
+                KeySegment::Index(i) => current
+                    .and_then(|v| v.get_ref().as_array())
+                    .and_then(|a| a.get(i))
+                    .map(|v| (v.span(), v)),
+            };
+            let Some((span, value)) = next else { break };
+            best = Some(span);
+            current = Some(value);
+        }
+        best
+    }
+
     /// Resolves a path from the job file relative to the job file's directory.
     pub fn resolve_path(&self, p: &Path) -> PathBuf {
         if p.is_absolute() {
@@ -125,6 +162,30 @@ impl LoadedJob {
             self.path.parent().unwrap_or_else(|| Path::new(".")).join(p)
         }
     }
+}
+
+/// One step of a dotted key path.
+enum KeySegment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// `a.b[2].c` → `a`, `b`, `[2]`, `c` (keys containing `.` or `[` are not supported).
+fn key_segments(path: &str) -> Vec<KeySegment<'_>> {
+    let mut out = Vec::new();
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(KeySegment::Key(key));
+        }
+        while let Some((index, after)) = rest.split_once(']') {
+            if let Ok(i) = index.parse() {
+                out.push(KeySegment::Index(i));
+            }
+            rest = after.strip_prefix('[').unwrap_or(after);
+        }
+    }
+    out
 }
 
 fn one_line(s: &str) -> String {

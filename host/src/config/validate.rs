@@ -1,12 +1,18 @@
-//! Cross-checks of a parsed job file against itself and the plugin registry, producing the
-//! resolved plan `tandem check` prints. All problems are collected, one line each.
+//! Cross-checks of a parsed job file against itself, the plugin registry and the model
+//! directory, producing the resolved plan `tandem check` prints. It is the one validation of a
+//! job: `tandem run` calls it before it creates anything (run directory, model, workers), so
+//! every check the run would otherwise make later lives here — the plugins' own checks of
+//! `[engine.options]` / `[trainer.options]` (`validate_config`, with rank 0's component config
+//! as the run builds it), `[bridge]` ([`crate::bridge::parse_settings`]), the model directory,
+//! the task, the algorithm's values. All problems are collected, one line each, in file order,
+//! each pointing at its key in the job file.
 
 use super::{ConfigError, ConfigIssue, LoadedJob, PlacementMode};
 use crate::registry::Registry;
 use serde::Serialize;
 use std::ops::Range;
-use std::path::PathBuf;
-use tandem_plugin_api::{BridgeMode, ComponentKind};
+use std::path::{Path, PathBuf};
+use tandem_plugin_api::{BridgeMode, ComponentConfig, ComponentKind};
 
 /// Headroom that colocated placement keeps free on each device (fraction of capacity).
 pub const COLOCATE_HEADROOM: f64 = 0.10;
@@ -68,16 +74,40 @@ pub struct ResolvedBridge {
     pub verify: bool,
 }
 
+/// What the command line changes about a job before it is validated.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Run directory instead of `[run] output_dir` (`tandem run --output-dir`, `--resume`).
+    pub output_dir: Option<PathBuf>,
+}
+
+/// The options table of a component as the JSON its plugin receives.
+pub fn options_json(table: &toml::Table) -> Result<String, serde_json::Error> {
+    serde_json::to_string(table)
+}
+
+/// The device of rank `rank` of a role: the job's devices, round-robin (`cpu` when none).
+pub fn device_of(devices: &[String], rank: u32) -> String {
+    devices
+        .get(rank as usize % devices.len().max(1))
+        .cloned()
+        .unwrap_or_else(|| "cpu".into())
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 struct Issues<'a> {
     job: &'a LoadedJob,
     list: Vec<ConfigIssue>,
 }
 
 impl Issues<'_> {
+    /// A problem at `key`; `span` where the caller knows it, else the key's place in the file.
     fn push(&mut self, key: &str, span: Option<Range<usize>>, message: String, help: String) {
-        let position = span
-            .filter(|s| s.end > 0)
-            .map(|s| self.job.position(s.start));
+        let span = span.filter(|s| s.end > 0).or_else(|| self.job.span_of(key));
+        let position = span.map(|s| self.job.position(s.start));
         self.list.push(ConfigIssue {
             file: self.job.path.clone(),
             key: key.to_owned(),
@@ -86,10 +116,24 @@ impl Issues<'_> {
             help,
         });
     }
+
+    /// A problem at `key` found by its place in the file.
+    fn at(&mut self, key: &str, message: impl Into<String>, help: impl Into<String>) {
+        self.push(key, None, message.into(), help.into());
+    }
 }
 
-/// Validates `job` against itself and `registry`.
+/// Validates `job` against itself and `registry`, with the job's own run directory.
 pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, ConfigError> {
+    validate_with(job, registry, &Overrides::default())
+}
+
+/// Validates `job` against itself and `registry` as it will run with `overrides`.
+pub fn validate_with(
+    job: &LoadedJob,
+    registry: &Registry,
+    overrides: &Overrides,
+) -> Result<ResolvedPlan, ConfigError> {
     let j = &job.job;
     let mut issues = Issues {
         job,
@@ -122,22 +166,24 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
             format!("lower them so that they sum to at most {:.2}", 1.0 - COLOCATE_HEADROOM),
         );
     }
+    let mut devices_ok = true;
     if p.devices.is_empty() {
-        issues.push(
+        devices_ok = false;
+        issues.at(
             "placement.devices",
-            None,
-            "no devices listed".into(),
-            "e.g. devices = [\"cpu\"]".into(),
+            "no devices listed",
+            "e.g. devices = [\"cpu\"]",
         );
     }
-    for d in &p.devices {
+    for (i, d) in p.devices.iter().enumerate() {
         let ok = d == "cpu"
             || d.strip_prefix("cuda:")
                 .is_some_and(|n| n.parse::<u32>().is_ok());
         if !ok {
+            devices_ok = false;
             issues.push(
                 "placement.devices",
-                None,
+                job.span_of(&format!("placement.devices[{i}]")),
                 format!("unknown device `{d}`"),
                 "use \"cpu\" or \"cuda:N\"".into(),
             );
@@ -147,12 +193,7 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
     let mut resolve =
         |kind: ComponentKind, key: &str, name: &toml::Spanned<String>, ranks: u32| {
             if ranks == 0 {
-                issues.push(
-                    &key.replace("plugin", "ranks"),
-                    None,
-                    "must be at least 1".into(),
-                    String::new(),
-                );
+                issues.at(&key.replace("plugin", "ranks"), "must be at least 1", "");
             }
             match registry.component(kind, name.get_ref()) {
                 Some((plugin, decl)) => Some((
@@ -192,21 +233,30 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
         &j.trainer.plugin,
         j.trainer.ranks,
     );
+    if j.trainer.ranks > 1 {
+        issues.at(
+            "trainer.ranks",
+            format!(
+                "the loop drives one trainer worker, got ranks = {}",
+                j.trainer.ranks
+            ),
+            "set ranks = 1; a multi-rank trainer launches its ranks itself (fsdp: [trainer.options] ranks = N)",
+        );
+    }
 
     let mode_name = j.bridge.mode.get_ref();
     let mode = BridgeMode::parse(mode_name);
-    if mode.is_none() {
-        issues.push(
-            "bridge.mode",
-            Some(j.bridge.mode.span()),
-            format!("unknown bridge mode `{mode_name}`"),
-            format!(
-                "use one of: {}",
-                BridgeMode::ALL.map(BridgeMode::as_str).join(", ")
-            ),
-        );
+    let mut mode_runs = true;
+    if let Err(problems) = crate::bridge::parse_settings(mode_name, &j.bridge.options) {
+        for p in problems {
+            let key = format!("bridge.{}", p.key);
+            let span = (p.key == "mode").then(|| j.bridge.mode.span());
+            mode_runs &= p.key != "mode";
+            issues.push(&key, span, p.message, p.help);
+        }
     }
-    if let Some(mode) = mode {
+    // Which updates the components must declare (for a mode the sync driver runs).
+    if let Some(mode) = mode.filter(|_| mode_runs) {
         let kind = mode.update_kind();
         for (side, resolved) in [("engine", &engine), ("trainer", &trainer)] {
             if let Some((c, caps)) = resolved
@@ -229,23 +279,7 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
     }
 
     let model_path = job.resolve_path(&j.model.path);
-    if let Some(preset) = &j.model.init_preset {
-        if let Err(e) = tandem_plugin_native::init::Preset::parse(preset) {
-            issues.push(
-                "model.init_preset",
-                None,
-                format!("unknown preset `{preset}`"),
-                format!("{e}"),
-            );
-        }
-    } else if !model_path.exists() {
-        issues.push(
-            "model.path",
-            None,
-            format!("model directory {} does not exist", model_path.display()),
-            "point it at a Hugging Face model directory, or set init_preset = \"tiny\"".into(),
-        );
-    }
+    check_model(&mut issues, &model_path, j.model.init_preset.as_deref());
     if let Err(e) = crate::task::build(&j.task, j.run.seed) {
         let msg = e.0;
         let (key, rest) = match msg.split_once(": ") {
@@ -259,52 +293,69 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
                 format!("built-in tasks: {}", crate::task::KINDS.join(", ")),
             ),
         };
-        issues.push(&key, None, message, help);
+        issues.at(&key, message, help);
     }
-    let a = &j.algorithm;
-    if a.prompts_per_step == 0 || a.max_tokens == 0 {
-        issues.push(
-            "algorithm",
-            None,
-            format!(
-                "prompts_per_step = {}, max_tokens = {}",
-                a.prompts_per_step, a.max_tokens
-            ),
-            "a rollout needs prompts_per_step >= 1 and max_tokens >= 1".into(),
-        );
-    }
-    let transport_groups = match crate::placement::Layout::of(j)
-        .and_then(|layout| layout.transport_plan(&j.transport.backend))
-    {
-        Ok(groups) => groups.iter().map(ToString::to_string).collect(),
-        Err(message) => {
-            issues.push(
-                "transport.backend",
-                None,
-                message,
-                "use auto, shm, tcp or nccl; nccl needs CUDA and distinct GPUs".into(),
-            );
-            Vec::new()
+    check_algorithm(&mut issues, &j.algorithm);
+    let transport_groups = if devices_ok {
+        match crate::placement::Layout::of(j)
+            .and_then(|layout| layout.transport_plan(&j.transport.backend))
+        {
+            Ok(groups) => groups.iter().map(ToString::to_string).collect(),
+            Err(message) => {
+                issues.at(
+                    "transport.backend",
+                    message,
+                    "use auto, shm, tcp or nccl; nccl needs CUDA and distinct GPUs",
+                );
+                Vec::new()
+            }
         }
+    } else {
+        Vec::new()
     };
-    let a = &j.algorithm;
-    if a.name != "grpo" {
-        issues.push(
-            "algorithm.name",
-            None,
-            format!("unknown algorithm `{}`", a.name),
-            "use \"grpo\"".into(),
+    let t = j.transport.timeout_secs;
+    if !(t > 0.0 && t.is_finite()) {
+        issues.at(
+            "transport.timeout_secs",
+            format!("must be > 0 (seconds), got {t}"),
+            "seconds before a silent peer is declared dead, e.g. 60",
         );
     }
-    if a.group_size < 2 {
-        issues.push(
-            "algorithm.group_size",
-            None,
-            format!(
-                "GRPO needs groups of at least 2 completions, got {}",
-                a.group_size
-            ),
-            "set group_size = 8".into(),
+    if j.memory.cpu_capacity_bytes == Some(0) {
+        issues.at(
+            "memory.cpu_capacity_bytes",
+            "must be at least 1",
+            "remove it to use the machine's MemTotal",
+        );
+    }
+
+    let output_dir = overrides
+        .output_dir
+        .clone()
+        .unwrap_or_else(|| job.resolve_path(&j.run.output_dir));
+    // The plugins check their own options, with rank 0's config as the run builds it.
+    for (kind, section, resolved, table) in [
+        (ComponentKind::Engine, "engine", &engine, &j.engine.options),
+        (
+            ComponentKind::Trainer,
+            "trainer",
+            &trainer,
+            &j.trainer.options,
+        ),
+    ] {
+        let Some((c, _)) = resolved else { continue };
+        check_plugin_options(
+            &mut issues,
+            registry,
+            kind,
+            section,
+            c,
+            table,
+            ComponentSite {
+                model_path: &model_path,
+                devices: &p.devices,
+                run_dir: &output_dir,
+            },
         );
     }
 
@@ -321,7 +372,7 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
     match (engine, trainer) {
         (Some((engine, _)), Some((trainer, _))) if issues.list.is_empty() => Ok(ResolvedPlan {
             name: j.run.name.clone(),
-            output_dir: job.resolve_path(&j.run.output_dir),
+            output_dir,
             model_path,
             model_init_preset: j.model.init_preset.clone(),
             placement: p.mode,
@@ -334,8 +385,235 @@ pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, Co
             transport: j.transport.backend.clone(),
             transport_groups,
         }),
-        _ => Err(ConfigError::Invalid {
-            issues: issues.list,
-        }),
+        _ => {
+            let mut list = issues.list;
+            // File order; issues without a position (none should remain) last.
+            list.sort_by_key(|i| i.position.unwrap_or((usize::MAX, usize::MAX)));
+            Err(ConfigError::Invalid { issues: list })
+        }
+    }
+}
+
+/// The model directory must be usable by the run: a Hugging Face directory whose config and
+/// tokenizer the controller loads, or absent (or empty) when `init_preset` creates it.
+fn check_model(issues: &mut Issues<'_>, model_path: &Path, preset: Option<&str>) {
+    if model_path.join("config.json").is_file() {
+        if !model_path.join("tokenizer.json").is_file() {
+            issues.at(
+                "model.path",
+                format!(
+                    "model directory {} has no tokenizer.json",
+                    model_path.display()
+                ),
+                "the controller needs the model's tokenizer.json (Hugging Face layout)",
+            );
+            return;
+        }
+        // What the run loads on the controller before its first step.
+        if let Err(e) = crate::rl::prompt::PromptCodec::load(model_path) {
+            let text = e.to_string();
+            let (message, help) = match text.split_once(" (help: ") {
+                Some((m, h)) => (m.to_owned(), h.trim_end_matches(')').to_owned()),
+                None => (
+                    text,
+                    "point it at a Hugging Face model directory".to_owned(),
+                ),
+            };
+            issues.at("model.path", message, help);
+        }
+        return;
+    }
+    match preset {
+        Some(preset) => {
+            if let Err(e) = tandem_plugin_native::init::Preset::parse(preset) {
+                issues.at(
+                    "model.init_preset",
+                    format!("unknown preset `{preset}`"),
+                    e.to_string(),
+                );
+            }
+            let occupied = if model_path.is_dir() {
+                std::fs::read_dir(model_path).map_or(true, |mut d| d.next().is_some())
+            } else {
+                model_path.exists()
+            };
+            if occupied {
+                issues.at(
+                    "model.path",
+                    format!(
+                        "{} exists but holds no model (no config.json), so init_preset cannot create one there",
+                        model_path.display()
+                    ),
+                    "point path at a new directory, or at a Hugging Face model directory",
+                );
+            }
+        }
+        None if !model_path.exists() => issues.at(
+            "model.path",
+            format!("model directory {} does not exist", model_path.display()),
+            "point it at a Hugging Face model directory, or set init_preset = \"tiny\"",
+        ),
+        None => issues.at(
+            "model.path",
+            format!(
+                "model directory {} has no config.json",
+                model_path.display()
+            ),
+            "point it at a Hugging Face model directory, or set init_preset = \"tiny\" with a new path",
+        ),
+    }
+}
+
+/// Values of `[algorithm]` the loop cannot run with.
+fn check_algorithm(issues: &mut Issues<'_>, a: &super::AlgorithmSection) {
+    if a.name != "grpo" {
+        issues.at(
+            "algorithm.name",
+            format!("unknown algorithm `{}`", a.name),
+            "use \"grpo\"",
+        );
+    }
+    for (key, v, what) in [
+        ("prompts_per_step", a.prompts_per_step, "prompts per step"),
+        ("max_tokens", a.max_tokens, "new tokens per completion"),
+        (
+            "train_steps_per_rollout",
+            a.train_steps_per_rollout,
+            "optimiser steps per RL step",
+        ),
+    ] {
+        if v == 0 {
+            issues.at(
+                &format!("algorithm.{key}"),
+                "must be at least 1",
+                format!("it is the number of {what}"),
+            );
+        }
+    }
+    if a.group_size < 2 {
+        issues.at(
+            "algorithm.group_size",
+            format!(
+                "GRPO needs groups of at least 2 completions, got {}",
+                a.group_size
+            ),
+            "set group_size = 8",
+        );
+    }
+    let float = |v: f32, ok: fn(f32) -> bool| v.is_finite() && ok(v);
+    for (key, v, ok, rule, help) in [
+        (
+            "temperature",
+            a.temperature,
+            (|v| v >= 0.0) as fn(f32) -> bool,
+            ">= 0",
+            "0 samples greedily; 1.0 samples from the model's distribution",
+        ),
+        (
+            "learning_rate",
+            a.learning_rate,
+            |v| v > 0.0,
+            "> 0",
+            "e.g. learning_rate = 0.0003",
+        ),
+        (
+            "clip_eps",
+            a.clip_eps,
+            |v| v >= 0.0,
+            ">= 0",
+            "the PPO clip range, e.g. clip_eps = 0.2",
+        ),
+        (
+            "kl_coef",
+            a.kl_coef,
+            |v| v >= 0.0,
+            ">= 0",
+            "0 disables the KL penalty (and the reference snapshot)",
+        ),
+        (
+            "grad_clip",
+            a.grad_clip,
+            |v| v > 0.0,
+            "> 0",
+            "the global gradient-norm clip, e.g. grad_clip = 1.0",
+        ),
+    ] {
+        if !float(v, ok) {
+            issues.at(
+                &format!("algorithm.{key}"),
+                format!("must be a number {rule}, got {v}"),
+                help,
+            );
+        }
+    }
+}
+
+/// Where the run puts a component: what its config carries besides the options.
+struct ComponentSite<'a> {
+    model_path: &'a Path,
+    devices: &'a [String],
+    run_dir: &'a Path,
+}
+
+/// Asks the component's plugin to check `[SECTION.options]` (rank 0's config, as
+/// `rl::driver` builds it for the worker).
+fn check_plugin_options(
+    issues: &mut Issues<'_>,
+    registry: &Registry,
+    kind: ComponentKind,
+    section: &str,
+    c: &ResolvedComponent,
+    table: &toml::Table,
+    site: ComponentSite<'_>,
+) {
+    let options_key = format!("{section}.options");
+    let json = match options_json(table) {
+        Ok(json) => json,
+        Err(e) => {
+            issues.at(
+                &options_key,
+                format!("cannot be handed to the plugin as JSON: {e}"),
+                "use strings, numbers, booleans, arrays and tables only",
+            );
+            return;
+        }
+    };
+    let config = ComponentConfig {
+        component: c.component.as_str().into(),
+        model_path: absolute(site.model_path).to_string_lossy().as_ref().into(),
+        options_json: json.as_str().into(),
+        rank: 0,
+        world_size: c.ranks,
+        device: device_of(site.devices, 0).as_str().into(),
+        run_dir: absolute(site.run_dir).to_string_lossy().as_ref().into(),
+    };
+    let what = format!(
+        "{} `{}` (plugin `{}`)",
+        kind.as_str(),
+        c.component,
+        c.plugin
+    );
+    match registry.validate_config(kind, config) {
+        Ok(None) => {}
+        Ok(Some(problems)) => {
+            for p in problems {
+                let key = if p.key.is_empty() {
+                    options_key.clone()
+                } else {
+                    format!("{options_key}.{}", p.key)
+                };
+                let help = if p.help.is_empty() {
+                    format!("see `tandem plugins` for the {what}")
+                } else {
+                    p.help.to_string()
+                };
+                issues.at(&key, format!("{what}: {}", p.message), help);
+            }
+        }
+        Err(e) => issues.at(
+            &options_key,
+            e.to_string(),
+            "this is a bug in the plugin; report it",
+        ),
     }
 }

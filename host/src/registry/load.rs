@@ -212,8 +212,8 @@ pub(super) fn from_path(path: &Path) -> Result<LoadedPlugin, LoadError> {
             found: found.to_string(),
         });
     }
-    let module = header
-        .init_root_module::<PluginModuleRef>()
+    // Also accepts a plugin built before fields were appended to the root module.
+    let module = tandem_plugin_api::module::init_root_module(header)
         .map_err(|e| classify(e, path, &name))?;
     from_module(module, PluginSource::Path(path.to_path_buf()))
 }

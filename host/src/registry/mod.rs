@@ -12,6 +12,7 @@
 //! with one name, both in explicit directories or both next to the executable) is an error.
 
 mod load;
+mod validate;
 
 pub use load::{LoadError, plugin_dirs_from_env};
 

@@ -134,13 +134,10 @@ fn spec(
             &job.job.trainer.options,
         ),
     };
-    let options_json = serde_json::to_string(table)
+    // The same JSON and device `config::validate` gave the plugin's `validate_config`.
+    let options_json = crate::config::options_json(table)
         .map_err(|e| HostError::Usage(format!("[{role}.options]: {e}")))?;
-    let device = plan
-        .devices
-        .get(rank as usize % plan.devices.len().max(1))
-        .cloned()
-        .unwrap_or_else(|| "cpu".into());
+    let device = crate::config::device_of(&plan.devices, rank);
     Ok(WorkerSpec {
         role,
         rank,
@@ -208,7 +205,9 @@ pub fn job_of_run(run_dir: &Path) -> Result<PathBuf, HostError> {
         .ok_or_else(|| HostError::Usage(format!("{}: no `job` entry", path.display())))
 }
 
-/// Runs a validated job.
+/// Runs a job validated by [`crate::config::validate_with`] (which made every check that
+/// needs nothing started: trainer ranks, task, bridge settings, model directory, plugin
+/// options), so nothing below refuses the job after the run directory exists.
 pub fn run(
     job: &LoadedJob,
     plan: &ResolvedPlan,
@@ -216,15 +215,9 @@ pub fn run(
     opts: RunOptions,
 ) -> Result<RunSummary, HostError> {
     let j = &job.job;
-    if plan.trainer.ranks != 1 {
-        return Err(HostError::Usage(format!(
-            "{}: [trainer] ranks = {}: the loop drives one trainer worker (a multi-rank trainer such as fsdp launches its ranks itself); set ranks = 1",
-            job.path.display(),
-            plan.trainer.ranks
-        )));
-    }
     let task = crate::task::build(&j.task, j.run.seed)
         .map_err(|e| HostError::Usage(format!("{}: {e}", job.path.display())))?;
+    let mut bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
     prepare_run_dir(job, &opts)?;
     warmstart::ensure_model(
         registry,
@@ -244,7 +237,6 @@ pub fn run(
     let mut launch = LaunchOptions::new(absolute(&opts.run_dir));
     launch.exe = opts.exe.clone();
     let mut launcher = LocalLauncher::new(launch)?;
-    let mut bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
     let files = RunFiles::of(&opts.run_dir);
     let events = EventLog::open(&files.events)?;
     let mut loop_ = Loop::start(
