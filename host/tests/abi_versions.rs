@@ -1,7 +1,9 @@
 //! Plugins built against another version of `tandem-plugin-api`, or declaring an API level
-//! below the host's minimum, are refused with one line. The plugins are real: the fixture is
-//! rebuilt against a copy of `plugin-api/` whose version is changed, in a scratch workspace
-//! under `target/abi-skew` (incremental across runs).
+//! below the host's minimum, are refused with one line; a plugin built before the root
+//! module's appended `validate_config` (API level 1) still loads and its jobs validate. The
+//! plugins are real: the fixture is rebuilt against a copy of `plugin-api/` whose version is
+//! changed (or whose appended field is cut out), in a scratch workspace under
+//! `target/abi-skew` (incremental across runs).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -24,9 +26,50 @@ fn copy_dir(src: &Path, dst: &Path) {
     }
 }
 
+/// Removes every `// abi-append:NAME:begin` … `// abi-append:NAME:end` block of a file
+/// (markers included), i.e. what API level 2 appended for `NAME`.
+fn cut_appended(path: &Path, name: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = (
+        format!("// abi-append:{name}:begin"),
+        format!("// abi-append:{name}:end"),
+    );
+    let mut out = String::new();
+    let mut cutting = false;
+    let mut cuts = 0;
+    for line in text.lines() {
+        if line.trim_start().starts_with(&begin) {
+            cutting = true;
+            cuts += 1;
+        } else if line.trim_start().starts_with(&end) {
+            cutting = false;
+        } else if !cutting {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(
+        cuts > 0 && !cutting,
+        "{}: no complete `{begin}` block",
+        path.display()
+    );
+    std::fs::write(path, out).unwrap();
+}
+
 /// Builds fixture-alpha against plugin-api stamped `api_version`, with an optional declared
 /// API level, and returns the library path (copied out of the scratch target dir).
 fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -> PathBuf {
+    build_fixture(api_version, api_level, false, out)
+}
+
+/// [`build_skewed_fixture`], optionally against the API as it was at level 1: without the
+/// root module's appended `validate_config` field (and its SDK shim).
+fn build_fixture(
+    api_version: &str,
+    api_level: Option<u32>,
+    level_1_api: bool,
+    out: &Path,
+) -> PathBuf {
     let root = workspace_root();
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path();
@@ -47,6 +90,17 @@ fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -
         1,
     );
     std::fs::write(&manifest, text).unwrap();
+    if level_1_api {
+        let src = w.join("plugin-api/src");
+        cut_appended(&src.join("module.rs"), "validate_config");
+        cut_appended(&src.join("sdk.rs"), "validate_config");
+        let lib = src.join("lib.rs");
+        let text = std::fs::read_to_string(&lib).unwrap();
+        let level_2 = "pub const API_LEVEL: u32 = api_level::VALIDATE;";
+        assert!(text.contains(level_2), "plugin-api/src/lib.rs: {level_2}");
+        let text = text.replace(level_2, "pub const API_LEVEL: u32 = api_level::BASE;");
+        std::fs::write(&lib, text).unwrap();
+    }
     // `[workspace.dependencies]`: every registry dependency of the root workspace, so whatever
     // plugin-api inherits (dependencies and dev-dependencies, e.g. proptest) resolves; the
     // workspace's own crates (path entries) stay out: plugin-api depends on none of them.
@@ -91,9 +145,10 @@ fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -
     let status = cmd.status().expect("run cargo");
     assert!(status.success(), "building the skewed fixture failed");
     let lib = out.join(format!(
-        "libskewed_{}_{}.so",
+        "libskewed_{}_{}{}.so",
         api_version.replace('.', "_"),
-        api_level.unwrap_or(1)
+        api_level.unwrap_or(tandem_plugin_api::API_LEVEL),
+        if level_1_api { "_level1api" } else { "" }
     ));
     std::fs::copy(target.join("debug/libfixture_alpha.so"), &lib).unwrap();
     lib
@@ -144,4 +199,63 @@ fn plugins_built_against_other_api_versions_or_levels_are_refused_in_one_line() 
         .arg(dir.path()));
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("full report"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build_fixture("0.1.0", Some(1), true, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
+
+    let out = run(tandem()
+        .args(["plugins", "--json", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let alpha = listed
+        .iter()
+        .find(|p| p["name"] == "fixture-alpha")
+        .unwrap_or_else(|| panic!("fixture-alpha listed: {}", stdout(&out)));
+    assert_eq!(alpha["api_level"], 1);
+
+    // Its options are not checked up front (it cannot be asked): the job validates, and the
+    // host says at debug level why it skipped the plugin.
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
+         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
+    )
+    .unwrap();
+    let out = run(tandem()
+        .args(["check", "-vv", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("is valid"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("is at API level 1 (validate_config needs 2)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A plugin that claims level 2 without the field: the host reads the field as absent
+    // (the library's own field count), it does not call past the end of the module.
+    let odd = build_fixture("0.1.0", Some(2), true, out_dir.path());
+    let plugins = plugin_dir(&[(&odd, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["check", "-vv", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("declares API level 2 but its root module has no validate_config"),
+        "{}",
+        stderr(&out)
+    );
 }
