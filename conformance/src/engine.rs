@@ -88,17 +88,13 @@ pub(crate) fn not_supported<T: std::fmt::Debug>(r: PResult<T>, what: &str) -> Ou
 impl EngineHarness {
     /// Loads the plugin, constructs and starts the engine, and checks it reports ready.
     pub fn new(setup: EngineSetup) -> Result<EngineHarness, Failure> {
-        let module = setup
-            .source
-            .load()
-            .map_err(|e| Failure::new("setup", e))?;
+        let module = setup.source.load().map_err(|e| Failure::new("setup", e))?;
         let (_, decl) = declaration(module, ComponentKind::Engine, &setup.component)
             .map_err(|e| Failure::new("the component is declared", e))?;
         let run_dir = tempfile::tempdir()
             .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
-        let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu(
-            "conformance-engine",
-        )));
+        let services =
+            Services::with_memory(MemoryManager::new(ManagerConfig::cpu("conformance-engine")));
         let config = ComponentConfig {
             component: setup.component.as_str().into(),
             model_path: setup.model.display().to_string().into(),
@@ -233,7 +229,10 @@ impl EngineHarness {
             };
             ok(self.step(op.clone(), mode), "reset", &op.to_string())?;
         }
-        Err(Failure::new("reset", "the engine did not get back to serving"))
+        Err(Failure::new(
+            "reset",
+            "the engine did not get back to serving",
+        ))
     }
 
     /// Keeps the run directory (the component's logs) after the harness is dropped.
@@ -362,7 +361,12 @@ pub mod checks {
             RResult::RErr(e) if e.code == ErrorCode::NotSupported => return Ok(()),
             r => ok(r, rule, "score")?,
         };
-        for (i, ((s, c), seq)) in scores.iter().zip(out.completions.iter()).zip(&seqs).enumerate() {
+        for (i, ((s, c), seq)) in scores
+            .iter()
+            .zip(out.completions.iter())
+            .zip(&seqs)
+            .enumerate()
+        {
             if s.len() + 1 != seq.len() {
                 return Err(Failure::new(
                     rule,
@@ -408,7 +412,10 @@ pub mod checks {
                 if e.code != ErrorCode::InvalidState {
                     return Err(Failure::new(
                         "no generation while paused",
-                        format!("generate while paused must be invalid_state, got {}", one(&e)),
+                        format!(
+                            "generate while paused must be invalid_state, got {}",
+                            one(&e)
+                        ),
                     ));
                 }
                 if ok(h.engine.health(), "health", "health")?.ready {
@@ -450,7 +457,8 @@ pub mod checks {
         };
         let before = h.generate(rule)?;
         for tag in h.decl.caps.releasable_tags.clone() {
-            let set: tandem_plugin_api::lifecycle::Tags = std::iter::once(tag.to_string()).collect();
+            let set: tandem_plugin_api::lifecycle::Tags =
+                std::iter::once(tag.to_string()).collect();
             ok(h.step(EngineOp::Pause, mode), rule, "pause_generation")?;
             let resident = h.resident_bytes();
             ok(
@@ -470,7 +478,11 @@ pub mod checks {
                 rule,
                 &format!("resume_memory([{tag}])"),
             )?;
-            ok(h.step(EngineOp::Continue, mode), rule, "continue_generation")?;
+            ok(
+                h.step(EngineOp::Continue, mode),
+                rule,
+                "continue_generation",
+            )?;
             let again = h.generate(rule)?;
             if again.completions != before.completions {
                 return Err(Failure::new(
@@ -486,8 +498,7 @@ pub mod checks {
         ok(h.step(EngineOp::Pause, mode), rule, "pause_generation")?;
         for t in undeclared {
             refused(
-                h.engine
-                    .release_memory(RVec::from(vec![RString::from(t)])),
+                h.engine.release_memory(RVec::from(vec![RString::from(t)])),
                 "undeclared tags are refused",
                 &format!("release_memory([{t}]) of an undeclared tag"),
             )?;

@@ -145,7 +145,11 @@ fn run_in<H>(
         if let Some(dir) = kept {
             return Err(Failure::new(
                 f.rule,
-                format!("{} (its run dir, with logs, is kept at {})", f.detail, dir.display()),
+                format!(
+                    "{} (its run dir, with logs, is kept at {})",
+                    f.detail,
+                    dir.display()
+                ),
             ));
         }
     }

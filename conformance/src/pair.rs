@@ -61,7 +61,11 @@ fn apply(e: &mut EngineHarness, update: WeightUpdate) -> Result<UpdateReport, Fa
         &format!("apply_weight_update(version {version})"),
     )?;
     e.advance(EngineOp::BeginUpdate(version));
-    ok(e.step(EngineOp::Continue, mode), rule, "continue_generation")?;
+    ok(
+        e.step(EngineOp::Continue, mode),
+        rule,
+        "continue_generation",
+    )?;
     Ok(report)
 }
 
@@ -140,7 +144,11 @@ fn refused_keeps_serving(
     ok(e.step(EngineOp::Pause, mode), rule, "pause_generation")?;
     let version = e.machine.version();
     let err = refused(e.engine.apply_weight_update(bad), rule, what)?;
-    ok(e.step(EngineOp::Continue, mode), rule, "continue_generation")?;
+    ok(
+        e.step(EngineOp::Continue, mode),
+        rule,
+        "continue_generation",
+    )?;
     let now = ok(e.engine.health(), "health", "health")?.weight_version;
     if now != version {
         return Err(Failure::new(
@@ -194,7 +202,11 @@ pub mod checks {
             t,
             bad,
             "versions never go down",
-            &format!("applying version {} over {}", good.version - 1, good.version),
+            &format!(
+                "applying version {} over {}",
+                good.version - 1,
+                good.version
+            ),
             &served,
         )
         .map(drop)

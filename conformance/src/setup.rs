@@ -74,12 +74,16 @@ pub fn tiny_model(name: &str) -> PathBuf {
         .unwrap_or(Path::new("."))
         .join("tmp")
         .join(format!("conformance-{name}"));
-    let mut made = MADE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut made = MADE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !made.contains(&dir) {
         let _ = std::fs::remove_dir_all(&dir);
         let tandem = target_profile_dir().join("tandem");
         let status = std::process::Command::new(&tandem)
-            .args(["-q", "model", "init", "--preset", "tiny", "--seed", "3", "--out"])
+            .args([
+                "-q", "model", "init", "--preset", "tiny", "--seed", "3", "--out",
+            ])
             .arg(&dir)
             .status();
         match status {

@@ -31,10 +31,7 @@ pub struct TrainerHarness {
 impl TrainerHarness {
     /// Loads the plugin, constructs the trainer and calls `init`.
     pub fn new(setup: TrainerSetup) -> Result<TrainerHarness, Failure> {
-        let module = setup
-            .source
-            .load()
-            .map_err(|e| Failure::new("setup", e))?;
+        let module = setup.source.load().map_err(|e| Failure::new("setup", e))?;
         let (_, decl) = declaration(module, ComponentKind::Trainer, &setup.component)
             .map_err(|e| Failure::new("the component is declared", e))?;
         let dir = tempfile::tempdir()
@@ -215,8 +212,7 @@ pub mod checks {
         let at_save = h.logprobs(rule)?;
         h.train(rule)?;
         let loaded = ok(
-            h.trainer
-                .load_checkpoint(dir.display().to_string().into()),
+            h.trainer.load_checkpoint(dir.display().to_string().into()),
             rule,
             "load_checkpoint",
         )?;
@@ -246,7 +242,11 @@ pub mod checks {
         let before = h.logprobs(rule)?;
         for tag in h.decl.caps.releasable_tags.clone() {
             let tags: RVec<RString> = RVec::from(vec![tag.clone()]);
-            ok(h.trainer.offload(tags.clone()), rule, &format!("offload([{tag}])"))?;
+            ok(
+                h.trainer.offload(tags.clone()),
+                rule,
+                &format!("offload([{tag}])"),
+            )?;
             ok(h.trainer.onload(tags), rule, &format!("onload([{tag}])"))?;
             let d = max_diff(&before, &h.logprobs(rule)?);
             if d != 0.0 {

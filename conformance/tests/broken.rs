@@ -94,23 +94,49 @@ impl<const BUG: u8> EngineImpl for ToyEngine<BUG> {
         if mode == PauseMode::Keep {
             return Err(PluginError::not_supported("pause(keep)", "toy"));
         }
-        self.st.lock().unwrap().0.pause().map(drop).map_err(bad_state)
+        self.st
+            .lock()
+            .unwrap()
+            .0
+            .pause()
+            .map(drop)
+            .map_err(bad_state)
     }
     fn continue_generation(&self) -> sdk::Result<()> {
         let mut st = self.st.lock().unwrap();
         st.0.continue_generation().map(drop).map_err(bad_state)
     }
     fn flush_cache(&self) -> sdk::Result<()> {
-        self.st.lock().unwrap().0.flush().map(drop).map_err(bad_state)
+        self.st
+            .lock()
+            .unwrap()
+            .0
+            .flush()
+            .map(drop)
+            .map_err(bad_state)
     }
     fn release_memory(&self, tags: Vec<String>) -> sdk::Result<()> {
         if BUG == FALSE_CAPABILITY || tags.iter().any(|t| t != "kv_cache") {
-            return Err(PluginError::invalid_input(format!("toy cannot release {tags:?}")));
+            return Err(PluginError::invalid_input(format!(
+                "toy cannot release {tags:?}"
+            )));
         }
-        self.st.lock().unwrap().0.release(&tags).map(drop).map_err(bad_state)
+        self.st
+            .lock()
+            .unwrap()
+            .0
+            .release(&tags)
+            .map(drop)
+            .map_err(bad_state)
     }
     fn resume_memory(&self, tags: Vec<String>) -> sdk::Result<()> {
-        self.st.lock().unwrap().0.resume(&tags).map(drop).map_err(bad_state)
+        self.st
+            .lock()
+            .unwrap()
+            .0
+            .resume(&tags)
+            .map(drop)
+            .map_err(bad_state)
     }
     fn apply_weight_update(&self, update: WeightUpdate) -> sdk::Result<UpdateReport> {
         let UpdatePayload::CheckpointDir { dir } = &update.payload else {
@@ -161,7 +187,10 @@ impl TrainerImpl for ToyTrainer {
     }
     fn compute_logprobs(&mut self, b: TrainBatch, _: WhichWeights) -> sdk::Result<Vec<RVec<f32>>> {
         let n = |s: &TrainSequence| s.tokens.len() - s.prompt_len as usize;
-        Ok(b.sequences.iter().map(|s| vec![lp(self.w); n(s)].into()).collect())
+        Ok(b.sequences
+            .iter()
+            .map(|s| vec![lp(self.w); n(s)].into())
+            .collect())
     }
     fn train_step(&mut self, _: TrainBatch) -> sdk::Result<Vec<Metric>> {
         self.w += 1;
@@ -173,7 +202,9 @@ impl TrainerImpl for ToyTrainer {
     }
     fn restore(&mut self, name: String) -> sdk::Result<()> {
         let found = self.snapshots.iter().rev().find(|(n, _)| *n == name);
-        self.w = found.ok_or_else(|| PluginError::invalid_input("no such snapshot"))?.1;
+        self.w = found
+            .ok_or_else(|| PluginError::invalid_input("no such snapshot"))?
+            .1;
         Ok(())
     }
     fn save_checkpoint(&mut self, dir: String) -> sdk::Result<CheckpointInfo> {
@@ -267,18 +298,30 @@ type PairCheck = fn(&mut EngineHarness, &mut TrainerHarness) -> tandem_conforman
 
 const ENGINE_CHECKS: [(&str, EngineCheck); 7] = [
     ("declared_and_healthy", checks::engine::declared_and_healthy),
-    ("generate_is_well_formed", checks::engine::generate_is_well_formed),
-    ("score_agrees_with_generate", checks::engine::score_agrees_with_generate),
+    (
+        "generate_is_well_formed",
+        checks::engine::generate_is_well_formed,
+    ),
+    (
+        "score_agrees_with_generate",
+        checks::engine::score_agrees_with_generate,
+    ),
     ("pause_modes", checks::engine::pause_modes),
     ("release_and_resume", checks::engine::release_and_resume),
     ("undeclared_updates", checks::engine::undeclared_updates),
-    ("follows_the_state_machine", checks::engine::follows_the_state_machine),
+    (
+        "follows_the_state_machine",
+        checks::engine::follows_the_state_machine,
+    ),
 ];
 
 const PAIR_CHECKS: [(&str, PairCheck); 3] = [
     ("exports_are_served", checks::pair::exports_are_served),
     ("lower_version_refused", checks::pair::lower_version_refused),
-    ("digest_mismatch_refused", checks::pair::digest_mismatch_refused),
+    (
+        "digest_mismatch_refused",
+        checks::pair::digest_mismatch_refused,
+    ),
 ];
 
 /// Runs every engine and pair check on a fresh fixture of kind `BUG`; returns the failures
@@ -322,19 +365,25 @@ fn a_correct_plugin_passes_every_check() {
 fn accepting_a_lower_version_fails_the_version_rule() {
     let f = failures::<LOWER_VERSION>();
     assert!(
-        f.iter()
-            .any(|(c, r, d)| *c == "lower_version_refused" && *r == "versions never go down" && d.contains("was accepted")),
+        f.iter().any(|(c, r, d)| *c == "lower_version_refused"
+            && *r == "versions never go down"
+            && d.contains("was accepted")),
         "{f:#?}"
     );
     // The state-machine oracle draws updates too: a lower version accepted shows there.
-    assert!(f.iter().all(|(c, ..)| *c == "lower_version_refused" || *c == "follows_the_state_machine"), "{f:#?}");
+    assert!(
+        f.iter()
+            .all(|(c, ..)| *c == "lower_version_refused" || *c == "follows_the_state_machine"),
+        "{f:#?}"
+    );
 }
 
 #[test]
 fn generating_while_paused_fails_the_pause_rule_and_the_oracle() {
     let f = failures::<GENERATES_PAUSED>();
     assert!(
-        f.iter().any(|(c, r, _)| *c == "pause_modes" && *r == "no generation while paused"),
+        f.iter()
+            .any(|(c, r, _)| *c == "pause_modes" && *r == "no generation while paused"),
         "{f:#?}"
     );
     assert!(
@@ -355,7 +404,8 @@ fn a_declared_capability_that_does_not_work_fails_its_check() {
         "{f:#?}"
     );
     assert!(
-        f.iter().any(|(c, _, d)| *c == "follows_the_state_machine" && d.contains("allows `release(kv_cache)`")),
+        f.iter().any(|(c, _, d)| *c == "follows_the_state_machine"
+            && d.contains("allows `release(kv_cache)`")),
         "{f:#?}"
     );
 }

@@ -34,7 +34,14 @@ fn out_of_tree_example_passes_the_conformance_suite() {
     let root = workspace_root();
     let manifest = root.join("examples/out-of-tree-plugin/Cargo.toml");
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["test", "--offline", "-q", "--test", "conformance", "--manifest-path"])
+        .args([
+            "test",
+            "--offline",
+            "-q",
+            "--test",
+            "conformance",
+            "--manifest-path",
+        ])
         .arg(&manifest)
         .env("CARGO_TARGET_DIR", root.join("target/out-of-tree"))
         .output()

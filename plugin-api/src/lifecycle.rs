@@ -31,9 +31,9 @@
 //! - A rejected operation leaves the machine unchanged; its error names the current state and
 //!   the attempted operation.
 
+use crate::types::tags::WEIGHTS;
 use std::collections::BTreeSet;
 use std::fmt;
-use crate::types::tags::WEIGHTS;
 
 /// A set of memory tags.
 pub type Tags = BTreeSet<String>;

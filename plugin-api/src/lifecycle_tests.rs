@@ -66,7 +66,8 @@ fn illegal_transitions_name_state_and_operation() {
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 2 is below the served version 3"),
+        e.to_string()
+            .contains("version 2 is below the served version 3"),
         "{e}"
     );
     m.release(&["weights"]).unwrap();

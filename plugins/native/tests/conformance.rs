@@ -1,5 +1,4 @@
 //! The native engine and trainer against the plugin contract (`tandem-conformance`).
-
 use std::path::PathBuf;
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite};
 use tandem_plugin_api::{UpdateKind as K, sdk::module_of};
@@ -7,19 +6,20 @@ use tandem_plugin_native::{buffer::VecProvider, init, plugin::NativePlugin};
 
 fn model() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let make = |dir: PathBuf| {
-        let _ = std::fs::remove_dir_all(&dir);
-        init::init_preset(init::Preset::Tiny, &dir, 7, &mut VecProvider::default()).map(|_| dir)
-    };
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("conformance-native");
-    DIR.get_or_init(|| make(dir).expect("tiny model")).clone()
+    let make = || init::init_preset(init::Preset::Tiny, &dir, 7, &mut VecProvider::default());
+    DIR.get_or_init(|| make().map(|_| dir.clone()).expect("tiny model"))
+        .clone()
+}
+fn native() -> Source {
+    Source::Module(module_of::<NativePlugin>())
 }
 fn engine() -> EngineSetup {
-    EngineSetup::new(Source::Module(module_of::<NativePlugin>()), "native", model())
+    EngineSetup::new(native(), "native", model())
 }
 fn trainer(options: &str, kind: K) -> TrainerSetup {
-    let native = Source::Module(module_of::<NativePlugin>());
-    TrainerSetup::new(native, "native", model()).options(options).kinds(&[kind])
+    let t = TrainerSetup::new(native(), "native", model());
+    t.options(options).kinds(&[kind])
 }
 suite! { engine: engine(), trainer: trainer("{}", K::CheckpointDir), checks: [engine, trainer, pair], }
 mod ipc {

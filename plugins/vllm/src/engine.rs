@@ -240,7 +240,6 @@ impl VllmEngine {
         }
     }
 
-
     /// The update itself (the lifecycle check is the caller's).
     fn apply_update(&self, update: &WeightUpdate) -> Result<UpdateReport> {
         let started = Instant::now();

@@ -17,10 +17,10 @@ fn trainer(options: &str, kind: K) -> TrainerSetup {
     t.options(options).kinds(&[kind])
 }
 suite! { engine: engine(), trainer: trainer("{}", K::CheckpointDir), checks: [engine, pair],
-    no_digests: "vLLM reports no weight digests", ignore: "needs vLLM: TANDEM_PYTHON, --ignored", }
+no_digests: "vLLM reports no weight digests", ignore: "needs vLLM: TANDEM_PYTHON, --ignored", }
 mod lora {
     use super::*;
     suite! { engine: engine(), trainer: trainer(r#"{"lora": {"rank": 4, "alpha": 8}}"#, K::Adapter),
-        checks: [pair], no_digests: "vLLM reports no weight digests",
-        ignore: "needs vLLM: TANDEM_PYTHON, --ignored", }
+    checks: [pair], no_digests: "vLLM reports no weight digests",
+    ignore: "needs vLLM: TANDEM_PYTHON, --ignored", }
 }
