@@ -103,10 +103,10 @@ fn lock_shared() -> MutexGuard<'static, Option<Arc<EngineBox>>> {
 
 /// The shared engine, started on first use and serving (a failed test may leave it paused).
 fn shared(slot: &mut Option<Arc<EngineBox>>) -> &Arc<EngineBox> {
-    if let Some(e) = slot.as_ref() {
-        if ok(e.stats()).state.as_str() == "paused" {
-            ok(e.continue_generation());
-        }
+    if let Some(e) = slot.as_ref()
+        && ok(e.stats()).state.as_str() == "paused"
+    {
+        ok(e.continue_generation());
     }
     slot.get_or_insert_with(|| {
         let t = Instant::now();
