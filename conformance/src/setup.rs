@@ -42,7 +42,7 @@ impl Source {
                     ));
                 }
                 lib_header_from_path(path)
-                    .and_then(|h| h.init_root_module::<PluginModuleRef>())
+                    .and_then(tandem_plugin_api::module::init_root_module)
                     .map_err(|e| {
                         let first = e.to_string();
                         let first = first.lines().next().unwrap_or_default().to_owned();

@@ -59,6 +59,8 @@ pub struct ResolvedComponent {
     pub source: String,
     /// Number of ranks.
     pub ranks: u32,
+    /// Memory tags it declares releasable: the loop offloads / releases only these.
+    pub releasable_tags: Vec<String>,
 }
 
 /// A resolved bridge.
@@ -202,6 +204,12 @@ pub fn validate_with(
                         plugin: plugin.manifest.name.to_string(),
                         source: plugin.source.to_string(),
                         ranks,
+                        releasable_tags: decl
+                            .caps
+                            .releasable_tags
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect(),
                     },
                     decl.caps.clone(),
                 )),

@@ -271,6 +271,8 @@ struct Loop<'a> {
     colocate: bool,
     /// Trainer tags offloaded right now.
     trainer_offloaded: Vec<String>,
+    /// Tags the trainer declares releasable (the only ones it is asked to offload).
+    trainer_releasable: Vec<String>,
     first_step: u32,
     total_steps: u32,
     data_position: u64,
@@ -319,10 +321,12 @@ impl<'a> Loop<'a> {
             // Engine `activations` are decode scratch (small) and may be reallocated by an
             // adapter swap during the sync, which a tag-wide resume would then refuse: the
             // drained offload releases weights and KV cache, the memory that matters.
+            // Only what the engine declares releasable: capabilities are declared, never
+            // discovered by failure.
             release_tags: bridge
                 .engine_release_tags()
                 .into_iter()
-                .filter(|t| t != "activations")
+                .filter(|t| t != "activations" && plan.engine.releasable_tags.contains(t))
                 .collect(),
         };
         // Colocated: the engines give their memory back before the trainer loads.
@@ -380,6 +384,7 @@ impl<'a> Loop<'a> {
             trainer,
             colocate,
             trainer_offloaded: Vec::new(),
+            trainer_releasable: plan.trainer.releasable_tags.clone(),
             first_step,
             total_steps,
             data_position,
@@ -423,7 +428,11 @@ impl<'a> Loop<'a> {
         phases: &mut BTreeMap<String, f64>,
     ) -> Result<Option<crate::bridge::SyncRecord>, HostError> {
         let offload: Vec<String> = if self.colocate {
-            bridge.trainer_offload_tags()
+            bridge
+                .trainer_offload_tags()
+                .into_iter()
+                .filter(|t| self.trainer_releasable.contains(t))
+                .collect()
         } else {
             Vec::new()
         };

@@ -14,6 +14,9 @@ use tandem_plugin_api::{
     PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
 };
 
+/// Memory tags the trainer frees on CPU (gradients, set to `None` after a step).
+pub const RELEASABLE: [&str; 1] = ["grads"];
+
 pub use options::FsdpOptions;
 pub use trainer::FsdpTrainer;
 
@@ -36,7 +39,7 @@ impl Plugin for FsdpPlugin {
                 update_kinds: vec![UpdateKind::CheckpointDir, UpdateKind::Adapter].into(),
                 // Gradients are freed after every step; on CPU the parameters and optimizer
                 // state already live in host memory, so offloading them frees nothing.
-                releasable_tags: strs(&["grads"]),
+                releasable_tags: strs(&RELEASABLE),
                 pause_modes: RVec::new(),
                 hidden_states: false,
                 lora: true,
