@@ -2,13 +2,12 @@
 //! and a mirror of the state machine) and the engine checks.
 
 use crate::harness::{Failure, Outcome};
-use crate::setup::{EngineSetup, declaration};
-use tandem_memory::{ManagerConfig, MemoryManager};
+use crate::setup::{EngineSetup, Parts, parts};
+use tandem_memory::MemoryManager;
 use tandem_plugin_api::lifecycle::{EngineMachine, EngineOp, EngineState};
 use tandem_plugin_api::{
-    ComponentConfig, ComponentDecl, ComponentKind, EngineBox, ErrorCode, GenerateRequest,
-    GenerateResponse, PResult, PauseMode, PluginError, RResult, RString, RVec, SamplingParams,
-    UpdatePayload, WeightUpdate,
+    ComponentDecl, ComponentKind, EngineBox, ErrorCode, GenerateRequest, GenerateResponse, PResult,
+    PauseMode, PluginError, RResult, RString, RVec, SamplingParams, UpdatePayload, WeightUpdate,
 };
 use tandem_services::Services;
 
@@ -88,22 +87,19 @@ pub(crate) fn not_supported<T: std::fmt::Debug>(r: PResult<T>, what: &str) -> Ou
 impl EngineHarness {
     /// Loads the plugin, constructs and starts the engine, and checks it reports ready.
     pub fn new(setup: EngineSetup) -> Result<EngineHarness, Failure> {
-        let module = setup.source.load().map_err(|e| Failure::new("setup", e))?;
-        let (_, decl) = declaration(module, ComponentKind::Engine, &setup.component)
-            .map_err(|e| Failure::new("the component is declared", e))?;
-        let run_dir = tempfile::tempdir()
-            .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
-        let services =
-            Services::with_memory(MemoryManager::new(ManagerConfig::cpu("conformance-engine")));
-        let config = ComponentConfig {
-            component: setup.component.as_str().into(),
-            model_path: setup.model.display().to_string().into(),
-            options_json: setup.options_json.as_str().into(),
-            rank: 0,
-            world_size: 1,
-            device: "cpu".into(),
-            run_dir: run_dir.path().display().to_string().into(),
-        };
+        let Parts {
+            module,
+            decl,
+            run_dir,
+            services,
+            config,
+        } = parts(
+            &setup.source,
+            ComponentKind::Engine,
+            &setup.component,
+            &setup.model,
+            &setup.options_json,
+        )?;
         let engine = ok(
             (module.new_engine())(config, services.handle()),
             "the engine constructs",

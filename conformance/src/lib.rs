@@ -3,7 +3,7 @@
 //! A plugin crate's `tests/conformance.rs` names its component and a model, and one macro
 //! expands into one `#[test]` per rule of the contract:
 //!
-//! ```ignore
+//! ```text
 //! fn engine() -> tandem_conformance::EngineSetup {
 //!     tandem_conformance::EngineSetup::new(Source::built("tandem_myengine"), "myengine", model_dir())
 //! }

@@ -97,6 +97,50 @@ pub fn tiny_model(name: &str) -> PathBuf {
     dir
 }
 
+/// What constructing a component needs: its root module and declaration, a run dir of its
+/// own, host services with a CPU memory manager of its own, and rank 0's component config.
+pub(crate) struct Parts {
+    pub module: PluginModuleRef,
+    pub decl: ComponentDecl,
+    pub run_dir: tempfile::TempDir,
+    pub services: tandem_services::Services,
+    pub config: tandem_plugin_api::ComponentConfig,
+}
+
+/// Loads `source` and prepares the construction of its `component` of `kind`.
+pub(crate) fn parts(
+    source: &Source,
+    kind: ComponentKind,
+    component: &str,
+    model: &Path,
+    options_json: &str,
+) -> Result<Parts, crate::Failure> {
+    use crate::Failure;
+    use tandem_memory::{ManagerConfig, MemoryManager};
+    let module = source.load().map_err(|e| Failure::new("setup", e))?;
+    let (_, decl) = declaration(module, kind, component)
+        .map_err(|e| Failure::new("the component is declared", e))?;
+    let run_dir = tempfile::tempdir()
+        .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
+    let manager = MemoryManager::new(ManagerConfig::cpu(format!("conformance-{}", kind.as_str())));
+    let config = tandem_plugin_api::ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options_json.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: run_dir.path().display().to_string().into(),
+    };
+    Ok(Parts {
+        module,
+        decl,
+        run_dir,
+        services: tandem_services::Services::with_memory(manager),
+        config,
+    })
+}
+
 /// The manifest and the declaration of `component` of `kind`.
 pub(crate) fn declaration(
     module: PluginModuleRef,

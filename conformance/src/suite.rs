@@ -1,7 +1,7 @@
 //! The `suite!` macro: one `#[test]` per check of the chosen groups, sharing one engine and one
 //! trainer per test binary.
 //!
-//! ```ignore
+//! ```text
 //! tandem_conformance::suite! {
 //!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`)
 //!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`)

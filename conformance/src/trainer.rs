@@ -2,11 +2,10 @@
 
 use crate::engine::{not_supported, ok, refused};
 use crate::harness::{Failure, Outcome};
-use crate::setup::{TrainerSetup, declaration};
-use tandem_memory::{ManagerConfig, MemoryManager};
+use crate::setup::{Parts, TrainerSetup, parts};
 use tandem_plugin_api::{
-    ComponentConfig, ComponentDecl, ComponentKind, ErrorCode, LossConfig, LossKind, RResult,
-    RString, RVec, TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind, WhichWeights,
+    ComponentDecl, ComponentKind, ErrorCode, LossConfig, LossKind, RResult, RString, RVec,
+    TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind, WhichWeights,
 };
 use tandem_services::Services;
 
@@ -31,23 +30,19 @@ pub struct TrainerHarness {
 impl TrainerHarness {
     /// Loads the plugin, constructs the trainer and calls `init`.
     pub fn new(setup: TrainerSetup) -> Result<TrainerHarness, Failure> {
-        let module = setup.source.load().map_err(|e| Failure::new("setup", e))?;
-        let (_, decl) = declaration(module, ComponentKind::Trainer, &setup.component)
-            .map_err(|e| Failure::new("the component is declared", e))?;
-        let dir = tempfile::tempdir()
-            .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
-        let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu(
-            "conformance-trainer",
-        )));
-        let config = ComponentConfig {
-            component: setup.component.as_str().into(),
-            model_path: setup.model.display().to_string().into(),
-            options_json: setup.options_json.as_str().into(),
-            rank: 0,
-            world_size: 1,
-            device: "cpu".into(),
-            run_dir: dir.path().display().to_string().into(),
-        };
+        let Parts {
+            module,
+            decl,
+            run_dir: dir,
+            services,
+            config,
+        } = parts(
+            &setup.source,
+            ComponentKind::Trainer,
+            &setup.component,
+            &setup.model,
+            &setup.options_json,
+        )?;
         let mut trainer = ok(
             (module.new_trainer())(config, services.handle()),
             "the trainer constructs",

@@ -216,6 +216,16 @@ impl EngineMachine {
     pub fn abort_update(&mut self) -> Result<&EngineState, TransitionError> {
         self.apply(EngineOp::AbortUpdate)
     }
+    /// Ends an update begun with [`EngineMachine::begin_update`]: `end_update` when it was
+    /// applied (`applied`), else `abort_update`. A no-op outside `Updating`.
+    pub fn finish_update(&mut self, applied: bool) {
+        let op = if applied {
+            EngineOp::EndUpdate
+        } else {
+            EngineOp::AbortUpdate
+        };
+        let _ = self.apply(op);
+    }
     /// [`EngineOp::Continue`].
     pub fn continue_generation(&mut self) -> Result<&EngineState, TransitionError> {
         self.apply(EngineOp::Continue)

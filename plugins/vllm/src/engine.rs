@@ -527,12 +527,7 @@ impl EngineImpl for VllmEngine {
             .begin_update(update.version)
             .map_err(illegal)?;
         let result = self.apply_update(&update);
-        let mut st = lock(&self.state);
-        let _ = if result.is_ok() {
-            st.machine.end_update()
-        } else {
-            st.machine.abort_update()
-        };
+        lock(&self.state).machine.finish_update(result.is_ok());
         result
     }
 

@@ -325,12 +325,7 @@ impl EngineImpl for NativeEngine {
             .begin_update(update.version)
             .map_err(illegal)?;
         let result = self.apply(update);
-        let mut st = lock(&self.state);
-        let _ = if result.is_ok() {
-            st.machine.end_update()
-        } else {
-            st.machine.abort_update()
-        };
+        lock(&self.state).machine.finish_update(result.is_ok());
         result
     }
 
