@@ -206,11 +206,10 @@ impl TrainerImpl for FsdpTrainer {
     fn export_weight_update(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
         let op = "export_weight_update";
         if !matches!(kind, UpdateKind::CheckpointDir | UpdateKind::Adapter) {
-            return Err(PluginError::not_supported(
-                &format!("{op}({})", kind.as_str()),
-                "fsdp",
-            )
-            .with_help("trainer `fsdp` exports checkpoint_dir and adapter updates"));
+            return Err(
+                PluginError::not_supported(&format!("{op}({})", kind.as_str()), "fsdp")
+                    .with_help("trainer `fsdp` exports checkpoint_dir and adapter updates"),
+            );
         }
         let v = self.call("export", json!({"kind": kind.as_str()}))?;
         let dir = RString::from(str_of(&v, "dir", op)?);
@@ -263,10 +262,15 @@ impl TrainerImpl for FsdpTrainer {
 /// Only the declared releasable tags (`crate::RELEASABLE`) are offloaded: on CPU the others
 /// would free nothing, and capabilities are declared, never discovered by failure.
 fn declared_tags(tags: &[String], op: &str) -> Result<()> {
-    match tags.iter().find(|t| !crate::RELEASABLE.contains(&t.as_str())) {
-        Some(t) => Err(PluginError::not_supported(&format!("{op}({t})"), "fsdp").with_help(
-            "trainer `fsdp` releases only its gradients on CPU (declared releasable_tags)",
-        )),
+    match tags
+        .iter()
+        .find(|t| !crate::RELEASABLE.contains(&t.as_str()))
+    {
+        Some(t) => Err(
+            PluginError::not_supported(&format!("{op}({t})"), "fsdp").with_help(
+                "trainer `fsdp` releases only its gradients on CPU (declared releasable_tags)",
+            ),
+        ),
         None => Ok(()),
     }
 }
