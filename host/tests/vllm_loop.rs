@@ -313,5 +313,18 @@ fn a_vllm_job_without_python_is_one_line_naming_the_fix() {
             && line.contains("no pointer file"),
         "{line}"
     );
+    // Refused before anything starts, and `tandem check` says the same.
+    assert!(!s.dir.join("run").exists(), "the run dir was created");
+    let check = Command::new(rl_common::tandem_bin())
+        .arg("check")
+        .arg(&s.job)
+        .env_remove("TANDEM_PYTHON")
+        .env("TANDEM_VENV_ROOT", no_venv.path())
+        .env("TANDEM_PLUGIN_PATH", s.plugins.path())
+        .current_dir(&s.dir)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2), "{}", check.stderr_text());
+    assert_eq!(one_error_line(&check.stderr_text()), line);
     s.assert_no_leftovers(Duration::from_secs(30));
 }

@@ -79,9 +79,32 @@ impl Plugin for FsdpPlugin {
                 ),
             )];
         }
-        // The options only: the Python environment is the constructor's and `init`'s
-        // business (they say how to create it).
-        FsdpOptions::problems_of(&config.options_json)
+        // The options, then the Python environment torchrun would start (what `init`
+        // resolves): a missing venv is refused before anything starts.
+        let problems = FsdpOptions::problems_of(&config.options_json);
+        if !problems.is_empty() {
+            return problems;
+        }
+        match FsdpOptions::parse(&config.options_json).and_then(|o| o.interpreter()) {
+            Err(e) => {
+                let message = e.message.as_str();
+                let message = message.strip_prefix("trainer `fsdp`: ").unwrap_or(message);
+                vec![ConfigProblem::new("python", message).with_help(e.help)]
+            }
+            // A bare name is looked up on PATH at spawn; a path must exist.
+            Ok(python) if python.path.components().count() > 1 && !python.path.is_file() => vec![
+                ConfigProblem::new(
+                    "python",
+                    format!(
+                        "Python {} (from {}) does not exist",
+                        python.path.display(),
+                        python.source
+                    ),
+                )
+                .with_help(tandem_plugin_support::python::SETUP_HELP),
+            ],
+            Ok(_) => Vec::new(),
+        }
     }
 }
 

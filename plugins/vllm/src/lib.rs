@@ -8,6 +8,7 @@ pub mod options;
 pub mod response;
 pub mod server;
 
+use std::path::Path;
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
 use tandem_plugin_api::{
     Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
@@ -78,9 +79,35 @@ impl Plugin for VllmPlugin {
                 ),
             )];
         }
-        // The options only: whether the Python environment is there is the constructor's
-        // business (it says how to create it).
-        VllmOptions::problems_of(&config.options_json)
+        // The options, then the Python environment the server would be launched with (what
+        // the constructor resolves first): a missing venv is refused before anything starts.
+        let problems = VllmOptions::problems_of(&config.options_json);
+        if !problems.is_empty() {
+            return problems;
+        }
+        let launcher = VllmOptions::parse(&config.options_json).and_then(|o| o.launcher());
+        match launcher {
+            Err(e) => {
+                let message = e.message.as_str();
+                let message = message.strip_prefix("engine `vllm`: ").unwrap_or(message);
+                vec![ConfigProblem::new("python", message).with_help(e.help)]
+            }
+            // A bare name is looked up on PATH at spawn; a path must exist.
+            Ok(l)
+                if l.origin != "the `command` option"
+                    && l.program.contains('/')
+                    && !Path::new(&l.program).is_file() =>
+            {
+                vec![
+                    ConfigProblem::new(
+                        "python",
+                        format!("Python `{}` (from {}) does not exist", l.program, l.origin),
+                    )
+                    .with_help(tandem_plugin_support::python::SETUP_HELP),
+                ]
+            }
+            Ok(_) => Vec::new(),
+        }
     }
 }
 
