@@ -292,17 +292,26 @@ fn vllm_engine_and_native_trainer_run_the_loop_and_a_dead_server_stops_it_cleanl
 fn a_vllm_job_without_python_is_one_line_naming_the_fix() {
     let s = Scratch::new();
     let no_venv = tempfile::tempdir().unwrap();
-    let out = Command::new(rl_common::tandem_bin())
-        .arg("run")
-        .arg(&s.job)
-        .args(["--steps", "1", "--output-dir"])
-        .arg(s.dir.join("run"))
-        .env_remove("TANDEM_PYTHON")
-        .env("TANDEM_VENV_ROOT", no_venv.path())
-        .env("TANDEM_PLUGIN_PATH", s.plugins.path())
-        .current_dir(&s.dir)
-        .output()
-        .unwrap();
+    // `tandem` without any Python environment to find.
+    let tandem = |args: &[&std::ffi::OsStr]| {
+        Command::new(rl_common::tandem_bin())
+            .args(args)
+            .env_remove("TANDEM_PYTHON")
+            .env("TANDEM_VENV_ROOT", no_venv.path())
+            .env("TANDEM_PLUGIN_PATH", s.plugins.path())
+            .current_dir(&s.dir)
+            .output()
+            .unwrap()
+    };
+    let run_dir = s.dir.join("run");
+    let out = tandem(&[
+        "run".as_ref(),
+        s.job.as_os_str(),
+        "--steps".as_ref(),
+        "1".as_ref(),
+        "--output-dir".as_ref(),
+        run_dir.as_os_str(),
+    ]);
     assert!(!out.status.success(), "{}", out.stderr_text());
     let err = out.stderr_text();
     let line = one_error_line(&err);
@@ -314,16 +323,8 @@ fn a_vllm_job_without_python_is_one_line_naming_the_fix() {
         "{line}"
     );
     // Refused before anything starts, and `tandem check` says the same.
-    assert!(!s.dir.join("run").exists(), "the run dir was created");
-    let check = Command::new(rl_common::tandem_bin())
-        .arg("check")
-        .arg(&s.job)
-        .env_remove("TANDEM_PYTHON")
-        .env("TANDEM_VENV_ROOT", no_venv.path())
-        .env("TANDEM_PLUGIN_PATH", s.plugins.path())
-        .current_dir(&s.dir)
-        .output()
-        .unwrap();
+    assert!(!run_dir.exists(), "the run dir was created");
+    let check = tandem(&["check".as_ref(), s.job.as_os_str()]);
     assert_eq!(check.status.code(), Some(2), "{}", check.stderr_text());
     assert_eq!(one_error_line(&check.stderr_text()), line);
     s.assert_no_leftovers(Duration::from_secs(30));
