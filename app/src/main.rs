@@ -1,0 +1,16 @@
+//! The `tandem` binary: the host crates (through [`tandem_cli::main`]) plus the built-in
+//! plugins, linked here — at the edge — so that no host crate depends on a plugin. Errors
+//! print as one line each on stderr; exit code 2 for user errors, 1 for runtime failures.
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+// The built-in `native` plugin (registered with `register_builtin!` when linked).
+use tandem_plugin_native as _;
+
+fn main() -> ExitCode {
+    // `tandem bench transport` re-runs this executable as its peer processes.
+    tandem_transport::bench::child_main_if_requested();
+    tandem_cli::main()
+}

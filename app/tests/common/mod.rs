@@ -1,0 +1,128 @@
+//! Shared helpers of the host's integration tests: the `tandem` binary, the fixture plugin
+//! libraries built by `cargo build --workspace`, and scratch plugin directories.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `tandem` binary under test.
+pub fn tandem() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tandem"))
+}
+
+/// `target/<profile>`: where cargo put the binary and the workspace's cdylibs.
+pub fn target_profile_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_tandem"))
+        .parent()
+        .expect("binary has a parent dir")
+        .to_path_buf()
+}
+
+/// Root of the workspace.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_path_buf()
+}
+
+/// Path of a workspace cdylib, e.g. `cdylib("fixture_alpha")`.
+pub fn cdylib(crate_name: &str) -> PathBuf {
+    let p = target_profile_dir().join(format!("lib{crate_name}.so"));
+    assert!(
+        p.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`), as the README's test command does",
+        p.display()
+    );
+    p
+}
+
+/// A fresh temporary directory holding copies of the given libraries (under the given names).
+pub fn plugin_dir(files: &[(&Path, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (src, name) in files {
+        std::fs::copy(src, dir.path().join(name)).expect("copy plugin");
+    }
+    dir
+}
+
+/// Runs a command and returns its output.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("spawn tandem")
+}
+
+/// Standard error as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Standard output as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Lines of stderr starting with `error:`.
+pub fn error_lines(o: &Output) -> Vec<String> {
+    stderr(o)
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `$TANDEM_PYTHON` for the real-engine tests (`test` names the test binary); panics with how
+/// to set it when it is unset, so an `--ignored` run never passes silently.
+pub fn python_env(test: &str) -> String {
+    std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "TANDEM_PYTHON is unset: run `export TANDEM_PYTHON=$(bash scripts/setup-python.sh | \
+             tail -1)` before `cargo test -p tandem --test {test} -- --ignored`"
+        )
+    })
+}
+
+/// The value of a plugin call, or a panic naming the error.
+pub fn ok<T>(r: tandem_plugin_api::RResult<T, tandem_plugin_api::PluginError>) -> T {
+    match r {
+        tandem_plugin_api::RResult::ROk(v) => v,
+        tandem_plugin_api::RResult::RErr(e) => panic!("plugin call failed: {e}"),
+    }
+}
+
+/// The error of a plugin call that must fail.
+pub fn err<T>(
+    r: tandem_plugin_api::RResult<T, tandem_plugin_api::PluginError>,
+) -> tandem_plugin_api::PluginError {
+    match r {
+        tandem_plugin_api::RResult::ROk(_) => panic!("expected an error"),
+        tandem_plugin_api::RResult::RErr(e) => e,
+    }
+}
+
+/// A scratch directory for files a test binary shares between its tests for the whole
+/// process (e.g. models written once): `<CARGO_TARGET_TMPDIR>/<name>-<pid>`. A static
+/// `TempDir` is never dropped, so its directory outlived every run (≈ 110 MB each for the
+/// bridge tests' models); here the first call removes the `<name>-<pid>` directories of
+/// processes that are gone, so at most the live runs' directories remain.
+pub fn process_scratch(name: &str) -> PathBuf {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let prefix = format!("{name}-");
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let pid = file_name
+                .to_str()
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = base.join(format!("{prefix}{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

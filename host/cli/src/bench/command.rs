@@ -1,0 +1,57 @@
+//! `tandem bench NAME [--json] [--quick]`.
+
+use crate::bench::bridges_vllm::VllmRows;
+use crate::bench::{self, Figure};
+use crate::error::CliError;
+use std::path::PathBuf;
+
+/// Available benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchName {
+    /// Engine-trait call across the plugin ABI vs a direct `dyn` call.
+    Abi,
+    /// Memory-layer pause/resume beside memcpy and the kernel's page rates.
+    Memory,
+    /// Transport point-to-point/broadcast bandwidth and latency beside memcpy.
+    Transport,
+    /// Control-plane call round trip and bulk replies beside raw TCP loopback.
+    Control,
+    /// A short GRPO run: orchestration overhead and phase times beside the step time.
+    Loop,
+    /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size; with
+    /// `$TANDEM_PYTHON` and the `vllm` plugin (`--plugin-dir`), vLLM rows beside the native ones.
+    Bridges,
+}
+
+pub fn run(
+    plugin_dirs: &[PathBuf],
+    name: BenchName,
+    json: bool,
+    quick: bool,
+) -> Result<(), CliError> {
+    let figures: Vec<Figure> = match name {
+        BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
+        BenchName::Memory => bench::memory::run(quick)?,
+        BenchName::Transport => bench::transport::run(quick)?,
+        BenchName::Control => crate::bench::control::run(quick)?,
+        BenchName::Loop => bench::rl_loop::run(quick)?,
+        BenchName::Bridges => {
+            let mut figures = bench::bridges::run(quick)?;
+            match bench::bridges_vllm::run(plugin_dirs, &figures)? {
+                VllmRows::Figures(v) => figures.extend(v),
+                VllmRows::Skipped(why) => {
+                    eprintln!("tandem bench bridges: vLLM rows skipped: {why}");
+                }
+            }
+            figures
+        }
+    };
+    if json {
+        for f in &figures {
+            crate::print_json(f)?;
+        }
+    } else {
+        println!("{}", bench::table(&figures));
+    }
+    Ok(())
+}

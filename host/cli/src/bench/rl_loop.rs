@@ -1,0 +1,130 @@
+//! `tandem bench loop`: a short colocated GRPO run on a tiny model (real workers; `ipc` and
+//! `checkpoint` bridges), reporting the orchestration overhead — step time spent outside plugin calls
+//! (rollout bookkeeping, rewards, advantages, metrics) — beside the step time of the same
+//! run, and each phase's share of the step.
+
+use super::Figure;
+use tandem_rl::config::LoadedJob;
+use crate::error::CliError;
+use tandem_runtime::registry::Registry;
+use tandem_rl::metrics::StepMetrics;
+use tandem_rl::{self, RunOptions};
+use tandem_rl::warmstart::create_preset;
+use tandem_runtime::RuntimeError;
+
+const JOB: &str = r#"
+[run]
+name = "bench-loop"
+output_dir = "run"
+steps = STEPS
+seed = 0
+
+[placement]
+mode = "colocate"
+
+[model]
+path = "model"
+
+[engine]
+plugin = "native"
+
+[engine.options]
+max_batch = 64
+max_seq_len = 64
+
+[trainer]
+plugin = "native"
+
+[bridge]
+mode = "BRIDGE"
+
+[algorithm]
+prompts_per_step = 8
+group_size = 8
+max_tokens = 6
+
+[task]
+kind = "arithmetic"
+"#;
+
+/// Runs the benchmark (`quick`: fewer steps).
+pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
+    let steps = if quick { 6 } else { 20 };
+    let tmp = std::env::temp_dir().join(format!("tandem-bench-loop-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|source| CliError::Io {
+        context: format!("creating {}", tmp.display()),
+        source,
+    })?;
+    let result = run_in(&tmp, steps);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, CliError> {
+    let registry = Registry::discover(&[]).map_err(RuntimeError::Plugins)?;
+    create_preset(&registry, &tmp.join("model"), "tiny", 0)?;
+    let mut figures = Vec::new();
+    for bridge in ["ipc", "checkpoint"] {
+        let job_path = tmp.join(format!("{bridge}.toml"));
+        let text = JOB
+            .replace("STEPS", &steps.to_string())
+            .replace("BRIDGE", bridge);
+        std::fs::write(&job_path, text).map_err(|source| CliError::Io {
+            context: format!("writing {}", job_path.display()),
+            source,
+        })?;
+        let job = LoadedJob::read(&job_path)?;
+        let plan = tandem_rl::config::validate(&job, &registry)?;
+        let run_dir = tmp.join(format!("run-{bridge}"));
+        let opts = RunOptions {
+            run_dir: run_dir.clone(),
+            resume: false,
+            steps: None,
+            progress: false,
+            exe: None,
+            plugin_dirs: Vec::new(),
+        };
+        tandem_rl::run(&job, &plan, &registry, opts)?;
+        let text = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap_or_default();
+        let ms: Vec<StepMetrics> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        // Step 1 carries one-off costs (first allocations); the steady state is what counts.
+        let steady: Vec<&StepMetrics> = ms.iter().skip(1).collect();
+        let n = steady.len().max(1) as f64;
+        let step_s = steady.iter().map(|m| m.step_s).sum::<f64>() / n;
+        let overhead = steady.iter().map(|m| m.overhead_s).sum::<f64>() / n;
+        figures.push(
+            Figure::new(
+                "loop",
+                &format!("{bridge}: orchestration overhead"),
+                overhead * 1e3,
+                "ms",
+                step_s * 1e3,
+            )
+            .limit_name("step time")
+            .target("<= 0.02"),
+        );
+        let mut phases: std::collections::BTreeMap<String, f64> = Default::default();
+        for m in &steady {
+            for (k, v) in &m.phases {
+                *phases.entry(k.clone()).or_default() += v / n;
+            }
+        }
+        for (k, v) in phases {
+            figures.push(
+                Figure::new(
+                    "loop",
+                    &format!("{bridge}: phase {k}"),
+                    v * 1e3,
+                    "ms",
+                    step_s * 1e3,
+                )
+                .limit_name("step time"),
+            );
+        }
+    }
+    Ok(figures)
+}

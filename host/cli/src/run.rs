@@ -1,0 +1,90 @@
+//! `tandem run JOB.toml` / `tandem run --resume RUN_DIR`: validate, prepare the run
+//! directory, and run the RL loop ([`crate::rl`]).
+
+use super::check::{Resolved, job_dirs};
+use tandem_rl::config::Overrides;
+use crate::error::CliError;
+use tandem_rl::{self, RunOptions};
+use std::path::PathBuf;
+
+/// Arguments of `tandem run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job file (optional with --resume: the run directory remembers it).
+    #[arg(required_unless_present = "resume")]
+    pub job: Option<PathBuf>,
+    /// Override the job file's run directory.
+    #[arg(long, conflicts_with = "resume")]
+    pub output_dir: Option<PathBuf>,
+    /// Continue the run in RUN_DIR from its newest complete checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub resume: Option<PathBuf>,
+    /// Override the job file's number of steps.
+    #[arg(long)]
+    pub steps: Option<u32>,
+    /// Print the resolved plan as JSON and a JSON summary at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<(), CliError> {
+    let job_path = match (&args.job, &args.resume) {
+        (Some(j), _) => j.clone(),
+        (None, Some(run_dir)) => tandem_rl::driver::job_of_run(run_dir)?,
+        (None, None) => {
+            return Err(CliError::usage(
+                "give a job file or --resume RUN_DIR",
+            ));
+        }
+    };
+    // The same validation as `tandem check`, before anything is created; its registry is the
+    // only one this process loads.
+    let overrides = Overrides {
+        output_dir: args.resume.clone().or(args.output_dir),
+    };
+    let Resolved {
+        job,
+        plan,
+        registry,
+    } = super::check::resolve(cli_dirs, &job_path, &overrides)?;
+    let run_dir = plan.output_dir.clone();
+    if args.json {
+        super::print_json(&plan)?;
+    } else if !quiet {
+        eprintln!("{}", super::check::describe(&plan));
+    }
+    let opts = RunOptions {
+        run_dir: run_dir.clone(),
+        resume: args.resume.is_some(),
+        steps: args.steps,
+        progress: !quiet && !args.json,
+        exe: None,
+        plugin_dirs: tandem_runtime::registry::plugin_dirs(cli_dirs, &job_dirs(&job)),
+    };
+    let summary = tandem_rl::run(&job, &plan, &registry, opts)?;
+    let files = tandem_rl::driver::RunFiles::of(&run_dir);
+    if args.json {
+        let v = serde_json::json!({
+            "last_step": summary.last_step,
+            "first_reward": summary.first_reward,
+            "final_reward": summary.final_reward,
+            "run_dir": run_dir,
+            "metrics": files.metrics,
+            "plot": files.plot,
+            "checkpoint": summary.checkpoint,
+        });
+        super::print_json(&v)?;
+    } else if !quiet {
+        println!(
+            "done: {} steps, mean reward {:.3} at the start -> {:.3} over the last steps",
+            summary.last_step, summary.first_reward, summary.final_reward
+        );
+        println!("  metrics    {}", files.metrics.display());
+        println!("  plot       {}", files.plot.display());
+        println!("  events     {}", files.events.display());
+        if let Some(c) = &summary.checkpoint {
+            println!("  checkpoint {}", c.display());
+        }
+    }
+    Ok(())
+}

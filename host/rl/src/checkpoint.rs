@@ -1,0 +1,139 @@
+//! Checkpoints of a run and `--resume`.
+//!
+//! `save` asks the trainer to write `<run_dir>/checkpoints/.step-NNNNNN.tmp`, adds
+//! [`LOOP_STATE`] (step, data position, weight version), fsyncs, and renames the directory to
+//! `step-NNNNNN`: a directory with that name is complete by construction. `newest` finds the
+//! highest complete one; half-written `.tmp` directories are ignored (and removed on resume).
+
+use crate::error::RlError;
+use tandem_runtime::launch::RemoteTrainer;
+use crate::metrics::StepMetrics;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// File inside a checkpoint with the loop's position.
+pub const LOOP_STATE: &str = "tandem_loop_state.json";
+
+/// File inside a checkpoint with what its step measured up to the save (rollout and train
+/// figures): a run killed after the save but before the step's metrics line was written
+/// gets the line back from here on `--resume`.
+pub const STEP_METRICS: &str = "tandem_step_metrics.json";
+
+/// Where the loop was when a checkpoint was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopState {
+    /// Last completed RL step.
+    pub step: u32,
+    /// Index of the next problem of the task stream.
+    pub data_position: u64,
+    /// Trainer's weight version.
+    pub weight_version: u64,
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
+    move |source| RlError::Io { context, source }
+}
+
+/// The checkpoints directory of a run.
+pub fn dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints")
+}
+
+/// Writes a complete checkpoint of `state`; returns its directory.
+pub fn save(
+    run_dir: &Path,
+    trainer: &RemoteTrainer,
+    state: &LoopState,
+    metrics: &StepMetrics,
+) -> Result<PathBuf, RlError> {
+    let root = dir(run_dir);
+    std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
+    let name = format!("step-{:06}", state.step);
+    let tmp = root.join(format!(".{name}.tmp"));
+    let done = root.join(&name);
+    let _ = std::fs::remove_dir_all(&tmp);
+    trainer.save_checkpoint(&tmp.display().to_string())?;
+    let text = serde_json::to_string_pretty(state)
+        .map_err(|e| RlError::failed(format!("encoding the loop state: {e}")))?;
+    let path = tmp.join(LOOP_STATE);
+    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    let path = tmp.join(STEP_METRICS);
+    let text = serde_json::to_string(metrics)
+        .map_err(|e| RlError::failed(format!("encoding the step metrics: {e}")))?;
+    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    sync_tree(&tmp)?;
+    if done.exists() {
+        // The same step saved again after a resume: replace it as a whole.
+        std::fs::remove_dir_all(&done).map_err(io(format!("replacing {}", done.display())))?;
+    }
+    std::fs::rename(&tmp, &done).map_err(io(format!("publishing {}", done.display())))?;
+    sync_dir(&root)?;
+    Ok(done)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), RlError> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io(format!("syncing {}", dir.display())))
+}
+
+fn sync_tree(dir: &Path) -> Result<(), RlError> {
+    let entries = std::fs::read_dir(dir).map_err(io(format!("reading {}", dir.display())))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sync_tree(&p)?;
+        } else {
+            std::fs::File::open(&p)
+                .and_then(|f| f.sync_all())
+                .map_err(io(format!("syncing {}", p.display())))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// The newest complete checkpoint of a run and its loop state.
+pub fn newest(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError> {
+    let root = dir(run_dir);
+    let Ok(entries) = std::fs::read_dir(&root) else {
+        return Ok(None);
+    };
+    let mut best: Option<(PathBuf, LoopState)> = None;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("step-") {
+            continue;
+        }
+        let path = e.path().join(LOOP_STATE);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let state: LoopState = serde_json::from_str(&text).map_err(|e| {
+            RlError::usage(format!(
+                "{}: not a loop state ({e}) (help: delete that checkpoint directory to resume from an older one)",
+                path.display()
+            ))
+        })?;
+        if best.as_ref().is_none_or(|(_, b)| state.step > b.step) {
+            best = Some((e.path(), state));
+        }
+    }
+    Ok(best)
+}
+
+/// Removes half-written checkpoint directories left by a run that was killed.
+pub fn clean_partial(run_dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir(run_dir)) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+/// The step metrics saved with a checkpoint, if any.
+pub fn step_metrics(checkpoint: &Path) -> Option<StepMetrics> {
+    let text = std::fs::read_to_string(checkpoint.join(STEP_METRICS)).ok()?;
+    serde_json::from_str(&text).ok()
+}

@@ -1,0 +1,31 @@
+//! `tandem-rl`: an RL job from its file to its run directory.
+//!
+//! - [`config`]: job files (parsing with positions, the one validation `tandem check` and
+//!   `tandem run` share) and [`placement`] (world layout, transport plan).
+//! - The loop behind `tandem run` (see `ARCHITECTURE.md`, "The step"): [`driver`] (launch,
+//!   init, steps, shutdown), [`phases`] (drained offload / staged onload across all engines,
+//!   each engine's state machine checked first), [`rollout`], [`grpo`], [`checkpoint`],
+//!   [`warmstart`] (preset model + supervised warm start), [`prompt`], and what a run writes
+//!   and shows: [`events`], [`metrics`], [`plot`], [`progress`].
+//! - [`bridge`]: the weight-bridge driver (`ipc`, `lora`, `checkpoint`).
+//! - [`task`]: built-in verifiable tasks and rewards.
+
+pub mod bridge;
+pub mod checkpoint;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod events;
+pub mod grpo;
+pub mod metrics;
+pub mod phases;
+pub mod placement;
+pub mod plot;
+pub mod progress;
+pub mod prompt;
+pub mod rollout;
+pub mod task;
+pub mod warmstart;
+
+pub use driver::{RunOptions, RunSummary, run};
+pub use error::RlError;

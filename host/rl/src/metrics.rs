@@ -1,0 +1,137 @@
+//! Per-step metrics: one JSON object per line in `<run_dir>/metrics.jsonl`, kept in memory
+//! for the plot. On resume the lines of steps after the checkpoint are dropped (they are run
+//! again), the others kept.
+
+use crate::error::RlError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What one RL step measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StepMetrics {
+    /// RL step (1-based).
+    pub step: u32,
+    /// Mean reward of the rollout.
+    pub reward_mean: f64,
+    /// Standard deviation of the rewards.
+    pub reward_std: f64,
+    /// Fraction of exactly right answers.
+    pub exact_frac: f64,
+    /// Mean completion length in tokens.
+    pub completion_tokens: f64,
+    /// Loss of the last optimiser step.
+    pub loss: f64,
+    /// KL to the reference (0 without a reference).
+    pub kl: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Fraction of clipped tokens.
+    pub clip_frac: f64,
+    /// Sequences trained on.
+    pub train_sequences: u64,
+    /// Weight version the engines serve after the sync.
+    pub weight_version: u64,
+    /// Bytes the sync moved.
+    pub sync_bytes: u64,
+    /// Latency of the sync (s).
+    pub sync_s: f64,
+    /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
+    pub phases: BTreeMap<String, f64>,
+    /// Whole step (s).
+    pub step_s: f64,
+    /// Time outside plugin calls (s).
+    pub overhead_s: f64,
+    /// Resident memory of each worker process (bytes), by worker name.
+    pub rss: BTreeMap<String, u64>,
+    /// Memory-ledger bytes reported by each worker (resident region bytes), by worker name.
+    pub ledger: BTreeMap<String, u64>,
+}
+
+/// The metrics file and the steps so far.
+pub struct MetricsLog {
+    path: PathBuf,
+    /// Every step recorded (including those before a resume).
+    pub steps: Vec<StepMetrics>,
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
+    move |source| RlError::Io { context, source }
+}
+
+impl MetricsLog {
+    /// A new, empty log at `path` (an existing file is an error: runs never overwrite).
+    pub fn create(path: &Path) -> Result<MetricsLog, RlError> {
+        std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(path)
+            .map_err(io(format!("creating {}", path.display())))?;
+        Ok(MetricsLog {
+            path: path.to_path_buf(),
+            steps: Vec::new(),
+        })
+    }
+
+    /// Reopens a log for a resume after `step`: lines of later steps are dropped; the line of
+    /// `step` itself comes from `saved` (the checkpoint's copy) when the run died before
+    /// writing it.
+    pub fn resume(
+        path: &Path,
+        step: u32,
+        saved: Option<StepMetrics>,
+    ) -> Result<MetricsLog, RlError> {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut steps: Vec<StepMetrics> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<StepMetrics>(l).ok())
+            .filter(|m| m.step <= step)
+            .collect();
+        if let Some(m) = saved
+            && m.step == step
+            && !steps.iter().any(|s| s.step == step)
+        {
+            steps.push(m);
+        }
+        let tmp = path.with_extension("jsonl.tmp");
+        let mut body = String::new();
+        for m in &steps {
+            body.push_str(&serde_json::to_string(m).unwrap_or_default());
+            body.push('\n');
+        }
+        std::fs::write(&tmp, body).map_err(io(format!("writing {}", tmp.display())))?;
+        std::fs::rename(&tmp, path).map_err(io(format!("replacing {}", path.display())))?;
+        Ok(MetricsLog {
+            path: path.to_path_buf(),
+            steps,
+        })
+    }
+
+    /// Appends one step.
+    pub fn push(&mut self, m: StepMetrics) -> Result<(), RlError> {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io(format!("opening {}", self.path.display())))?;
+        let line = serde_json::to_string(&m)
+            .map_err(|e| RlError::failed(format!("encoding metrics: {e}")))?;
+        writeln!(f, "{line}").map_err(io(format!("writing {}", self.path.display())))?;
+        self.steps.push(m);
+        Ok(())
+    }
+}
+
+/// Resident set size of a process in bytes (`VmRSS` of `/proc/<pid>/status`), 0 if unknown.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}

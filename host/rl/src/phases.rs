@@ -1,0 +1,178 @@
+//! The drained offload and the staged onload across every engine, with each engine's state
+//! machine checked before a call is made and the event log written after it returns.
+//!
+//! Drained offload: `pause_generation` on every engine and wait for all of them, then
+//! `flush_cache` on every engine, then `release_memory` on every engine whose group has
+//! `needs_offload = true`. Staged onload: the weights back on every engine, then the sync
+//! (the caller's), then the KV cache, then `continue_generation`. Each stage runs on all
+//! engines in parallel and completes on all of them before the next stage starts.
+
+use super::events::EventLog;
+use crate::error::RlError;
+use tandem_runtime::RuntimeError;
+use tandem_runtime::launch::RemoteEngine;
+use tandem_runtime::orchestrator::{EngineMachine, EngineOp};
+use tandem_plugin_api::PauseMode;
+use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
+
+/// The engines of a run and what the controller knows of each.
+pub struct Engines {
+    /// The remote handles, by rank.
+    pub remotes: Vec<RemoteEngine>,
+    /// Each engine's state machine.
+    pub machines: Vec<EngineMachine>,
+    /// Whether the drained offload releases each engine's memory.
+    pub needs_offload: bool,
+    /// Tags the drained offload releases (from the bridge).
+    pub release_tags: Vec<String>,
+}
+
+fn name(rank: usize) -> String {
+    format!("engine-{rank}")
+}
+
+fn illegal(rank: usize, e: impl std::fmt::Display) -> RlError {
+    RlError::failed(format!("engine rank {rank}: {e}"))
+}
+
+impl Engines {
+    /// Runs `f` on every engine in parallel; the first error (by rank) wins.
+    fn all(
+        &self,
+        f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync,
+    ) -> Result<(), RlError> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self.remotes.iter().map(|e| s.spawn(|| f(e))).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(RlError::failed("an engine call panicked"))
+                    })
+                })
+                .collect::<Result<Vec<()>, _>>()
+                .map(drop)
+        })
+    }
+
+    /// Checks `op` on every machine first (so nothing is called when one would be illegal),
+    /// runs `call` on every engine, then commits the transitions and logs one event each.
+    fn stage(
+        &mut self,
+        events: &EventLog,
+        step: u32,
+        op: EngineOp,
+        label: &str,
+        detail: &str,
+        call: impl Fn(&RemoteEngine) -> Result<(), RuntimeError> + Sync,
+    ) -> Result<(), RlError> {
+        for (rank, m) in self.machines.iter().enumerate() {
+            m.clone().apply(op.clone()).map_err(|e| illegal(rank, e))?;
+        }
+        self.all(|e| call(e).map_err(RlError::from))?;
+        for (rank, m) in self.machines.iter_mut().enumerate() {
+            m.apply(op.clone()).map_err(|e| illegal(rank, e))?;
+            events.record(step, &name(rank), label, detail);
+        }
+        Ok(())
+    }
+
+    /// Tags this run releases on the engines, split into weights and the rest (KV cache...).
+    fn split_tags(&self) -> (Vec<String>, Vec<String>) {
+        if !self.needs_offload {
+            return (Vec::new(), Vec::new());
+        }
+        self.release_tags
+            .iter()
+            .cloned()
+            .partition(|t| t == WEIGHTS)
+    }
+
+    /// Drained offload: pause all → flush all → release all (when `needs_offload`).
+    pub fn drained_offload(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
+        self.stage(events, step, EngineOp::Pause, "pause", "wait", |e| {
+            e.pause_generation(PauseMode::Wait)
+        })?;
+        self.stage(events, step, EngineOp::Flush, "flush", "", |e| {
+            e.flush_cache()
+        })?;
+        if !self.needs_offload || self.release_tags.is_empty() {
+            return Ok(());
+        }
+        let tags = self.release_tags.clone();
+        let op = EngineOp::Release(tags.iter().cloned().collect());
+        self.stage(events, step, op, "release", &tags.join(","), |e| {
+            e.release_memory(&tags)
+        })
+    }
+
+    /// First stage of the onload: the weights (before the sync).
+    pub fn onload_weights(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
+        let (weights, _) = self.split_tags();
+        self.resume(events, step, weights)
+    }
+
+    /// Third stage of the onload: everything else released (KV cache), after the sync.
+    pub fn onload_rest(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
+        let (_, rest) = self.split_tags();
+        self.resume(events, step, rest)
+    }
+
+    fn resume(&mut self, events: &EventLog, step: u32, tags: Vec<String>) -> Result<(), RlError> {
+        // Only what each engine has released (a restarted engine has everything resident).
+        let released = self.machines.iter().any(|m| {
+            let r = m.released();
+            tags.iter().any(|t| r.contains(t))
+        });
+        if tags.is_empty() || !released {
+            return Ok(());
+        }
+        let op = EngineOp::Resume(tags.iter().cloned().collect());
+        let label = if tags.iter().any(|t| t == KV_CACHE) && !tags.iter().any(|t| t == WEIGHTS) {
+            "resume_kv"
+        } else {
+            "resume"
+        };
+        self.stage(events, step, op, label, &tags.join(","), |e| {
+            e.resume_memory(&tags)
+        })
+    }
+
+    /// Last stage: `continue_generation` on every paused engine.
+    pub fn continue_all(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
+        if self.machines.iter().all(EngineMachine::can_generate) {
+            return Ok(());
+        }
+        self.stage(events, step, EngineOp::Continue, "continue", "", |e| {
+            e.continue_generation()
+        })
+    }
+
+    /// Marks every engine as applying `version` (checked) before a sync.
+    pub fn begin_update(&mut self, version: u64) -> Result<(), RlError> {
+        for (rank, m) in self.machines.iter_mut().enumerate() {
+            m.apply(EngineOp::BeginUpdate(version))
+                .map_err(|e| illegal(rank, e))?;
+        }
+        Ok(())
+    }
+
+    /// After a sync: applied (or restarted: a fresh engine serving `version`).
+    pub fn end_update(&mut self, restarted: bool, version: u64) -> Result<(), RlError> {
+        for (rank, m) in self.machines.iter_mut().enumerate() {
+            if restarted {
+                *m = EngineMachine::new(version);
+            } else {
+                m.apply(EngineOp::EndUpdate).map_err(|e| illegal(rank, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed sync: the old weights stay.
+    pub fn abort_update(&mut self) {
+        for m in &mut self.machines {
+            let _ = m.apply(EngineOp::AbortUpdate);
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The run's plot (`<run_dir>/plot.png`): mean reward (and exact-answer rate) and loss per
+//! step, drawn with `plotters` onto a bitmap.
+
+use super::metrics::StepMetrics;
+use crate::error::RlError;
+use plotters::prelude::*;
+use std::path::Path;
+
+const SIZE: (u32, u32) = (1000, 700);
+
+fn err(path: &Path) -> impl Fn(String) -> RlError + '_ {
+    move |e| RlError::failed(format!("drawing {}: {e}", path.display()))
+}
+
+/// Draws the plot; written to a temporary file and renamed, so a reader never sees half.
+pub fn draw(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), RlError> {
+    let tmp = path.with_extension("tmp.png");
+    draw_to(&tmp, title, steps).map_err(err(path))?;
+    std::fs::rename(&tmp, path).map_err(|source| RlError::Io {
+        context: format!("writing {}", path.display()),
+        source,
+    })
+}
+
+fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String> {
+    let root = BitMapBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = root
+        .titled(title, ("sans-serif", 24))
+        .map_err(|e| e.to_string())?;
+    let (top, bottom) = root.split_vertically(SIZE.1 / 2);
+    let last = steps.iter().map(|m| m.step).max().unwrap_or(1).max(1);
+    let xs = 0f64..f64::from(last) + 1.0;
+
+    let mut reward = ChartBuilder::on(&top)
+        .caption("reward per step", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(xs.clone(), 0f64..1.05)
+        .map_err(|e| e.to_string())?;
+    reward
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("reward")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    let pts = |f: fn(&StepMetrics) -> f64| -> Vec<(f64, f64)> {
+        steps
+            .iter()
+            .filter(|m| f(m).is_finite())
+            .map(|m| (f64::from(m.step), f(m)))
+            .collect()
+    };
+    reward
+        .draw_series(LineSeries::new(
+            pts(|m| m.exact_frac),
+            GREEN.mix(0.5).stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("exact answers")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
+    reward
+        .draw_series(LineSeries::new(
+            pts(|m| m.reward_mean),
+            BLUE.mix(0.35).stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("mean reward")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.mix(0.35)));
+    reward
+        .draw_series(LineSeries::new(
+            moving_average(&pts(|m| m.reward_mean), 10),
+            BLUE.stroke_width(3),
+        ))
+        .map_err(|e| e.to_string())?
+        .label("mean reward, 10-step average")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(3)));
+    reward
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| e.to_string())?;
+
+    let losses = pts(|m| m.loss);
+    let (lo, hi) = losses
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, y)| {
+            (lo.min(y), hi.max(y))
+        });
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    } else if lo.is_finite() {
+        (lo - 1.0, lo + 1.0)
+    } else {
+        (-1.0, 1.0)
+    };
+    let mut loss = ChartBuilder::on(&bottom)
+        .caption("policy loss per step", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(xs, lo..hi)
+        .map_err(|e| e.to_string())?;
+    loss.configure_mesh()
+        .x_desc("step")
+        .y_desc("loss")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    loss.draw_series(LineSeries::new(losses, RED.stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// Trailing average over `window` points.
+fn moving_average(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let mut sum = 0.0;
+    points
+        .iter()
+        .enumerate()
+        .map(|(i, &(x, y))| {
+            sum += y;
+            if i >= window {
+                sum -= points[i - window].1;
+            }
+            (x, sum / (i + 1).min(window) as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moving_average_trails() {
+        let p = [(1.0, 1.0), (2.0, 3.0), (3.0, 5.0)];
+        assert_eq!(
+            moving_average(&p, 2),
+            vec![(1.0, 1.0), (2.0, 2.0), (3.0, 4.0)]
+        );
+    }
+
+    #[test]
+    fn draws_a_png() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plot.png");
+        let steps: Vec<StepMetrics> = (1..=30)
+            .map(|i| StepMetrics {
+                step: i,
+                reward_mean: f64::from(i) / 30.0,
+                exact_frac: f64::from(i) / 40.0,
+                loss: 0.1 / f64::from(i),
+                ..StepMetrics::default()
+            })
+            .collect();
+        draw(&path, "test", &steps).expect("draw");
+        let bytes = std::fs::read(&path).expect("read");
+        assert_eq!(&bytes[1..4], b"PNG");
+        assert!(bytes.len() > 10_000, "a real picture, not an empty canvas");
+    }
+}

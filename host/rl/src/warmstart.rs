@@ -1,0 +1,297 @@
+//! Model preparation: create a preset model when the job's model directory is absent, and
+//! warm-start it with supervised steps on the job's task (`tandem model sft` does the same by
+//! hand), so GRPO starts from a policy that sometimes answers right.
+//!
+//! The trainer runs in this process through the plugin registry like any trainer, on heap
+//! buffers (no memory services are needed for a one-off job). The result is written to a
+//! temporary directory next to the target and renamed into place, so an interrupted warm
+//! start never leaves a half-written model behind.
+
+use super::prompt::PromptCodec;
+use crate::error::RlError;
+use tandem_runtime::registry::Registry;
+use tandem_runtime::services::Services;
+use crate::task::Task;
+use std::path::{Path, PathBuf};
+use tandem_plugin_api::{
+    ComponentConfig, ComponentKind, LossConfig, TrainerInfo, LossKind, PResult, RVec, SamplingParams, TrainBatch,
+    TrainSequence, TrainerBox,
+};
+
+/// The component whose trainer creates preset models (its `init_preset` and `init_seed`
+/// options): the native plugin's. The host knows presets only by name.
+pub const MODEL_TOOL: &str = "native";
+
+/// Settings of a supervised warm start.
+#[derive(Debug, Clone)]
+pub struct SftOptions {
+    /// Optimiser steps.
+    pub steps: u32,
+    /// Problems per step.
+    pub batch: u32,
+    /// Learning rate.
+    pub learning_rate: f32,
+    /// Seed of the problem stream (kept apart from the RL stream).
+    pub seed: u64,
+}
+
+impl Default for SftOptions {
+    fn default() -> Self {
+        SftOptions {
+            steps: 100,
+            batch: 32,
+            learning_rate: 2e-3,
+            seed: 0x5f7_u64,
+        }
+    }
+}
+
+/// What a warm start did.
+#[derive(Debug, Clone)]
+pub struct SftReport {
+    /// Loss of the first step.
+    pub first_loss: f64,
+    /// Loss of the last step.
+    pub last_loss: f64,
+    /// Greedy exact-match accuracy on held-out problems afterwards.
+    pub accuracy: f64,
+}
+
+fn call<T>(r: PResult<T>, what: &str) -> Result<T, RlError> {
+    r.into_result().map_err(|e| RlError::plugin(what, e))
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
+    move |source| RlError::Io { context, source }
+}
+
+/// A sibling path of `target` for staging (`.<name>.tmp-<pid>`).
+fn staging_dir(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    target.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Creates `target` from `preset` (and warm-starts it) unless it already exists.
+/// Returns `true` when it created the model.
+pub fn ensure_model(
+    registry: &Registry,
+    target: &Path,
+    preset: Option<&str>,
+    warm_start_steps: u32,
+    task: &dyn Task,
+    seed: u64,
+) -> Result<bool, RlError> {
+    if target.join("config.json").is_file() {
+        return Ok(false);
+    }
+    let Some(preset) = preset else {
+        return Err(RlError::usage(format!(
+            "model directory {} has no config.json (help: point [model] path at a Hugging Face \
+             model directory, or set init_preset = \"tiny\" to create one)",
+            target.display()
+        )));
+    };
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+    }
+    let init_dir = staging_dir(target).with_extension("init");
+    let _ = std::fs::remove_dir_all(&init_dir);
+    eprintln!("creating a {preset} model in {} ...", target.display());
+    create_preset(registry, &init_dir, preset, seed)
+        .map_err(|e| RlError::failed(format!("[model] init_preset = \"{preset}\": {e}")))?;
+    let result = if warm_start_steps > 0 {
+        let opts = SftOptions {
+            steps: warm_start_steps,
+            seed: seed ^ SftOptions::default().seed,
+            ..SftOptions::default()
+        };
+        sft(registry, &init_dir, target, task, &opts).map(|r| {
+            eprintln!(
+                "warm start: {} steps, loss {:.3} -> {:.3}, greedy accuracy {:.0}%",
+                warm_start_steps,
+                r.first_loss,
+                r.last_loss,
+                r.accuracy * 100.0
+            );
+        })
+    } else {
+        std::fs::rename(&init_dir, target).map_err(io(format!(
+            "moving the new model into {}",
+            target.display()
+        )))
+    };
+    let _ = std::fs::remove_dir_all(&init_dir);
+    result.map(|()| true)
+}
+
+/// Writes the preset model `preset` into `dir` (absent or empty) through [`MODEL_TOOL`]'s
+/// trainer, and returns what the trainer reports of it.
+pub fn create_preset(
+    registry: &Registry,
+    dir: &Path,
+    preset: &str,
+    seed: u64,
+) -> Result<TrainerInfo, RlError> {
+    let config = ComponentConfig {
+        component: MODEL_TOOL.into(),
+        model_path: dir.display().to_string().into(),
+        options_json: serde_json::json!({"init_preset": preset, "init_seed": seed})
+            .to_string()
+            .into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: "".into(),
+    };
+    let problems = registry.validate_config(ComponentKind::Trainer, config.clone())?;
+    if let Some(p) = problems.into_iter().flatten().next() {
+        let e = RlError::usage(format!("preset `{preset}`: {}", p.message));
+        return Err(if p.help.is_empty() { e } else { e.with_help(p.help.as_str()) });
+    }
+    let services = Services::new();
+    let mut trainer: TrainerBox = registry.new_trainer(config, services.handle())?;
+    call(trainer.init(), "creating the model: init")
+}
+
+/// Supervised fine-tuning of the model in `model` on `task`, written to `out` (which must not
+/// exist yet; written atomically).
+pub fn sft(
+    registry: &Registry,
+    model: &Path,
+    out: &Path,
+    task: &dyn Task,
+    opts: &SftOptions,
+) -> Result<SftReport, RlError> {
+    if out.exists() {
+        return Err(RlError::usage(format!(
+            "refusing to overwrite {} (help: choose a new --out)",
+            out.display()
+        )));
+    }
+    let codec = PromptCodec::load(model)?;
+    let stage = staging_dir(out);
+    let _ = std::fs::remove_dir_all(&stage);
+    let services = Services::new();
+    let config = ComponentConfig {
+        component: "native".into(),
+        model_path: model.display().to_string().into(),
+        options_json: "{}".into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: stage.display().to_string().into(),
+    };
+    let mut trainer: TrainerBox = registry.new_trainer(config, services.handle())?;
+    call(trainer.init(), "sft: init")?;
+    let loss = LossConfig {
+        kind: LossKind::Sft,
+        clip_eps_low: 0.2,
+        clip_eps_high: 0.2,
+        kl_coef: 0.0,
+        learning_rate: opts.learning_rate,
+        grad_clip: 1.0,
+    };
+    let (mut first, mut last) = (f64::NAN, f64::NAN);
+    for step in 0..opts.steps {
+        let mut sequences = Vec::with_capacity(opts.batch as usize);
+        for i in 0..opts.batch {
+            let p = task.problem(u64::from(step) * u64::from(opts.batch) + u64::from(i));
+            let prompt = codec.prompt(&p.prompt)?;
+            let mut tokens = prompt.clone();
+            tokens.extend(codec.completion(&p.target())?);
+            sequences.push(TrainSequence {
+                prompt_len: prompt.len() as u32,
+                tokens: RVec::from(tokens),
+                advantage: 0.0,
+                old_logprobs: RVec::new(),
+                ref_logprobs: RVec::new(),
+            });
+        }
+        let batch = TrainBatch {
+            sequences: RVec::from(sequences),
+            loss: loss.clone(),
+        };
+        let metrics = call(trainer.train_step(batch), "sft: train_step")?;
+        let l = metrics
+            .iter()
+            .find(|m| m.name.as_str() == "loss")
+            .map(|m| m.value)
+            .unwrap_or(f64::NAN);
+        if step == 0 {
+            first = l;
+        }
+        last = l;
+        if step % 25 == 0 || step + 1 == opts.steps {
+            eprintln!("  sft step {:>4}/{}  loss {l:.4}", step + 1, opts.steps);
+        }
+    }
+    call(
+        trainer.save_checkpoint(stage.display().to_string().into()),
+        "sft: save_checkpoint",
+    )?;
+    for f in ["tokenizer.json", "generation_config.json"] {
+        let src = model.join(f);
+        if src.is_file() {
+            std::fs::copy(&src, stage.join(f)).map_err(io(format!("copying {}", src.display())))?;
+        }
+    }
+    drop(trainer);
+    let accuracy = greedy_accuracy(registry, &stage, task, &codec, 64)?;
+    std::fs::rename(&stage, out).map_err(io(format!("moving the model into {}", out.display())))?;
+    Ok(SftReport {
+        first_loss: first,
+        last_loss: last,
+        accuracy,
+    })
+}
+
+/// Exact-match rate of greedy answers on `n` problems from the end of the task's stream.
+pub fn greedy_accuracy(
+    registry: &Registry,
+    model: &Path,
+    task: &dyn Task,
+    codec: &PromptCodec,
+    n: u64,
+) -> Result<f64, RlError> {
+    let services = Services::new();
+    let config = ComponentConfig {
+        component: "native".into(),
+        model_path: model.display().to_string().into(),
+        options_json: serde_json::json!({"max_batch": n, "max_seq_len": 128})
+            .to_string()
+            .into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: "".into(),
+    };
+    let engine = registry.new_engine(config, services.handle())?;
+    let problems: Vec<_> = (0..n).map(|i| task.problem(u64::MAX - i)).collect();
+    let prompts = problems
+        .iter()
+        .map(|p| codec.prompt(&p.prompt).map(RVec::from))
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = tandem_plugin_api::GenerateRequest {
+        prompts: RVec::from(prompts),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens: 8,
+            stop_token_ids: RVec::from(codec.stop_ids().to_vec()),
+            logprobs: false,
+            ..SamplingParams::default()
+        },
+        adapter: tandem_plugin_api::ROption::RNone,
+    };
+    let response = call(engine.generate(request), "sft: evaluation generate")?;
+    let mut right = 0u64;
+    for (p, c) in problems.iter().zip(response.completions.iter()) {
+        let text = codec.decode(&c.tokens)?;
+        if crate::task::score_answer(crate::task::RewardKind::Exact, &p.answer, &text) >= 1.0 {
+            right += 1;
+        }
+    }
+    Ok(right as f64 / n as f64)
+}
