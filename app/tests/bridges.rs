@@ -13,14 +13,14 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use tandem_rl::bridge::BridgeDriver;
 use tandem_control::Role;
-use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
-use tandem_runtime::worker::WorkerSpec;
 use tandem_plugin_api::{
     GenerateRequest, LossConfig, LossKind, PauseMode, RVec, SamplingParams, TrainBatch,
     TrainSequence, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
 };
+use tandem_rl::bridge::BridgeDriver;
+use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
+use tandem_runtime::worker::WorkerSpec;
 
 /// A model written once by `tandem model init` (per preset and seed).
 fn model(preset: &str, seed: u64) -> PathBuf {

@@ -7,12 +7,12 @@
 mod common;
 
 use common::*;
-use tandem_runtime::RuntimeError;
-use tandem_runtime::registry::Registry;
-use tandem_services::Services;
 use tandem_plugin_api::{
     ComponentConfig, ErrorCode, GenerateRequest, RResult, RString, RVec, SamplingParams,
 };
+use tandem_runtime::RuntimeError;
+use tandem_runtime::registry::Registry;
+use tandem_services::Services;
 
 fn config(component: &str, options_json: &str) -> ComponentConfig {
     ComponentConfig {

@@ -5,12 +5,12 @@
 
 use std::process::Command;
 
-use tandem_services::{ATTACHED_ID_BASE, Services};
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::abi_stable::std_types::{RResult, RString, RVec};
 use tandem_plugin_api::{
     DType, ErrorCode, HostBox, Metric, PluginError, RegionInfo, RegionRequest,
 };
+use tandem_services::{ATTACHED_ID_BASE, Services};
 
 const KEY_ENV: &str = "TANDEM_MEMORY_SERVICES_KEY";
 const SIZE: usize = 4 << 20;

@@ -8,8 +8,6 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use tandem_runtime::registry::Registry;
-use tandem_services::Services;
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{
     ComponentConfig, ErrorCode, GenerateRequest, Metric, PauseMode, PluginError, ROption, RResult,
@@ -18,6 +16,8 @@ use tandem_plugin_api::{
 use tandem_plugin_native::buffer::VecProvider;
 use tandem_plugin_native::config::ModelConfig;
 use tandem_plugin_native::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
+use tandem_runtime::registry::Registry;
+use tandem_services::Services;
 
 /// One tiny model shared by the tests (written once by `tandem model init`).
 fn model_dir() -> &'static Path {

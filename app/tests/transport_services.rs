@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::time::Duration;
-use tandem_services::Services;
 use tandem_plugin_api::{ErrorCode, HostBox, RResult};
+use tandem_services::Services;
 use tandem_transport::local::{self, LocalSpec};
 use tandem_transport::topology::GroupSpec;
 use tandem_transport::{CommConfig, Communicator};

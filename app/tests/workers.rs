@@ -11,11 +11,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use std::path::Path;
 use std::time::Duration;
-use tandem_runtime::RuntimeError;
 use tandem_control::{self as control, ControlError, Role};
+use tandem_plugin_api::{ErrorCode, GenerateRequest, RVec, SamplingParams};
+use tandem_runtime::RuntimeError;
 use tandem_runtime::launch::{CallTimeouts, LaunchOptions, LocalLauncher, RemoteEngine, TOKEN_ENV};
 use tandem_runtime::worker::WorkerSpec;
-use tandem_plugin_api::{ErrorCode, GenerateRequest, RVec, SamplingParams};
 
 fn fixtures() -> tempfile::TempDir {
     plugin_dir(&[

@@ -16,179 +16,20 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod fixture;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use fixture::*;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tandem_runtime::registry::Registry;
-use tandem_services::Services;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, ErrorCode, FinishReason, GenerateRequest, GenerateResponse,
-    LossConfig, LossKind, PauseMode, RString, RVec, SamplingParams, TrainBatch, TrainSequence,
-    UpdateKind, UpdatePayload, WeightUpdate,
+    EngineBox, ErrorCode, FinishReason, GenerateResponse, PauseMode, RString, RVec, UpdateKind,
+    UpdatePayload,
 };
-
-const PROMPT: [u32; 4] = [1, 40, 41, 42];
-const EOS: u32 = 2;
-
-fn python() -> String {
-    python_env("vllm_engine")
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    model: PathBuf,
-    run_dir: PathBuf,
-    plugins: tempfile::TempDir,
-}
-
-/// Tiny model (`tandem model init`) + a plugin dir holding only `libtandem_vllm.so`.
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
-        let so = cdylib("tandem_vllm");
-        let plugins = plugin_dir(&[(&so, "libtandem_vllm.so")]);
-        let run_dir = dir.path().join("run");
-        Fixture {
-            _dir: dir,
-            model,
-            run_dir,
-            plugins,
-        }
-    })
-}
-
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
-}
-
-fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: model.display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: fixture().run_dir.display().to_string().into(),
-    }
-}
-
-/// Options of the shared server configuration.
-fn shared_options() -> String {
-    format!(
-        r#"{{"python": "{}", "max_model_len": 1024, "enable_lora": true, "max_lora_rank": 8,
-            "request_timeout_s": 120, "control_timeout_s": 60}}"#,
-        python()
-    )
-}
-
-/// The shared engine slot; the guard also serialises the tests.
-static SHARED: Mutex<Option<Arc<EngineBox>>> = Mutex::new(None);
-
-fn lock_shared() -> MutexGuard<'static, Option<Arc<EngineBox>>> {
-    SHARED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The shared engine, started on first use and serving (a failed test may leave it paused).
-fn shared(slot: &mut Option<Arc<EngineBox>>) -> &Arc<EngineBox> {
-    if let Some(e) = slot.as_ref()
-        && ok(e.stats()).state.as_str() == "paused"
-    {
-        ok(e.continue_generation());
-    }
-    slot.get_or_insert_with(|| {
-        let t = Instant::now();
-        let e = registry()
-            .new_engine(
-                config("vllm", &fixture().model, &shared_options()),
-                Services::new().handle(),
-            )
-            .unwrap();
-        ok(e.start());
-        eprintln!(
-            "vllm: shared server started in {:.1} s",
-            t.elapsed().as_secs_f64()
-        );
-        Arc::new(e)
-    })
-}
-
-/// Stops the shared server so another configuration can run (one server at a time).
-fn stop_shared(slot: &mut Option<Arc<EngineBox>>) {
-    if let Some(e) = slot.take() {
-        ok(e.shutdown());
-    }
-}
-
-fn greedy(prompts: Vec<Vec<u32>>, max_tokens: u32, adapter: Option<&str>) -> GenerateRequest {
-    GenerateRequest {
-        prompts: prompts.into_iter().map(RVec::from).collect(),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens,
-            stop_token_ids: vec![EOS].into(),
-            ..SamplingParams::default()
-        },
-        adapter: adapter.map(RString::from).into(),
-    }
-}
-
-/// Greedy tokens, logprobs and scores of the native engine through `tandem generate`.
-fn native_generate(extra: &[&str]) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
-    let ids = PROMPT.map(|t| t.to_string()).join(",");
-    let out = run(tandem()
-        .args([
-            "generate",
-            "--json",
-            "--greedy",
-            "--score",
-            "--max-tokens",
-            "8",
-        ])
-        .args(["--prompt-ids", &ids])
-        .arg("--model")
-        .arg(&fixture().model)
-        .args(extra));
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
-    let nums = |k: &str| -> Vec<f64> {
-        v[k].as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect()
-    };
-    (
-        nums("tokens").into_iter().map(|t| t as u32).collect(),
-        nums("logprobs").into_iter().map(|x| x as f32).collect(),
-        nums("score").into_iter().map(|x| x as f32).collect(),
-    )
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-fn first(r: &GenerateResponse) -> (Vec<u32>, Vec<f32>) {
-    let c = &r.completions[0];
-    (c.tokens.to_vec(), c.logprobs.to_vec())
-}
+use tandem_services::Services;
 
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
@@ -279,57 +120,6 @@ fn b_pause_modes_behave_as_documented() {
     ok(engine.continue_generation());
     ok(engine.generate(greedy(vec![PROMPT.to_vec()], 2, None)));
     eprintln!("vllm: pause test {:.1} s", t.elapsed().as_secs_f64());
-}
-
-fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
-fn sft(tokens: &[u32], lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: vec![seq(tokens, 2)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
-}
-
-/// A native trainer (`options`) trained a few SFT steps, and its export of `kind`.
-fn native_export(options: &str, kind: UpdateKind, run_dir: &Path) -> WeightUpdate {
-    let mut cfg = config("native", &fixture().model, options);
-    cfg.run_dir = run_dir.display().to_string().into();
-    let mut trainer = registry()
-        .new_trainer(cfg, Services::new().handle())
-        .unwrap();
-    ok(trainer.init());
-    let batch = sft(&[1, 40, 41, 42, 43, 44, 45, 46, 2], 1e-2);
-    for _ in 0..3 {
-        ok(trainer.train_step(batch.clone()));
-    }
-    ok(trainer.export_weight_update(kind))
-}
-
-/// The native engine with `update` applied: greedy tokens and logprobs for `adapter`.
-fn native_engine_with(update: &WeightUpdate, adapter: Option<&str>) -> (Vec<u32>, Vec<f32>) {
-    let e = registry()
-        .new_engine(
-            config("native", &fixture().model, ""),
-            Services::new().handle(),
-        )
-        .unwrap();
-    apply_paused(&e, update.clone());
-    first(&ok(e.generate(greedy(vec![PROMPT.to_vec()], 8, adapter))))
 }
 
 #[test]
@@ -448,25 +238,6 @@ fn d_checkpoint_reload_in_place_and_restart_both_serve_the_checkpoint() {
     ok(e.shutdown());
 }
 
-fn metric(e: &EngineBox, name: &str) -> f64 {
-    ok(e.stats())
-        .metrics
-        .iter()
-        .find(|m| m.name.as_str() == name)
-        .map(|m| m.value)
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
-
-fn start_error(model: &Path, options: &str) -> String {
-    let e = registry().new_engine(config("vllm", model, options), Services::new().handle());
-    let msg = match e {
-        Err(e) => e.to_string(),
-        Ok(engine) => err(engine.start()).to_string(),
-    };
-    assert_eq!(msg.lines().count(), 1, "{msg}");
-    msg
-}
-
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh) and a real vLLM server"]
 fn e_bad_cases_are_one_line() {
@@ -546,12 +317,4 @@ fn f_a_dead_server_is_one_error_with_the_log_tail() {
     );
     assert_eq!(e.to_string().lines().count(), 1);
     stop_shared(&mut slot);
-}
-
-/// Applies an update the way the contract allows: paused, then serving again.
-fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
-    ok(e.pause_generation(PauseMode::Wait));
-    let report = ok(e.apply_weight_update(update));
-    ok(e.continue_generation());
-    report
 }

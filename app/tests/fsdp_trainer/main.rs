@@ -14,162 +14,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod fixture;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use fixture::*;
+use std::path::Path;
 use std::time::Instant;
-use tandem_runtime::registry::Registry;
+use tandem_plugin_api::{ErrorCode, LossKind, RVec, UpdateKind, UpdatePayload, WhichWeights};
 use tandem_services::Services;
-use tandem_plugin_api::{
-    ComponentConfig, EngineBox, ErrorCode, GenerateRequest, LossConfig, LossKind, PauseMode,
-    RString, RVec, SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind,
-    UpdatePayload, WeightUpdate, WhichWeights,
-};
-
-const EOS: u32 = 2;
-
-fn python() -> String {
-    python_env("fsdp_trainer")
-}
-
-struct Fixture {
-    dir: tempfile::TempDir,
-    model: PathBuf,
-    plugins: tempfile::TempDir,
-}
-
-/// Tiny model (`tandem model init`) + a plugin dir holding `libtandem_fsdp.so` and, when
-/// built, `libtandem_vllm.so`.
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "5", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
-        let fsdp = cdylib("tandem_fsdp");
-        let vllm = target_profile_dir().join("libtandem_vllm.so");
-        let mut libs = vec![(fsdp.as_path(), "libtandem_fsdp.so")];
-        if vllm.exists() {
-            libs.push((vllm.as_path(), "libtandem_vllm.so"));
-        }
-        let plugins = plugin_dir(&libs);
-        Fixture {
-            dir,
-            model,
-            plugins,
-        }
-    })
-}
-
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
-}
-
-fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: fixture().model.display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: fixture().dir.path().join(run).display().to_string().into(),
-    }
-}
-
-fn fsdp(options: &str, run: &str) -> TrainerBox {
-    let opts = format!(r#"{{"python": "{}", "ranks": 2 {options}}}"#, python());
-    let mut t = registry()
-        .new_trainer(config("fsdp", &opts, run), Services::new().handle())
-        .unwrap();
-    let start = Instant::now();
-    ok(t.init());
-    eprintln!("fsdp: 2 ranks up in {:.1} s", start.elapsed().as_secs_f64());
-    t
-}
-
-fn native_trainer(options: &str, run: &str) -> TrainerBox {
-    let mut t = registry()
-        .new_trainer(config("native", options, run), Services::new().handle())
-        .unwrap();
-    ok(t.init());
-    t
-}
-
-fn native_engine() -> EngineBox {
-    registry()
-        .new_engine(config("native", "", "engine"), Services::new().handle())
-        .unwrap()
-}
-
-fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
-fn batch(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: seqs.into(),
-        loss: LossConfig {
-            kind,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
-}
-
-/// Sequences of different lengths (an odd count, so the two ranks get unequal shares).
-fn probe_tokens() -> Vec<Vec<u32>> {
-    vec![
-        vec![1, 40, 41, 42, 43, 44],
-        vec![1, 7, 9],
-        vec![1, 100, 200, 300, 400, 500, 3, 4, 5],
-        vec![1, 12, 13, 14],
-        vec![1, 60, 61],
-    ]
-}
-
-fn probe_batch(prompt_len: u32) -> TrainBatch {
-    let seqs = probe_tokens().iter().map(|t| seq(t, prompt_len)).collect();
-    batch(seqs, LossKind::Sft, 1e-3)
-}
-
-fn flat(rows: &[RVec<f32>]) -> Vec<f32> {
-    rows.iter().flat_map(|r| r.iter().copied()).collect()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
-    m.iter()
-        .find(|x| x.name.as_str() == name)
-        .unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
-        .value
-}
-
-fn logprobs(t: &mut TrainerBox, b: &TrainBatch, which: WhichWeights) -> Vec<f32> {
-    flat(&ok(t.compute_logprobs(b.clone(), which)))
-}
 
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2"]
@@ -249,32 +103,6 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
     ok(t.load_checkpoint(ck.display().to_string().into()));
     assert_eq!(ok(t.stats()).weight_version, 6);
     assert_eq!(logprobs(&mut t, &probe, WhichWeights::Current), trained);
-}
-
-fn greedy(prompt: &[u32], adapter: Option<&str>) -> GenerateRequest {
-    GenerateRequest {
-        prompts: vec![RVec::from(prompt.to_vec())].into(),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            max_tokens: 6,
-            stop_token_ids: vec![EOS].into(),
-            logprobs: true,
-            ..SamplingParams::default()
-        },
-        adapter: adapter.map(RString::from).into(),
-    }
-}
-
-/// The engine's greedy completion with `adapter`, and the trainer's logprobs of it.
-fn engine_vs_trainer(e: &EngineBox, t: &mut TrainerBox, adapter: &str) -> (Vec<u32>, f32) {
-    let prompt = [1u32, 40, 41, 42];
-    let r = ok(e.generate(greedy(&prompt, Some(adapter))));
-    let c = &r.completions[0];
-    let mut full = prompt.to_vec();
-    full.extend(c.tokens.iter());
-    let b = batch(vec![seq(&full, prompt.len() as u32)], LossKind::Sft, 1e-3);
-    let ours = logprobs(t, &b, WhichWeights::Current);
-    (c.tokens.to_vec(), max_diff(&c.logprobs, &ours))
 }
 
 #[test]
@@ -407,74 +235,6 @@ fn c_python_errors_and_a_dead_rank_are_one_line() {
     assert_eq!(again.message, e.message);
 }
 
-/// A job file for `tandem run` with `engine` / `trainer` / `bridge` sections, on a tiny model
-/// the run creates and warm-starts (so GRPO groups have mixed rewards and steps train).
-fn job(dir: &Path, engine: &str, trainer: &str, bridge: &str) -> PathBuf {
-    let text = format!(
-        r#"
-[run]
-name = "fsdp-loop"
-output_dir = "{out}"
-steps = 2
-seed = 0
-
-[placement]
-mode = "disaggregated"
-devices = ["cpu"]
-
-[model]
-path = "{model}"
-init_preset = "tiny"
-warm_start_steps = 40
-
-{engine}
-
-{trainer}
-
-{bridge}
-
-[algorithm]
-name = "grpo"
-prompts_per_step = 4
-group_size = 4
-max_tokens = 4
-temperature = 1.0
-learning_rate = 0.0003
-clip_eps = 0.2
-kl_coef = 0.0
-
-[task]
-kind = "arithmetic"
-
-[task.options]
-max_operand = 3
-reward = "exact"
-"#,
-        out = dir.join("run").display(),
-        model = dir.join("model").display(),
-    );
-    let path = dir.join("job.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn metrics_lines(run: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn run_job(job: &Path, steps: u32) -> std::process::Output {
-    run(tandem()
-        .arg("run")
-        .arg(job)
-        .args(["--steps", &steps.to_string()])
-        .env("TANDEM_PYTHON", python())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()))
-}
-
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2"]
 fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
@@ -538,53 +298,6 @@ fn e_a_missing_python_environment_is_one_line() {
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
-/// Runs a short version of `examples/<name>.toml` (copied under a scratch dir so the model it
-/// creates and warm-starts lands there) and checks every step trained and synced.
-fn short_example(name: &str, steps: u32) {
-    let dir = tempfile::tempdir().unwrap();
-    let jobs = dir.path().join("jobs");
-    std::fs::create_dir_all(&jobs).unwrap();
-    let job = jobs.join(format!("{name}.toml"));
-    std::fs::copy(workspace_root().join(format!("examples/{name}.toml")), &job).unwrap();
-    assert!(
-        fixture().plugins.path().join("libtandem_vllm.so").exists(),
-        "build the vllm plugin first: cargo build -p tandem-plugin-vllm"
-    );
-    let out_dir = dir.path().join("run");
-    let start = Instant::now();
-    let out = run(tandem()
-        .arg("run")
-        .arg(&job)
-        .args(["--steps", &steps.to_string(), "--output-dir"])
-        .arg(&out_dir)
-        .env("TANDEM_PYTHON", python())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
-    assert!(out.status.success(), "{}", stderr(&out));
-    eprintln!(
-        "{name}: {steps} steps in {:.1} s",
-        start.elapsed().as_secs_f64()
-    );
-    let m = metrics_lines(&out_dir);
-    assert_eq!(m.len(), steps as usize, "{m:?}");
-    let versions: Vec<u64> = m
-        .iter()
-        .map(|x| x["weight_version"].as_u64().unwrap())
-        .collect();
-    assert!(
-        versions.windows(2).all(|w| w[1] > w[0]),
-        "every step should train and sync a new version: {versions:?}"
-    );
-    let events = std::fs::read_to_string(out_dir.join("events.jsonl")).unwrap();
-    let last = format!(
-        "\"op\":\"sync\",\"detail\":\"version {}",
-        versions[versions.len() - 1]
-    );
-    assert!(
-        events.contains(&last),
-        "no sync of the last version: {events}"
-    );
-}
-
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2 and a real vLLM server"]
 fn f_vllm_with_the_fsdp_trainer_runs_the_lora_example() {
@@ -595,12 +308,4 @@ fn f_vllm_with_the_fsdp_trainer_runs_the_lora_example() {
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2 and a real vLLM server"]
 fn g_vllm_with_the_fsdp_trainer_runs_the_checkpoint_example() {
     short_example("vllm-fsdp-checkpoint", 2);
-}
-
-/// Applies an update the way the contract allows: paused, then serving again.
-fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
-    ok(e.pause_generation(PauseMode::Wait));
-    let report = ok(e.apply_weight_update(update));
-    ok(e.continue_generation());
-    report
 }

@@ -1,0 +1,259 @@
+//! Fixtures and helpers of the `vllm_engine` tests.
+
+#![allow(dead_code)]
+
+use super::common::*;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+use tandem_plugin_api::{
+    ComponentConfig, EngineBox, GenerateRequest, GenerateResponse, LossConfig, LossKind, PauseMode,
+    RString, RVec, SamplingParams, TrainBatch, TrainSequence, UpdateKind, WeightUpdate,
+};
+use tandem_runtime::registry::Registry;
+use tandem_services::Services;
+
+pub(crate) const PROMPT: [u32; 4] = [1, 40, 41, 42];
+pub(crate) const EOS: u32 = 2;
+
+pub(crate) fn python() -> String {
+    python_env("vllm_engine")
+}
+
+pub(crate) struct Fixture {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) model: PathBuf,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) plugins: tempfile::TempDir,
+}
+
+/// Tiny model (`tandem model init`) + a plugin dir holding only `libtandem_vllm.so`.
+pub(crate) fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m");
+        let out = run(tandem()
+            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
+            .arg(&model));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let so = cdylib("tandem_vllm");
+        let plugins = plugin_dir(&[(&so, "libtandem_vllm.so")]);
+        let run_dir = dir.path().join("run");
+        Fixture {
+            _dir: dir,
+            model,
+            run_dir,
+            plugins,
+        }
+    })
+}
+
+pub(crate) fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+}
+
+pub(crate) fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: fixture().run_dir.display().to_string().into(),
+    }
+}
+
+/// Options of the shared server configuration.
+pub(crate) fn shared_options() -> String {
+    format!(
+        r#"{{"python": "{}", "max_model_len": 1024, "enable_lora": true, "max_lora_rank": 8,
+            "request_timeout_s": 120, "control_timeout_s": 60}}"#,
+        python()
+    )
+}
+
+/// The shared engine slot; the guard also serialises the tests.
+pub(crate) static SHARED: Mutex<Option<Arc<EngineBox>>> = Mutex::new(None);
+
+pub(crate) fn lock_shared() -> MutexGuard<'static, Option<Arc<EngineBox>>> {
+    SHARED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The shared engine, started on first use and serving (a failed test may leave it paused).
+pub(crate) fn shared(slot: &mut Option<Arc<EngineBox>>) -> &Arc<EngineBox> {
+    if let Some(e) = slot.as_ref()
+        && ok(e.stats()).state.as_str() == "paused"
+    {
+        ok(e.continue_generation());
+    }
+    slot.get_or_insert_with(|| {
+        let t = Instant::now();
+        let e = registry()
+            .new_engine(
+                config("vllm", &fixture().model, &shared_options()),
+                Services::new().handle(),
+            )
+            .unwrap();
+        ok(e.start());
+        eprintln!(
+            "vllm: shared server started in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        Arc::new(e)
+    })
+}
+
+/// Stops the shared server so another configuration can run (one server at a time).
+pub(crate) fn stop_shared(slot: &mut Option<Arc<EngineBox>>) {
+    if let Some(e) = slot.take() {
+        ok(e.shutdown());
+    }
+}
+
+pub(crate) fn greedy(
+    prompts: Vec<Vec<u32>>,
+    max_tokens: u32,
+    adapter: Option<&str>,
+) -> GenerateRequest {
+    GenerateRequest {
+        prompts: prompts.into_iter().map(RVec::from).collect(),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            max_tokens,
+            stop_token_ids: vec![EOS].into(),
+            ..SamplingParams::default()
+        },
+        adapter: adapter.map(RString::from).into(),
+    }
+}
+
+/// Greedy tokens, logprobs and scores of the native engine through `tandem generate`.
+pub(crate) fn native_generate(extra: &[&str]) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let ids = PROMPT.map(|t| t.to_string()).join(",");
+    let out = run(tandem()
+        .args([
+            "generate",
+            "--json",
+            "--greedy",
+            "--score",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--prompt-ids", &ids])
+        .arg("--model")
+        .arg(&fixture().model)
+        .args(extra));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    let nums = |k: &str| -> Vec<f64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    (
+        nums("tokens").into_iter().map(|t| t as u32).collect(),
+        nums("logprobs").into_iter().map(|x| x as f32).collect(),
+        nums("score").into_iter().map(|x| x as f32).collect(),
+    )
+}
+
+pub(crate) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+pub(crate) fn first(r: &GenerateResponse) -> (Vec<u32>, Vec<f32>) {
+    let c = &r.completions[0];
+    (c.tokens.to_vec(), c.logprobs.to_vec())
+}
+
+pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
+    TrainSequence {
+        tokens: tokens.to_vec().into(),
+        prompt_len,
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
+}
+
+pub(crate) fn sft(tokens: &[u32], lr: f32) -> TrainBatch {
+    TrainBatch {
+        sequences: vec![seq(tokens, 2)].into(),
+        loss: LossConfig {
+            kind: LossKind::Sft,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: lr,
+            grad_clip: 1.0,
+        },
+    }
+}
+
+/// A native trainer (`options`) trained a few SFT steps, and its export of `kind`.
+pub(crate) fn native_export(options: &str, kind: UpdateKind, run_dir: &Path) -> WeightUpdate {
+    let mut cfg = config("native", &fixture().model, options);
+    cfg.run_dir = run_dir.display().to_string().into();
+    let mut trainer = registry()
+        .new_trainer(cfg, Services::new().handle())
+        .unwrap();
+    ok(trainer.init());
+    let batch = sft(&[1, 40, 41, 42, 43, 44, 45, 46, 2], 1e-2);
+    for _ in 0..3 {
+        ok(trainer.train_step(batch.clone()));
+    }
+    ok(trainer.export_weight_update(kind))
+}
+
+/// The native engine with `update` applied: greedy tokens and logprobs for `adapter`.
+pub(crate) fn native_engine_with(
+    update: &WeightUpdate,
+    adapter: Option<&str>,
+) -> (Vec<u32>, Vec<f32>) {
+    let e = registry()
+        .new_engine(
+            config("native", &fixture().model, ""),
+            Services::new().handle(),
+        )
+        .unwrap();
+    apply_paused(&e, update.clone());
+    first(&ok(e.generate(greedy(vec![PROMPT.to_vec()], 8, adapter))))
+}
+
+pub(crate) fn metric(e: &EngineBox, name: &str) -> f64 {
+    ok(e.stats())
+        .metrics
+        .iter()
+        .find(|m| m.name.as_str() == name)
+        .map(|m| m.value)
+        .unwrap_or_else(|| panic!("no metric {name}"))
+}
+
+pub(crate) fn start_error(model: &Path, options: &str) -> String {
+    let e = registry().new_engine(config("vllm", model, options), Services::new().handle());
+    let msg = match e {
+        Err(e) => e.to_string(),
+        Ok(engine) => err(engine.start()).to_string(),
+    };
+    assert_eq!(msg.lines().count(), 1, "{msg}");
+    msg
+}
+
+/// Applies an update the way the contract allows: paused, then serving again.
+pub(crate) fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
+    ok(e.pause_generation(PauseMode::Wait));
+    let report = ok(e.apply_weight_update(update));
+    ok(e.continue_generation());
+    report
+}
