@@ -93,13 +93,7 @@ impl EngineImpl for ReverseEngine {
                 } else {
                     RVec::new()
                 };
-                Completion {
-                    tokens,
-                    logprobs,
-                    finish_reason,
-                    hidden_states: RVec::new(),
-                    hidden_dim: 0,
-                }
+                Completion::new(tokens, logprobs, finish_reason)
             })
             .collect();
         Ok(GenerateResponse {

@@ -81,6 +81,23 @@ pub struct Completion {
     pub hidden_dim: u32,
 }
 
+impl Completion {
+    /// A completion without hidden states.
+    pub fn new(
+        tokens: impl Into<RVec<u32>>,
+        logprobs: impl Into<RVec<f32>>,
+        finish_reason: FinishReason,
+    ) -> Self {
+        Completion {
+            tokens: tokens.into(),
+            logprobs: logprobs.into(),
+            finish_reason,
+            hidden_states: RVec::new(),
+            hidden_dim: 0,
+        }
+    }
+}
+
 /// The engine's answer to a [`GenerateRequest`].
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, PartialEq)]

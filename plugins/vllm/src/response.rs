@@ -98,13 +98,7 @@ pub fn completions(v: &Value, n: usize, logprobs: bool) -> Result<Vec<Completion
         let slot = out
             .get_mut(index)
             .ok_or_else(|| bad("valid choice index"))?;
-        *slot = Some(Completion {
-            tokens: tokens.into(),
-            logprobs: lps.into(),
-            finish_reason,
-            hidden_states: RVec::new(),
-            hidden_dim: 0,
-        });
+        *slot = Some(Completion::new(tokens, lps, finish_reason));
     }
     out.into_iter()
         .map(|c| c.ok_or_else(|| bad("choice for every prompt")))
