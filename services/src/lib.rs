@@ -14,6 +14,8 @@
 //! Transport ([`transport`]): send / recv / broadcast on the named groups a worker joined
 //! ([`Services::with_transport`]).
 
+#![forbid(unsafe_code)]
+
 mod transport;
 
 use std::collections::HashMap;
