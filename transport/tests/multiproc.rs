@@ -6,26 +6,21 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
 use common::{check, pattern, run_ok};
 use std::time::Duration;
 use tandem_transport::{CommConfig, Communicator, TransportError};
 
-#[test]
-#[ignore = "child entry point: run by the other tests in a child process"]
-fn child_entry() {
-    common::child_main(run_role);
+child_roles! {
+    "basic" => |w, _| basic(w).map_err(text),
+    "big" => |w, _| big(w).map_err(text),
+    "colocated" => |w, _| colocated(w).map_err(text),
 }
 
-fn run_role(role: &str, world: &Communicator, _cfg: &CommConfig) -> Result<(), String> {
-    let s = |e: TransportError| e.to_string();
-    match role {
-        "basic" => basic(world).map_err(s),
-        "big" => big(world).map_err(s),
-        "colocated" => colocated(world).map_err(s),
-        other => Err(format!("unknown role {other}")),
-    }
+fn text(e: TransportError) -> String {
+    e.to_string()
 }
 
 /// p2p ring exchange, out-of-order tags, isend/irecv, broadcast from every root, all_gather,

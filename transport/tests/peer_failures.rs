@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
 use common::{check, pattern, run_ok, spawn};
@@ -11,19 +12,10 @@ use std::time::Duration;
 use tandem_transport::store::StoreClient;
 use tandem_transport::{CommConfig, Communicator, TransportError};
 
-#[test]
-#[ignore = "child entry point: run by the other tests in a child process"]
-fn child_entry() {
-    common::child_main(run_role);
-}
-
-fn run_role(role: &str, world: &Communicator, cfg: &CommConfig) -> Result<(), String> {
-    match role {
-        "mismatch" => mismatch(world),
-        "kill" => kill(world, cfg),
-        "silent" => silent(world),
-        other => Err(format!("unknown role {other}")),
-    }
+child_roles! {
+    "mismatch" => |w, _| mismatch(w),
+    "kill" => kill,
+    "silent" => |w, _| silent(w),
 }
 
 /// A receive posted with the wrong size fails naming both sizes; the link stays usable.

@@ -5,25 +5,17 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+#[macro_use]
 mod common;
 
 use common::{check, pattern, run_ok, spawn};
 use std::time::Duration;
-use tandem_transport::{CommConfig, Communicator, TransportError};
+use tandem_transport::{Communicator, TransportError};
 
-#[test]
-#[ignore = "child entry point: run by the other tests in a child process"]
-fn child_entry() {
-    common::child_main(run_role);
-}
-
-fn run_role(role: &str, world: &Communicator, _cfg: &CommConfig) -> Result<(), String> {
-    match role {
-        "paths" => paths(world),
-        "eperm" => eperm(world),
-        "late" => late(world),
-        other => Err(format!("unknown role {other}")),
-    }
+child_roles! {
+    "paths" => |w, _| paths(w),
+    "eperm" => |w, _| eperm(w),
+    "late" => |w, _| late(w),
 }
 
 /// Which path large shm messages take (`TT_EXPECT`: `single`, `ring` or `fallback`), checked

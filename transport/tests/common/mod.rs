@@ -16,6 +16,23 @@ pub const TOKEN: &str = "test-run-token";
 /// What a child runs: its role, in the world it joined, with the config it joined with.
 pub type Role = fn(&str, &Communicator, &CommConfig) -> Result<(), String>;
 
+/// Defines the test binary's `child_entry` test (ignored: [`spawn`] runs it in each child),
+/// which runs [`child_main`] dispatching on the role name: `"name" => f` with `f(world,
+/// config) -> Result<(), String>`. Needs `#[macro_use] mod common;`.
+#[allow(unused_macros)]
+macro_rules! child_roles {
+    ($($name:literal => $run:expr),* $(,)?) => {
+        #[test]
+        #[ignore = "child entry point: run by the other tests in a child process"]
+        fn child_entry() {
+            common::child_main(|role, world, cfg| match role {
+                $($name => $run(world, cfg),)*
+                other => Err(format!("unknown role {other}")),
+            });
+        }
+    };
+}
+
 /// The body of a test binary's `child_entry` test. A transport bench child runs its bench role;
 /// a test child (role in [`ROLE`]) joins the world its environment describes (ranks listed in
 /// `TT_RING_ONLY` with the single-copy path off), runs `run` and exits 0, or 1 naming the
