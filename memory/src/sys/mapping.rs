@@ -146,12 +146,7 @@ impl Mapping {
     /// # Safety
     /// No `&mut` into the range may live in this process during the copy.
     pub(crate) unsafe fn read_at(&self, offset: usize, buf: &mut [u8]) {
-        debug_assert!(
-            offset
-                .checked_add(buf.len())
-                .is_some_and(|end| end <= self.len)
-        );
-        let n = buf.len().min(self.len.saturating_sub(offset));
+        let n = self.in_bounds(offset, buf.len());
         if n == 0 {
             return;
         }
@@ -166,18 +161,21 @@ impl Mapping {
     /// # Safety
     /// No Rust reference into the range may live in this process during the copy.
     pub(crate) unsafe fn write_at(&self, offset: usize, data: &[u8]) {
-        debug_assert!(
-            offset
-                .checked_add(data.len())
-                .is_some_and(|end| end <= self.len)
-        );
-        let n = data.len().min(self.len.saturating_sub(offset));
+        let n = self.in_bounds(offset, data.len());
         if n == 0 {
             return;
         }
         // SAFETY: `offset + n` is inside our live mapping (clamped above, n > 0) and `data` is a
         // distinct Rust allocation; the caller guarantees no reference aliases the range.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), n) }
+    }
+
+    /// How many of the `n` bytes at `offset` lie inside the mapping: all of them, since a
+    /// range past the end is the caller's bug (caught in debug builds, clamped away in release
+    /// ones).
+    fn in_bounds(&self, offset: usize, n: usize) -> usize {
+        debug_assert!(offset.checked_add(n).is_some_and(|end| end <= self.len));
+        n.min(self.len.saturating_sub(offset))
     }
 
     /// The bytes, read-only.
