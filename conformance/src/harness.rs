@@ -169,17 +169,14 @@ pub fn run_engine(
     setup: fn() -> EngineSetup,
     check: fn(&mut EngineHarness) -> Outcome,
 ) {
-    let mut cell = shared.lock();
-    let outcome = run_in(
-        &mut cell.0,
+    run_shared(
+        name,
+        shared,
         || EngineHarness::new(setup()),
         check,
         EngineHarness::to_serving,
         EngineHarness::keep_run_dir,
     );
-    shared.done(&mut cell);
-    drop(cell);
-    report(name, outcome);
 }
 
 /// Runs a trainer check on the shared trainer (built from `setup` on first use).
@@ -189,14 +186,28 @@ pub fn run_trainer(
     setup: fn() -> TrainerSetup,
     check: fn(&mut TrainerHarness) -> Outcome,
 ) {
-    let mut cell = shared.lock();
-    let outcome = run_in(
-        &mut cell.0,
+    run_shared(
+        name,
+        shared,
         || TrainerHarness::new(setup()),
         check,
         |_| Ok(()),
         TrainerHarness::keep_run_dir,
     );
+}
+
+/// [`run_in`] on the component `shared` holds, counting the check as one of its users, then
+/// reports the outcome (outside the lock).
+fn run_shared<H>(
+    name: &str,
+    shared: &Shared<H>,
+    build: impl FnOnce() -> Result<H, Failure>,
+    check: impl FnOnce(&mut H) -> Outcome,
+    reset: impl FnOnce(&mut H) -> Outcome,
+    keep: impl FnOnce(&mut H) -> Option<std::path::PathBuf>,
+) {
+    let mut cell = shared.lock();
+    let outcome = run_in(&mut cell.0, build, check, reset, keep);
     shared.done(&mut cell);
     drop(cell);
     report(name, outcome);

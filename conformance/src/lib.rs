@@ -24,7 +24,10 @@
 //! cannot run in an environment is marked `ignore = "why"` (libtest reports it as ignored with
 //! the reason); a check never passes without having checked.
 
+#![forbid(unsafe_code)]
+
 mod engine;
+mod expect;
 mod harness;
 mod oracle;
 mod pair;

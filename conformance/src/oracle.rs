@@ -7,7 +7,8 @@
 //! (deterministic) and does not shrink: after a mismatch the engine's real state is unknown,
 //! so the first failing sequence is reported as it ran.
 
-use crate::engine::{EngineHarness, one};
+use crate::engine::EngineHarness;
+use crate::expect::one;
 use crate::harness::{Failure, Outcome};
 use proptest::prelude::any;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};

@@ -3,7 +3,8 @@
 //! trainer's weights; versions never go down and a damaged update is refused with the
 //! previous weights still served.
 
-use crate::engine::{EngineHarness, ok, one, refused};
+use crate::engine::EngineHarness;
+use crate::expect::{ok, one, refused};
 use crate::harness::{Failure, Outcome};
 use crate::trainer::{TrainerHarness, max_diff};
 use tandem_plugin_api::lifecycle::EngineOp;
@@ -69,6 +70,20 @@ fn apply(e: &mut EngineHarness, update: WeightUpdate) -> Result<UpdateReport, Fa
     Ok(report)
 }
 
+/// Trains a step (for `rule`) and exports `kind`, which must work: the pair declares it.
+fn train_and_export(
+    t: &mut TrainerHarness,
+    kind: UpdateKind,
+    rule: &'static str,
+) -> Result<WeightUpdate, Failure> {
+    t.train(rule)?;
+    ok(
+        t.trainer.export_weight_update(kind),
+        "declared exports work",
+        &format!("export_weight_update({})", kind.as_str()),
+    )
+}
+
 /// Train a step, export `kind`, apply it, and check the engine serves it.
 fn sync(
     e: &mut EngineHarness,
@@ -76,12 +91,7 @@ fn sync(
     kind: UpdateKind,
 ) -> Result<WeightUpdate, Failure> {
     let rule = "the engine serves the trainer's weights";
-    t.train(rule)?;
-    let update = ok(
-        t.trainer.export_weight_update(kind),
-        "declared exports work",
-        &format!("export_weight_update({})", kind.as_str()),
-    )?;
+    let update = train_and_export(t, kind, rule)?;
     let report = apply(e, update.clone())?;
     let served = ok(e.engine.health(), "health", "health")?.weight_version;
     if report.version != update.version || served != update.version {
@@ -224,12 +234,7 @@ pub mod checks {
             None => return first_kind(e, t).map(drop),
         };
         sync(e, t, kind)?;
-        t.train(rule)?;
-        let good = ok(
-            t.trainer.export_weight_update(kind),
-            "declared exports work",
-            "export_weight_update",
-        )?;
+        let good = train_and_export(t, kind, rule)?;
         if good.digest.is_empty() {
             return Err(Failure::new(
                 rule,
@@ -273,12 +278,7 @@ pub mod checks {
     pub fn carries_no_digests(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
         let kind = first_kind(e, t)?;
         let rule = "a pair declared digest-free carries no digests";
-        t.train(rule)?;
-        let update = ok(
-            t.trainer.export_weight_update(kind),
-            "declared exports work",
-            "export_weight_update",
-        )?;
+        let update = train_and_export(t, kind, rule)?;
         let digest = update.digest.clone();
         let report = apply(e, update)?;
         if !digest.is_empty() && !report.digest.is_empty() {

@@ -1,6 +1,6 @@
 //! The trainer under test ([`TrainerHarness`]) and the trainer checks.
 
-use crate::engine::{not_supported, ok, refused};
+use crate::expect::{not_supported, ok, refused};
 use crate::harness::{Failure, Outcome};
 use crate::setup::{Parts, TrainerSetup, parts};
 use tandem_plugin_api::{
@@ -128,6 +128,25 @@ impl Drop for TrainerHarness {
     }
 }
 
+/// `rule` holds when logprobs `got` differ from `want` by at most `limit` (`after` says after
+/// what, for the failure).
+fn unchanged(
+    rule: &'static str,
+    want: &[Vec<f32>],
+    got: &[Vec<f32>],
+    limit: f32,
+    after: &str,
+) -> Outcome {
+    let d = max_diff(want, got);
+    if d > limit {
+        return Err(Failure::new(
+            rule,
+            format!("logprobs differ by {d} after {after}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Largest absolute difference of two logprob lists (infinite when their shapes differ).
 pub(crate) fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.len() != y.len()) {
@@ -184,14 +203,7 @@ pub mod checks {
         }
         ok(h.trainer.restore("conformance".into()), rule, "restore")?;
         let back = h.logprobs(rule)?;
-        let d = max_diff(&before, &back);
-        if d != 0.0 {
-            return Err(Failure::new(
-                rule,
-                format!("logprobs differ by {d} after restore"),
-            ));
-        }
-        Ok(())
+        unchanged(rule, &before, &back, 0.0, "restore")
     }
 
     /// `save_checkpoint` then `load_checkpoint` restores the weights and the weight version.
@@ -220,14 +232,8 @@ pub mod checks {
                 ),
             ));
         }
-        let d = max_diff(&at_save, &h.logprobs(rule)?);
-        if d > 1e-6 {
-            return Err(Failure::new(
-                rule,
-                format!("logprobs differ by {d} after loading the checkpoint"),
-            ));
-        }
-        Ok(())
+        let now = h.logprobs(rule)?;
+        unchanged(rule, &at_save, &now, 1e-6, "loading the checkpoint")
     }
 
     /// Each declared releasable tag offloads and onloads with logprobs unchanged; undeclared
@@ -243,13 +249,9 @@ pub mod checks {
                 &format!("offload([{tag}])"),
             )?;
             ok(h.trainer.onload(tags), rule, &format!("onload([{tag}])"))?;
-            let d = max_diff(&before, &h.logprobs(rule)?);
-            if d != 0.0 {
-                return Err(Failure::new(
-                    rule,
-                    format!("logprobs differ by {d} after offloading and onloading `{tag}`"),
-                ));
-            }
+            let now = h.logprobs(rule)?;
+            let after = format!("offloading and onloading `{tag}`");
+            unchanged(rule, &before, &now, 0.0, &after)?;
         }
         for t in tandem_plugin_api::tags::ALL {
             if h.decl.caps.releasable_tags.iter().any(|d| d == t) {

@@ -67,12 +67,9 @@ impl<const BUG: u8> EngineImpl for ToyEngine<BUG> {
         let completions = request
             .prompts
             .iter()
-            .map(|p| Completion {
-                tokens: (0..n).map(|i| p[0] + i as u32).collect(),
-                logprobs: vec![lp(st.1); n].into(),
-                finish_reason: FinishReason::Length,
-                hidden_states: RVec::new(),
-                hidden_dim: 0,
+            .map(|p| {
+                let tokens: RVec<u32> = (0..n).map(|i| p[0] + i as u32).collect();
+                Completion::new(tokens, vec![lp(st.1); n], FinishReason::Length)
             })
             .collect();
         Ok(GenerateResponse {

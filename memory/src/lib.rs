@@ -17,8 +17,9 @@
 //! Codemap: `tag` (Tag, DType, BackupPolicy, RegionSpec), `region` (one memfd region and its
 //! handle/views), `manager` (MemoryManager, pause/resume, guards, budget checks), `mover` (the
 //! two-thread copy/punch/populate pipelines of pause and resume), `snapshot`,
-//! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, fd passing), `key` (RegionKey: share by `/proc` path), `stats`
-//! (/proc readings), `bench`, `sys` (all CPU syscalls and their `unsafe`), `cuda` (feature).
+//! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, sending regions), `key` (RegionKey: share by `/proc` path), `stats`
+//! (/proc readings), `bench`, `sys` (all CPU syscalls and raw-pointer work, and
+//! their `unsafe`; see its doc for the `unsafe` calls outside it), `cuda` (feature).
 
 mod bench;
 mod budget;
@@ -43,9 +44,10 @@ pub use key::RegionKey;
 pub use ledger::{DeviceLedger, ProcessReport, RegionReport, Totals};
 pub use manager::{ManagerConfig, MemoryManager, Moved, ResidentGuard};
 pub use region::{Element, Region, RegionView, RegionViewMut};
-pub use share::{MappedRegion, SharedRegionInfo, recv_fds, recv_region, send_fds, send_region};
+pub use share::{MappedRegion, SharedRegionInfo, recv_region, send_region};
 pub use snapshot::SnapshotInfo;
 pub use stats::{
     RssBreakdown, mem_available_bytes, process_rss, process_rss_bytes, system_shmem_bytes,
 };
+pub use sys::{recv_fds, send_fds};
 pub use tag::{BackupPolicy, DType, RegionSpec, Tag};

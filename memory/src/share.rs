@@ -1,17 +1,14 @@
 //! Sharing regions with other processes: [`MappedRegion`] maps a region from its memfd (it sees
 //! the owner's writes, zeros while the owner has it paused, and the data again after resume), and
 //! [`send_region`] / [`recv_region`] ship a region's fd plus a one-line header over a Unix socket
-//! with `SCM_RIGHTS`.
+//! with `SCM_RIGHTS` (the fd passing itself is `sys`'s `send_fds` / `recv_fds`).
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::error::{MemoryError, Result};
 use crate::region::Region;
-use crate::sys::{self, Mapping};
+use crate::sys::{self, Mapping, recv_fds, send_fds};
 use crate::tag::{DType, Tag};
 
 /// Another process's region mapped into this one.
@@ -64,22 +61,19 @@ impl MappedRegion {
     /// the copy may be torn (bytes have no invalid values, so this is never undefined).
     pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len())?;
-        // SAFETY: the range is inside our live mapping (checked above) and `buf` is a distinct
-        // Rust allocation; a concurrent writer can only change byte values.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.map.ptr().add(offset), buf.as_mut_ptr(), buf.len())
-        };
+        // SAFETY: the range is inside our mapping (checked above); this process holds no `&mut`
+        // into it (a MappedRegion hands out shared slices only, through `as_slice`).
+        unsafe { self.map.read_at(offset, buf) };
         Ok(())
     }
 
     /// Copies `data` into the region at `offset`.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len())?;
-        // SAFETY: as in `read_at`; no Rust reference into the mapping exists in this process
-        // except through the unsafe `as_slice` whose contract forbids overlapping writes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.ptr().add(offset), data.len())
-        };
+        // SAFETY: the range is inside our mapping (checked above); no Rust reference into the
+        // mapping exists in this process except through the unsafe `as_slice` whose contract
+        // forbids overlapping writes.
+        unsafe { self.map.write_at(offset, data) };
         Ok(())
     }
 
@@ -89,8 +83,9 @@ impl MappedRegion {
     /// Nobody (the owner, other processes, or this process through `write_at`) may write the
     /// region while the slice lives.
     pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: the caller guarantees no concurrent writes; ptr/len describe our mapping.
-        unsafe { std::slice::from_raw_parts(self.map.ptr(), self.len) }
+        // SAFETY: the caller guarantees no concurrent writes.
+        let all = unsafe { self.map.bytes() };
+        &all[..self.len]
     }
 
     fn check_range(&self, offset: usize, n: usize) -> Result<()> {
@@ -118,56 +113,6 @@ pub struct SharedRegionInfo {
 }
 
 const HEADER: &str = "tandem-region/1";
-
-/// Sends `fds` and `payload` in one message (`SCM_RIGHTS`).
-pub fn send_fds(sock: &UnixStream, fds: &[BorrowedFd<'_>], payload: &[u8]) -> Result<()> {
-    if payload.is_empty() {
-        return Err(MemoryError::InvalidArgument(
-            "fd message needs a non-empty payload".into(),
-        ));
-    }
-    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    let cmsg = [ControlMessage::ScmRights(&raw)];
-    let iov = [IoSlice::new(payload)];
-    let sent = sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
-        .map_err(|e| MemoryError::errno("sendmsg(SCM_RIGHTS)", e))?;
-    if sent != payload.len() {
-        return Err(MemoryError::InvalidArgument(format!(
-            "sendmsg sent {sent} of {} payload bytes",
-            payload.len()
-        )));
-    }
-    Ok(())
-}
-
-/// Receives one message: its payload (up to `max_payload` bytes) and the fds it carried.
-pub fn recv_fds(sock: &UnixStream, max_payload: usize) -> Result<(Vec<u8>, Vec<OwnedFd>)> {
-    let mut buf = vec![0u8; max_payload.max(1)];
-    let mut cspace = nix::cmsg_space!([RawFd; 16]);
-    let mut iov = [IoSliceMut::new(&mut buf)];
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut cspace),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| MemoryError::errno("recvmsg(SCM_RIGHTS)", e))?;
-    let mut fds = Vec::new();
-    for c in msg
-        .cmsgs()
-        .map_err(|e| MemoryError::errno("recvmsg(cmsgs)", e))?
-    {
-        if let ControlMessageOwned::ScmRights(raw) = c {
-            for r in raw {
-                // SAFETY: SCM_RIGHTS installed `r` as a fresh descriptor owned by nobody else.
-                fds.push(unsafe { OwnedFd::from_raw_fd(r) });
-            }
-        }
-    }
-    let n = msg.bytes;
-    buf.truncate(n);
-    Ok((buf, fds))
-}
 
 /// Ships `region` (fd + header) to the process at the other end of `sock`.
 pub fn send_region(sock: &UnixStream, region: &Region) -> Result<()> {
@@ -233,6 +178,24 @@ fn parse_header(text: &str) -> Result<SharedRegionInfo> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mapped_region_reads_and_writes_in_range_only() {
+        let len = 5000; // not a whole number of pages
+        let fd = sys::create_memfd(c"share-test", len).unwrap();
+        let m = MappedRegion::attach(fd, len).unwrap();
+        m.write_at(4990, b"0123456789").unwrap();
+        let mut buf = [0u8; 4];
+        m.read_at(4993, &mut buf).unwrap();
+        assert_eq!(&buf, b"3456");
+        // SAFETY: this test is the only reader and writer of the region.
+        let all = unsafe { m.as_slice() };
+        assert_eq!((all.len(), &all[4990..]), (len, &b"0123456789"[..]));
+        m.read_at(len, &mut []).unwrap();
+        assert!(m.read_at(4998, &mut buf).is_err());
+        assert!(m.write_at(len + 1, &[]).is_err());
+        assert!(m.write_at(usize::MAX, b"x").is_err());
+    }
 
     #[test]
     fn header_parses_and_rejects() {

@@ -4,6 +4,8 @@
 //! `validate_config` (what `tandem check` asks) and the constructor call, and
 //! `export_plugin!`.
 
+#![forbid(unsafe_code)]
+
 use tandem_plugin_api::sdk::{self, EngineImpl, Plugin};
 use tandem_plugin_api::serde::Deserialize;
 use tandem_plugin_api::{
@@ -93,13 +95,7 @@ impl EngineImpl for ReverseEngine {
                 } else {
                     RVec::new()
                 };
-                Completion {
-                    tokens,
-                    logprobs,
-                    finish_reason,
-                    hidden_states: RVec::new(),
-                    hidden_dim: 0,
-                }
+                Completion::new(tokens, logprobs, finish_reason)
             })
             .collect();
         Ok(GenerateResponse {

@@ -3,6 +3,8 @@
 //! The Python worker package is embedded in the library and written next to the run.
 //! See `plugins/fsdp/NOTES.md` for the operation map, the loss and the measured figures.
 
+#![forbid(unsafe_code)]
+
 pub mod channel;
 pub mod options;
 pub mod trainer;

@@ -2,6 +2,8 @@
 //! server per engine rank on loopback and maps the engine ABI onto its HTTP routes.
 //! See `plugins/vllm/NOTES.md` for the route map, what works on CPU and the measured figures.
 
+#![forbid(unsafe_code)]
+
 pub mod engine;
 pub mod http;
 pub mod options;

@@ -46,24 +46,40 @@ pub fn completion_body(model: &str, request: &GenerateRequest) -> Value {
     body
 }
 
-/// Parses the choices of a generation answer (ordered by `index`).
-pub fn completions(v: &Value, n: usize, logprobs: bool) -> Result<Vec<Completion>> {
+/// The `n` choices of an answer, each with the request position it answers (its `index`,
+/// else its own position); a different count is a runtime error with `count_message(got)`.
+fn indexed_choices(
+    v: &Value,
+    n: usize,
+    count_message: impl FnOnce(usize) -> String,
+) -> Result<Vec<(usize, &Value)>> {
     let choices = v
         .get("choices")
         .and_then(Value::as_array)
         .ok_or_else(|| bad("choices"))?;
     if choices.len() != n {
-        return Err(PluginError::runtime(format!(
-            "engine `vllm`: asked for {n} completions, got {}",
-            choices.len()
-        )));
+        return Err(PluginError::runtime(count_message(choices.len())));
     }
+    Ok(choices
+        .iter()
+        .enumerate()
+        .map(|(pos, c)| {
+            let index = c
+                .get("index")
+                .and_then(Value::as_u64)
+                .map_or(pos, |i| usize::try_from(i).unwrap_or(pos));
+            (index, c)
+        })
+        .collect())
+}
+
+/// Parses the choices of a generation answer (ordered by `index`).
+pub fn completions(v: &Value, n: usize, logprobs: bool) -> Result<Vec<Completion>> {
+    let choices = indexed_choices(v, n, |got| {
+        format!("engine `vllm`: asked for {n} completions, got {got}")
+    })?;
     let mut out: Vec<Option<Completion>> = vec![None; n];
-    for (pos, c) in choices.iter().enumerate() {
-        let index = c
-            .get("index")
-            .and_then(Value::as_u64)
-            .map_or(pos, |i| usize::try_from(i).unwrap_or(pos));
+    for (index, c) in choices {
         let tokens: Vec<u32> = c
             .get("token_ids")
             .and_then(Value::as_array)
@@ -98,13 +114,7 @@ pub fn completions(v: &Value, n: usize, logprobs: bool) -> Result<Vec<Completion
         let slot = out
             .get_mut(index)
             .ok_or_else(|| bad("valid choice index"))?;
-        *slot = Some(Completion {
-            tokens: tokens.into(),
-            logprobs: lps.into(),
-            finish_reason,
-            hidden_states: RVec::new(),
-            hidden_dim: 0,
-        });
+        *slot = Some(Completion::new(tokens, lps, finish_reason));
     }
     out.into_iter()
         .map(|c| c.ok_or_else(|| bad("choice for every prompt")))
@@ -126,23 +136,14 @@ pub fn score_body(model: &str, sequences: &[RVec<u32>]) -> Value {
 
 /// Logprob of every token after the first of each sequence, from `prompt_logprobs`.
 pub fn prompt_logprobs(v: &Value, sequences: &[RVec<u32>]) -> Result<Vec<RVec<f32>>> {
-    let choices = v
-        .get("choices")
-        .and_then(Value::as_array)
-        .ok_or_else(|| bad("choices"))?;
-    if choices.len() != sequences.len() {
-        return Err(PluginError::runtime(format!(
-            "engine `vllm`: scored {} sequences, got {} answers",
-            sequences.len(),
-            choices.len()
-        )));
-    }
+    let choices = indexed_choices(v, sequences.len(), |got| {
+        format!(
+            "engine `vllm`: scored {} sequences, got {got} answers",
+            sequences.len()
+        )
+    })?;
     let mut out = vec![RVec::new(); sequences.len()];
-    for (pos, c) in choices.iter().enumerate() {
-        let index = c
-            .get("index")
-            .and_then(Value::as_u64)
-            .map_or(pos, |i| usize::try_from(i).unwrap_or(pos));
+    for (index, c) in choices {
         let seq = sequences
             .get(index)
             .ok_or_else(|| bad("valid choice index"))?;

@@ -60,6 +60,13 @@ fn line(case: String, value: f64, unit: &str, limit: f64) -> String {
     format!("{case}\t{value}\t{unit}\t{limit}")
 }
 
+/// A GB/s figure: `bytes` moved in `secs`, beside the memcpy limit (the same bytes copied in
+/// `copy_secs`).
+fn throughput(case: String, bytes: usize, secs: f64, copy_secs: f64) -> String {
+    let gb = bytes as f64 / 1e9;
+    line(case, gb / secs, "GB/s", gb / copy_secs)
+}
+
 /// Repetitions for a size: about 256 MiB of traffic, at least 3, at most 2000.
 fn reps(size: usize) -> usize {
     ((256usize << 20) / size.max(1)).clamp(3, 2000)
@@ -177,13 +184,8 @@ fn p2p(w: &Communicator, backend: &str, sizes: &[usize], iters: usize) -> Result
             }
         }
         if me == 0 {
-            let gb = (size * n) as f64 / 1e9;
-            out.push(line(
-                format!("p2p {backend} {}", human(size)),
-                gb / best,
-                "GB/s",
-                gb / best_copy,
-            ));
+            let case = format!("p2p {backend} {}", human(size));
+            out.push(throughput(case, size * n, best, best_copy));
         }
     }
     Ok(out)
@@ -220,13 +222,8 @@ fn bcast(w: &Communicator, backend: &str, sizes: &[usize]) -> Result<Vec<String>
             secs = secs.min(t.elapsed().as_secs_f64());
         }
         if w.rank() == 0 {
-            let gb = (size * n) as f64 / 1e9;
-            out.push(line(
-                format!("broadcast {backend} x{n_ranks} {}", human(size)),
-                gb / secs,
-                "GB/s",
-                gb / copy,
-            ));
+            let case = format!("broadcast {backend} x{n_ranks} {}", human(size));
+            out.push(throughput(case, size * n, secs, copy));
         }
     }
     Ok(out)

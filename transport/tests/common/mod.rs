@@ -1,16 +1,70 @@
 //! Shared helpers of the multi-process tests: spawning a world of real child processes that
-//! re-run this test binary's `child_entry` test with a role, and a fast byte pattern.
+//! re-run this test binary's `child_entry` test with a role, the body of that `child_entry`,
+//! and a fast byte pattern.
 
 #![allow(dead_code)]
 
 use std::time::Duration;
-use tandem_transport::CommConfig;
 use tandem_transport::local::{self, LocalSpec, LocalWorld};
+use tandem_transport::{CommConfig, Communicator};
 
 /// Env var selecting the child role.
 pub const ROLE: &str = "TT_CHILD_ROLE";
 /// Token used by the tests.
 pub const TOKEN: &str = "test-run-token";
+
+/// What a child runs: its role, in the world it joined, with the config it joined with.
+pub type Role = fn(&str, &Communicator, &CommConfig) -> Result<(), String>;
+
+/// Defines the test binary's `child_entry` test (ignored: [`spawn`] runs it in each child),
+/// which runs [`child_main`] dispatching on the role name: `"name" => f` with `f(world,
+/// config) -> Result<(), String>`. Needs `#[macro_use] mod common;`.
+#[allow(unused_macros)]
+macro_rules! child_roles {
+    ($($name:literal => $run:expr),* $(,)?) => {
+        #[test]
+        #[ignore = "child entry point: run by the other tests in a child process"]
+        fn child_entry() {
+            common::child_main(|role, world, cfg| match role {
+                $($name => $run(world, cfg),)*
+                other => Err(format!("unknown role {other}")),
+            });
+        }
+    };
+}
+
+/// The body of a test binary's `child_entry` test. A transport bench child runs its bench role;
+/// a test child (role in [`ROLE`]) joins the world its environment describes (ranks listed in
+/// `TT_RING_ONLY` with the single-copy path off), runs `run` and exits 0, or 1 naming the
+/// failure. Run directly (no role), it says so and returns.
+pub fn child_main(run: Role) {
+    tandem_transport::bench::child_main_if_requested();
+    let Ok(role) = std::env::var(ROLE) else {
+        eprintln!("child_entry only runs as a child of the multi-process tests");
+        return;
+    };
+    local::die_with_parent();
+    let code = match join_and_run(&role, run) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("child role {role} failed: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn join_and_run(role: &str, run: Role) -> Result<(), String> {
+    let mut cfg = CommConfig::from_env().map_err(|e| e.to_string())?;
+    // Ranks listed in TT_RING_ONLY run with the single-copy path disabled.
+    if let Ok(list) = std::env::var("TT_RING_ONLY")
+        && list.split(',').any(|r| r == cfg.rank.to_string())
+    {
+        cfg.shm.single_copy = tandem_transport::SingleCopy::Off;
+    }
+    let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
+    run(role, &world, &cfg)
+}
 
 /// Spawns `n` children running `role` with backend `backend` ("shm", "tcp", "auto").
 pub fn spawn(

@@ -212,18 +212,7 @@ impl ShmLink {
         let st = self.tx.cma_state();
         let progress = self.tx.cma_progress();
         let done = |v: u32| v >> 3 == seq && matches!(v & 7, DONE | FALLBACK | FAILED);
-        let spin_until = Instant::now() + self.tx.spin();
-        let mut i = 0u32;
-        while !done(st.load(SeqCst)) {
-            std::hint::spin_loop();
-            i += 1;
-            if i.is_multiple_of(256) {
-                if Instant::now() >= spin_until {
-                    break;
-                }
-                std::thread::yield_now();
-            }
-        }
+        futex::spin(self.tx.spin(), || done(st.load(SeqCst)));
         let mut seen = progress.load(SeqCst);
         let mut deadline = Instant::now() + idle;
         loop {

@@ -2,7 +2,7 @@
 //! The only syscall layer of the shm backend.
 
 use std::sync::atomic::AtomicU32;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Sleeps while `*word == expected`, at most `timeout`. Spurious wake-ups are allowed; the
 /// caller re-checks its condition.
@@ -33,5 +33,23 @@ pub(crate) fn wake_all(word: &AtomicU32) {
     // FUTEX_WAKE does not access memory beyond hashing the address.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// Spins until `ready` holds or `spin` has passed: the step before sleeping on a futex. Polls
+/// with a CPU pause hint and, every 256 polls, checks the clock and yields, so a runnable peer
+/// on this core goes first (oversubscribed machines).
+pub(crate) fn spin(spin: Duration, ready: impl Fn() -> bool) {
+    let until = Instant::now() + spin;
+    let mut i = 0u32;
+    while !ready() {
+        std::hint::spin_loop();
+        i += 1;
+        if i.is_multiple_of(256) {
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::yield_now();
+        }
     }
 }

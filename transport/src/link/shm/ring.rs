@@ -218,19 +218,7 @@ impl Ring {
                 self.readable() >= need
             }
         };
-        let spin_until = Instant::now() + self.spin;
-        let mut i = 0u32;
-        while !ready() {
-            std::hint::spin_loop();
-            i += 1;
-            if i.is_multiple_of(256) {
-                if Instant::now() >= spin_until {
-                    break;
-                }
-                // Let a runnable peer on this core go first (oversubscribed machines).
-                std::thread::yield_now();
-            }
-        }
+        futex::spin(self.spin, ready);
         let c = self.c();
         let (seq, flag) = if producer {
             (&c.space_seq, &c.producer_waiting)

@@ -1,120 +1,12 @@
-//! The Linux syscall layer of the CPU backend: memfd creation, shared and anonymous mappings,
-//! hole punching, prefaulting, and raw copies. Every `unsafe` block in the CPU backend lives here.
-//!
-//! Facts this layer is built on (measured on the project machine, see ARCH-NOTES.md):
-//! - `fallocate(PUNCH_HOLE|KEEP_SIZE)` on the memfd returns pages to the OS and keeps the file
-//!   size, so every mapping of it stays valid and reads zero; `MADV_DONTNEED` would free nothing.
-//! - `pwrite` into a hole of a shmem file allocates pages without zeroing them first, which makes
-//!   it the fastest way to bring a paused region back (about 2x faster than faulting pages in
-//!   through the mapping, which zeroes each page and then copies).
-//! - A read fault on a shared memfd mapping maps up to 16 neighbouring pages writable
-//!   (fault-around), so touching one byte per page after `pwrite` maps the region cheaply.
+//! Mappings: an owned shared or anonymous mapping ([`Mapping`]) with its paging advice,
+//! prefaulting and lazy freeing, and the raw copies between mappings and buffers.
 
-use std::ffi::CStr;
 use std::ops::Range;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 
-use nix::fcntl::{FallocateFlags, FcntlArg, SealFlag, fallocate, fcntl};
-use nix::sys::memfd::{MFdFlags, memfd_create};
-
+use super::page_size;
 use crate::error::{MemoryError, Result};
-
-/// Page size of the machine.
-pub(crate) fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if n > 0 { n as usize } else { 4096 }
-}
-
-/// Rounds `len` up to a whole number of pages.
-pub(crate) fn round_to_pages(len: usize) -> Result<usize> {
-    let p = page_size();
-    len.checked_add(p - 1)
-        .map(|n| n / p * p)
-        .ok_or_else(|| MemoryError::InvalidArgument(format!("size {len} bytes overflows")))
-}
-
-/// Creates a close-on-exec memfd of `len` bytes whose size is sealed (no other process can
-/// shrink it under our mapping, which would turn accesses into SIGBUS).
-pub(crate) fn create_memfd(name: &CStr, len: usize) -> Result<OwnedFd> {
-    let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
-        .map_err(|e| MemoryError::errno("memfd_create", e))?;
-    let len_off = i64::try_from(len)
-        .map_err(|_| MemoryError::InvalidArgument(format!("size {len} bytes overflows")))?;
-    nix::unistd::ftruncate(&fd, len_off).map_err(|e| MemoryError::errno("ftruncate(memfd)", e))?;
-    let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
-    fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(|e| MemoryError::errno("F_ADD_SEALS", e))?;
-    Ok(fd)
-}
-
-/// Size of the file behind `fd` and the bytes it has allocated (`st_blocks * 512`).
-pub(crate) fn file_size_and_allocated(fd: BorrowedFd<'_>) -> Result<(u64, u64)> {
-    let st = nix::sys::stat::fstat(fd).map_err(|e| MemoryError::errno("fstat", e))?;
-    Ok((st.st_size.max(0) as u64, st.st_blocks.max(0) as u64 * 512))
-}
-
-/// Returns the pages of `range` of the file to the OS; the size and every mapping stay.
-pub(crate) fn punch_hole(fd: BorrowedFd<'_>, range: Range<usize>) -> Result<()> {
-    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
-    fallocate(fd, flags, range.start as i64, range.len() as i64)
-        .map_err(|e| MemoryError::errno("fallocate(PUNCH_HOLE)", e))
-}
-
-/// Allocates (zeroed) pages for `range` of the file now, so a later touch cannot SIGBUS.
-pub(crate) fn allocate(fd: BorrowedFd<'_>, range: Range<usize>) -> Result<()> {
-    fallocate(
-        fd,
-        FallocateFlags::empty(),
-        range.start as i64,
-        range.len() as i64,
-    )
-    .map_err(|e| MemoryError::errno("fallocate(allocate)", e))
-}
-
-/// Writes all of `src` to the file at offset `at`.
-pub(crate) fn pwrite_all(fd: BorrowedFd<'_>, src: &[u8], at: usize) -> Result<()> {
-    let mut off = 0usize;
-    while off < src.len() {
-        match nix::sys::uio::pwrite(fd, &src[off..], (at + off) as i64) {
-            Ok(0) => return Err(MemoryError::InvalidArgument("pwrite wrote 0 bytes".into())),
-            Ok(n) => off += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(MemoryError::errno("pwrite(memfd)", e)),
-        }
-    }
-    Ok(())
-}
-
-/// Whether shmem (memfd) mappings that ask for huge pages get them: the kernel's
-/// `shmem_enabled` setting for 2 MiB pages is `always`, `within_size`, `advise` or `force`.
-/// Read once per process.
-pub(crate) fn shmem_thp_setting() -> &'static str {
-    static SETTING: OnceLock<String> = OnceLock::new();
-    SETTING.get_or_init(|| {
-        let read = |p: &str| {
-            let text = std::fs::read_to_string(p).ok()?;
-            let start = text.find('[')? + 1;
-            let end = start + text[start..].find(']')?;
-            Some(text[start..end].to_string())
-        };
-        const BASE: &str = "/sys/kernel/mm/transparent_hugepage";
-        match read(&format!("{BASE}/hugepages-2048kB/shmem_enabled")).as_deref() {
-            Some("inherit") | None => read(&format!("{BASE}/shmem_enabled")),
-            Some(s) => Some(s.to_string()),
-        }
-        .unwrap_or_else(|| "unknown".to_string())
-    })
-}
-
-/// See [`shmem_thp_setting`].
-pub(crate) fn shmem_thp_enabled() -> bool {
-    matches!(
-        shmem_thp_setting(),
-        "always" | "within_size" | "advise" | "force"
-    )
-}
 
 /// An owned mapping; unmapped on drop. Its address never changes while it lives.
 #[derive(Debug)]
@@ -247,6 +139,45 @@ impl Mapping {
         let _ = unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_FREE) };
     }
 
+    /// Copies `buf.len()` bytes at `offset` out of the mapping (a range past the end is
+    /// clamped away in release builds and caught in debug ones). A concurrent writer in another
+    /// process may tear the copy; bytes have no invalid values, so that is never undefined.
+    ///
+    /// # Safety
+    /// No `&mut` into the range may live in this process during the copy.
+    pub(crate) unsafe fn read_at(&self, offset: usize, buf: &mut [u8]) {
+        let n = self.in_bounds(offset, buf.len());
+        if n == 0 {
+            return;
+        }
+        // SAFETY: `offset + n` is inside our live mapping (clamped above, n > 0) and `buf` is a
+        // distinct Rust allocation; a concurrent writer can only change byte values, and the
+        // caller guarantees no `&mut` aliases the range.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), buf.as_mut_ptr(), n) }
+    }
+
+    /// Copies `data` into the mapping at `offset` (clamped like [`Mapping::read_at`]).
+    ///
+    /// # Safety
+    /// No Rust reference into the range may live in this process during the copy.
+    pub(crate) unsafe fn write_at(&self, offset: usize, data: &[u8]) {
+        let n = self.in_bounds(offset, data.len());
+        if n == 0 {
+            return;
+        }
+        // SAFETY: `offset + n` is inside our live mapping (clamped above, n > 0) and `data` is a
+        // distinct Rust allocation; the caller guarantees no reference aliases the range.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), n) }
+    }
+
+    /// How many of the `n` bytes at `offset` lie inside the mapping: all of them, since a
+    /// range past the end is the caller's bug (caught in debug builds, clamped away in release
+    /// ones).
+    fn in_bounds(&self, offset: usize, n: usize) -> usize {
+        debug_assert!(offset.checked_add(n).is_some_and(|end| end <= self.len));
+        n.min(self.len.saturating_sub(offset))
+    }
+
     /// The bytes, read-only.
     ///
     /// # Safety
@@ -295,24 +226,4 @@ pub(crate) unsafe fn copy_range(dst: &Mapping, src: &Mapping, range: Range<usize
             end - range.start,
         )
     }
-}
-
-/// Duplicates an fd as a new close-on-exec owned fd.
-pub(crate) fn dup_fd(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
-    fd.try_clone_to_owned().map_err(|e| MemoryError::Sys {
-        op: "dup",
-        source: e,
-    })
-}
-
-/// Checks that `fd` is a file of at least `len` bytes (a memfd normally).
-pub(crate) fn check_fd_len(fd: &impl AsFd, len: usize) -> Result<()> {
-    let (size, _) = file_size_and_allocated(fd.as_fd())?;
-    if (size as usize) < len {
-        return Err(MemoryError::InvalidArgument(format!(
-            "fd {} is {size} bytes but {len} bytes were requested; pass the region's own length",
-            fd.as_fd().as_raw_fd()
-        )));
-    }
-    Ok(())
 }

@@ -1,0 +1,129 @@
+//! Adapters from the plain traits to the ABI trait objects: every call runs under [`guard`]
+//! and converts between owned Rust types and abi_stable's `R*` types.
+
+use super::guard;
+use super::traits::{BridgeImpl, EngineImpl, TrainerImpl};
+use crate::error::PResult;
+use crate::traits::{
+    BridgeBox, EngineBox, InferenceEngine, InferenceEngine_TO, Trainer, Trainer_TO, TrainerBox,
+    WeightBridge, WeightBridge_TO,
+};
+use crate::types::*;
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RString, RVec};
+
+fn strings(tags: RVec<RString>) -> Vec<String> {
+    tags.into_iter().map(String::from).collect()
+}
+
+/// Adapter from an SDK trait implementation to the ABI trait, guarding every call.
+struct Guarded<T>(T);
+
+impl<E: EngineImpl> InferenceEngine for Guarded<E> {
+    fn start(&self) -> PResult<()> {
+        guard(|| self.0.start())
+    }
+    fn health(&self) -> PResult<EngineHealth> {
+        guard(|| self.0.health())
+    }
+    fn shutdown(&self) -> PResult<()> {
+        guard(|| self.0.shutdown())
+    }
+    fn generate(&self, request: GenerateRequest) -> PResult<GenerateResponse> {
+        guard(|| self.0.generate(request))
+    }
+    fn score(&self, sequences: RVec<RVec<u32>>) -> PResult<RVec<RVec<f32>>> {
+        guard(|| self.0.score(sequences.into_vec()).map(RVec::from))
+    }
+    fn pause_generation(&self, mode: PauseMode) -> PResult<()> {
+        guard(|| self.0.pause_generation(mode))
+    }
+    fn continue_generation(&self) -> PResult<()> {
+        guard(|| self.0.continue_generation())
+    }
+    fn flush_cache(&self) -> PResult<()> {
+        guard(|| self.0.flush_cache())
+    }
+    fn release_memory(&self, tags: RVec<RString>) -> PResult<()> {
+        guard(|| self.0.release_memory(strings(tags)))
+    }
+    fn resume_memory(&self, tags: RVec<RString>) -> PResult<()> {
+        guard(|| self.0.resume_memory(strings(tags)))
+    }
+    fn apply_weight_update(&self, update: WeightUpdate) -> PResult<UpdateReport> {
+        guard(|| self.0.apply_weight_update(update))
+    }
+    fn load_adapter(&self, name: RString, dir: RString) -> PResult<()> {
+        guard(|| self.0.load_adapter(name.into(), dir.into()))
+    }
+    fn unload_adapter(&self, name: RString) -> PResult<()> {
+        guard(|| self.0.unload_adapter(name.into()))
+    }
+    fn stats(&self) -> PResult<ComponentStats> {
+        guard(|| self.0.stats())
+    }
+}
+
+impl<T: TrainerImpl> Trainer for Guarded<T> {
+    fn init(&mut self) -> PResult<TrainerInfo> {
+        guard(|| self.0.init())
+    }
+    fn compute_logprobs(
+        &mut self,
+        batch: TrainBatch,
+        which: WhichWeights,
+    ) -> PResult<RVec<RVec<f32>>> {
+        guard(|| self.0.compute_logprobs(batch, which).map(RVec::from))
+    }
+    fn train_step(&mut self, batch: TrainBatch) -> PResult<RVec<Metric>> {
+        guard(|| self.0.train_step(batch).map(RVec::from))
+    }
+    fn snapshot(&mut self, name: RString) -> PResult<()> {
+        guard(|| self.0.snapshot(name.into()))
+    }
+    fn restore(&mut self, name: RString) -> PResult<()> {
+        guard(|| self.0.restore(name.into()))
+    }
+    fn save_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo> {
+        guard(|| self.0.save_checkpoint(dir.into()))
+    }
+    fn load_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo> {
+        guard(|| self.0.load_checkpoint(dir.into()))
+    }
+    fn export_weight_update(&mut self, kind: UpdateKind) -> PResult<WeightUpdate> {
+        guard(|| self.0.export_weight_update(kind))
+    }
+    fn offload(&mut self, tags: RVec<RString>) -> PResult<()> {
+        guard(|| self.0.offload(strings(tags)))
+    }
+    fn onload(&mut self, tags: RVec<RString>) -> PResult<()> {
+        guard(|| self.0.onload(strings(tags)))
+    }
+    fn stats(&self) -> PResult<ComponentStats> {
+        guard(|| self.0.stats())
+    }
+}
+
+impl<B: BridgeImpl> WeightBridge for Guarded<B> {
+    fn trainer_side(&self, exported: WeightUpdate) -> PResult<WeightUpdate> {
+        guard(|| self.0.trainer_side(exported))
+    }
+    fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate> {
+        guard(|| self.0.engine_side(shipped))
+    }
+}
+
+/// Wraps an engine for the ABI.
+pub fn engine_box<E: EngineImpl>(engine: E) -> EngineBox {
+    InferenceEngine_TO::from_value(Guarded(engine), TD_Opaque)
+}
+
+/// Wraps a trainer for the ABI.
+pub fn trainer_box<T: TrainerImpl>(trainer: T) -> TrainerBox {
+    Trainer_TO::from_value(Guarded(trainer), TD_Opaque)
+}
+
+/// Wraps a bridge for the ABI.
+pub fn bridge_box<B: BridgeImpl>(bridge: B) -> BridgeBox {
+    WeightBridge_TO::from_value(Guarded(bridge), TD_Opaque)
+}

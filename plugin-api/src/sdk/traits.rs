@@ -1,0 +1,169 @@
+//! The plain Rust traits a plugin author implements: [`EngineImpl`], [`TrainerImpl`],
+//! [`BridgeImpl`] (the components, with `Result` and owned types; what a component does not
+//! implement answers `NotSupported`) and [`Plugin`] (the manifest, constructors and option
+//! checks).
+
+use super::Result;
+use crate::caps::{ComponentKind, PluginManifest};
+use crate::error::PluginError;
+use crate::traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
+#[cfg(doc)]
+use crate::traits::{InferenceEngine, Trainer, WeightBridge};
+use crate::types::*;
+use abi_stable::std_types::RVec;
+
+fn unsupported<T>(op: &str, component: &str) -> Result<T> {
+    Err(PluginError::not_supported(op, component))
+}
+
+/// An inference engine, as a plugin author writes it. Unimplemented operations default to a
+/// [`NotSupported`](crate::ErrorCode::NotSupported) error; declare what you implement in the
+/// manifest.
+#[allow(unused_variables)]
+pub trait EngineImpl: Send + Sync + 'static {
+    /// Component name, used in error messages.
+    fn component(&self) -> &str;
+    /// See [`InferenceEngine::start`].
+    fn start(&self) -> Result<()> {
+        Ok(())
+    }
+    /// See [`InferenceEngine::health`].
+    fn health(&self) -> Result<EngineHealth>;
+    /// See [`InferenceEngine::shutdown`].
+    fn shutdown(&self) -> Result<()> {
+        Ok(())
+    }
+    /// See [`InferenceEngine::generate`].
+    fn generate(&self, request: GenerateRequest) -> Result<GenerateResponse> {
+        unsupported("generate", self.component())
+    }
+    /// See [`InferenceEngine::score`].
+    fn score(&self, sequences: Vec<RVec<u32>>) -> Result<Vec<RVec<f32>>> {
+        unsupported("score", self.component())
+    }
+    /// See [`InferenceEngine::pause_generation`].
+    fn pause_generation(&self, mode: PauseMode) -> Result<()> {
+        unsupported("pause_generation", self.component())
+    }
+    /// See [`InferenceEngine::continue_generation`].
+    fn continue_generation(&self) -> Result<()> {
+        unsupported("continue_generation", self.component())
+    }
+    /// See [`InferenceEngine::flush_cache`].
+    fn flush_cache(&self) -> Result<()> {
+        unsupported("flush_cache", self.component())
+    }
+    /// See [`InferenceEngine::release_memory`].
+    fn release_memory(&self, tags: Vec<String>) -> Result<()> {
+        unsupported("release_memory", self.component())
+    }
+    /// See [`InferenceEngine::resume_memory`].
+    fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
+        unsupported("resume_memory", self.component())
+    }
+    /// See [`InferenceEngine::apply_weight_update`].
+    fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
+        unsupported("apply_weight_update", self.component())
+    }
+    /// See [`InferenceEngine::load_adapter`].
+    fn load_adapter(&self, name: String, dir: String) -> Result<()> {
+        unsupported("load_adapter", self.component())
+    }
+    /// See [`InferenceEngine::unload_adapter`].
+    fn unload_adapter(&self, name: String) -> Result<()> {
+        unsupported("unload_adapter", self.component())
+    }
+    /// See [`InferenceEngine::stats`].
+    fn stats(&self) -> Result<ComponentStats> {
+        Ok(ComponentStats::default())
+    }
+}
+
+/// A trainer, as a plugin author writes it.
+#[allow(unused_variables)]
+pub trait TrainerImpl: Send + 'static {
+    /// Component name, used in error messages.
+    fn component(&self) -> &str;
+    /// See [`Trainer::init`].
+    fn init(&mut self) -> Result<TrainerInfo>;
+    /// See [`Trainer::compute_logprobs`].
+    fn compute_logprobs(
+        &mut self,
+        batch: TrainBatch,
+        which: WhichWeights,
+    ) -> Result<Vec<RVec<f32>>> {
+        unsupported("compute_logprobs", self.component())
+    }
+    /// See [`Trainer::train_step`].
+    fn train_step(&mut self, batch: TrainBatch) -> Result<Vec<Metric>> {
+        unsupported("train_step", self.component())
+    }
+    /// See [`Trainer::snapshot`].
+    fn snapshot(&mut self, name: String) -> Result<()> {
+        unsupported("snapshot", self.component())
+    }
+    /// See [`Trainer::restore`].
+    fn restore(&mut self, name: String) -> Result<()> {
+        unsupported("restore", self.component())
+    }
+    /// See [`Trainer::save_checkpoint`].
+    fn save_checkpoint(&mut self, dir: String) -> Result<CheckpointInfo> {
+        unsupported("save_checkpoint", self.component())
+    }
+    /// See [`Trainer::load_checkpoint`].
+    fn load_checkpoint(&mut self, dir: String) -> Result<CheckpointInfo> {
+        unsupported("load_checkpoint", self.component())
+    }
+    /// See [`Trainer::export_weight_update`].
+    fn export_weight_update(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
+        unsupported("export_weight_update", self.component())
+    }
+    /// See [`Trainer::offload`].
+    fn offload(&mut self, tags: Vec<String>) -> Result<()> {
+        unsupported("offload", self.component())
+    }
+    /// See [`Trainer::onload`].
+    fn onload(&mut self, tags: Vec<String>) -> Result<()> {
+        unsupported("onload", self.component())
+    }
+    /// See [`Trainer::stats`].
+    fn stats(&self) -> Result<ComponentStats> {
+        Ok(ComponentStats::default())
+    }
+}
+
+/// A weight bridge, as a plugin author writes it.
+pub trait BridgeImpl: Send + Sync + 'static {
+    /// See [`WeightBridge::trainer_side`].
+    fn trainer_side(&self, exported: WeightUpdate) -> Result<WeightUpdate>;
+    /// See [`WeightBridge::engine_side`].
+    fn engine_side(&self, shipped: WeightUpdate) -> Result<WeightUpdate>;
+}
+
+/// A plugin library: its manifest and constructors. Constructors that a plugin does not
+/// provide default to a [`NotSupported`](crate::ErrorCode::NotSupported) error.
+#[allow(unused_variables)]
+pub trait Plugin: 'static {
+    /// Name, version and components (see [`manifest`](super::manifest)).
+    fn manifest() -> PluginManifest;
+    /// Constructs the engine named by `config.component`.
+    fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
+        unsupported("new_engine", config.component.as_str())
+    }
+    /// Constructs the trainer named by `config.component`.
+    fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
+        unsupported("new_trainer", config.component.as_str())
+    }
+    /// Constructs the bridge named by `config.component`.
+    fn new_bridge(config: ComponentConfig, host: HostBox) -> Result<BridgeBox> {
+        unsupported("new_bridge", config.component.as_str())
+    }
+    /// Checks the options of the component `kind` named by `config.component` without
+    /// constructing it: the constructor's own parse ([`parse_options`](super::parse_options)) plus static checks
+    /// that need no resources (ranges, enum values, option combinations). Never start a
+    /// process, open a model or look for an interpreter here. `tandem check` and `tandem run`
+    /// call it before anything starts; the default finds no problems.
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        Vec::new()
+    }
+}

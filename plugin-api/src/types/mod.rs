@@ -1,0 +1,22 @@
+//! FFI-safe data types carried by the role traits, one file per concern:
+//! - `generate`: sampling parameters, generate requests and completions, pause modes, health;
+//! - `train`: train batches and sequences, loss settings, trainer and checkpoint info;
+//! - `update`: weight updates (`UpdatePayload` kinds, tensor layouts) and their reports;
+//! - `memory`: well-known [`tags`], [`DType`], region requests and grants;
+//! - `component`: component config, [`ConfigProblem`], metrics and stats, log levels.
+//!
+//! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
+//! or `#[repr(u8)]` (enums) and derives `StableAbi`, so abi_stable checks its layout when a
+//! plugin is loaded.
+
+mod component;
+mod generate;
+mod memory;
+mod train;
+mod update;
+
+pub use component::*;
+pub use generate::*;
+pub use memory::*;
+pub use train::*;
+pub use update::*;

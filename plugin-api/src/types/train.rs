@@ -1,0 +1,93 @@
+//! Training: batches of sequences with their RL signals, loss settings, and what a trainer
+//! reports about itself and its checkpoints.
+
+use abi_stable::StableAbi;
+use abi_stable::std_types::{RString, RVec};
+
+/// One sequence of a training batch: prompt + completion tokens and their RL signals.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct TrainSequence {
+    /// Prompt followed by completion token ids.
+    pub tokens: RVec<u32>,
+    /// Number of prompt tokens at the start of `tokens`; loss covers only the rest.
+    pub prompt_len: u32,
+    /// Sequence-level advantage (GRPO) or `0.0` for SFT.
+    pub advantage: f32,
+    /// Logprobs of the completion tokens under the policy that sampled them (may be empty).
+    pub old_logprobs: RVec<f32>,
+    /// Logprobs of the completion tokens under the reference policy (empty: no KL term).
+    pub ref_logprobs: RVec<f32>,
+}
+
+/// Which loss `train_step` minimises.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKind {
+    /// PPO-clip policy loss with group-relative advantages and optional KL to the reference.
+    Grpo,
+    /// Plain cross-entropy on the completion tokens (warm starts).
+    Sft,
+}
+
+/// Loss and optimiser settings of one train step.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct LossConfig {
+    /// Which loss.
+    pub kind: LossKind,
+    /// Lower PPO clip range (ratio ≥ 1 − eps_low).
+    pub clip_eps_low: f32,
+    /// Upper PPO clip range (ratio ≤ 1 + eps_high).
+    pub clip_eps_high: f32,
+    /// Weight of the KL penalty to the reference policy (0 disables it).
+    pub kl_coef: f32,
+    /// Learning rate of this step.
+    pub learning_rate: f32,
+    /// Global gradient-norm clip (0 disables it).
+    pub grad_clip: f32,
+}
+
+/// A batch for `compute_logprobs` / `train_step`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct TrainBatch {
+    /// Sequences of the batch.
+    pub sequences: RVec<TrainSequence>,
+    /// Loss settings (ignored by `compute_logprobs`).
+    pub loss: LossConfig,
+}
+
+/// Which weights `compute_logprobs` uses.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+pub enum WhichWeights {
+    /// The weights currently loaded (the actor, normally).
+    Current,
+    /// A named snapshot (e.g. `ref`), without disturbing the current weights.
+    Snapshot(RString),
+}
+
+/// What a trainer reports after `init`.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct TrainerInfo {
+    /// Number of trainable parameters.
+    pub trainable_params: u64,
+    /// Total number of parameters.
+    pub total_params: u64,
+    /// Weight version of the loaded weights.
+    pub weight_version: u64,
+}
+
+/// Checkpoint written or read by a trainer.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq)]
+pub struct CheckpointInfo {
+    /// Directory of the checkpoint.
+    pub dir: RString,
+    /// Weight version stored in it.
+    pub weight_version: u64,
+    /// Bytes written or read.
+    pub bytes: u64,
+}
