@@ -1,6 +1,7 @@
 //! The RL loop end to end through `tandem run`: real worker processes, the event log's
 //! ordering invariants, `needs_offload = false`, bad run directories, a killed engine, a
-//! killed trainer and `--resume`, and memory flatness over many steps.
+//! killed trainer and `--resume`, memory flatness over many steps, and `[run]
+//! dump_rollouts`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -161,6 +162,49 @@ fn a_run_directory_is_never_overwritten() {
         std::fs::read_to_string(t.dir.join("run/metrics.jsonl")).unwrap(),
         before
     );
+    // Rollouts are written only when the job asks for them.
+    assert!(!t.dir.join("run/rollouts.jsonl").exists());
+}
+
+#[test]
+fn dump_rollouts_writes_every_sample_of_every_step() {
+    let t = Scratch::new();
+    let job = t.job(&JobOpts {
+        steps: 2,
+        prompts: 2,
+        group: 2,
+        extra_run: "dump_rollouts = true\n".into(),
+        ..JobOpts::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let text = std::fs::read_to_string(t.dir.join("run/rollouts.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // prompts × group samples per step.
+    assert_eq!(lines.len(), 2 * 2 * 2, "{text}");
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["step"].as_u64(), Some(i as u64 / 4 + 1), "{l}");
+        for key in [
+            "group",
+            "prompt",
+            "completion",
+            "tokens",
+            "logprobs",
+            "reward",
+            "advantage",
+        ] {
+            assert!(!l[key].is_null(), "{key} missing in {l}");
+        }
+        assert!(l["prompt"].as_str().unwrap().contains('+'), "{l}");
+        assert_eq!(
+            l["tokens"].as_array().unwrap().len(),
+            l["logprobs"].as_array().unwrap().len(),
+            "{l}"
+        );
+    }
 }
 
 #[test]

@@ -15,6 +15,8 @@ pub fn tandem_bin() -> &'static str {
 
 /// Settings of a test job.
 pub struct JobOpts {
+    /// Extra lines of `[run]`.
+    pub extra_run: String,
     pub engines: u32,
     pub steps: u32,
     pub save_every: u32,
@@ -37,6 +39,7 @@ pub struct JobOpts {
 impl Default for JobOpts {
     fn default() -> Self {
         JobOpts {
+            extra_run: String::new(),
             engines: 1,
             steps: 2,
             save_every: 0,
@@ -126,7 +129,7 @@ output_dir = "run"
 steps = {steps}
 seed = 1
 save_every = {save_every}
-
+{extra_run}
 [placement]
 mode = "{placement}"
 
@@ -165,6 +168,7 @@ kind = "arithmetic"
 "#,
             steps = o.steps,
             save_every = o.save_every,
+            extra_run = o.extra_run,
             placement = o.placement,
             model = model.display(),
             engines = o.engines,

@@ -77,7 +77,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
                 options,
             };
             let task = tandem_rl::task::build(&section, seed)
-                .map_err(|e| CliError::usage(format!("--task: {e}")))?;
+                .map_err(|e| CliError::from(e.into_error("--task")))?;
             let registry = super::load_registry(cli_dirs, &[])?;
             let opts = SftOptions {
                 steps,

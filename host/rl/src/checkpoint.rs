@@ -6,10 +6,10 @@
 //! highest complete one; half-written `.tmp` directories are ignored (and removed on resume).
 
 use crate::error::RlError;
-use tandem_runtime::launch::RemoteTrainer;
 use crate::metrics::StepMetrics;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use tandem_runtime::launch::RemoteTrainer;
 
 /// File inside a checkpoint with the loop's position.
 pub const LOOP_STATE: &str = "tandem_loop_state.json";
@@ -109,10 +109,8 @@ pub fn newest(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError> {
             continue;
         };
         let state: LoopState = serde_json::from_str(&text).map_err(|e| {
-            RlError::usage(format!(
-                "{}: not a loop state ({e}) (help: delete that checkpoint directory to resume from an older one)",
-                path.display()
-            ))
+            RlError::usage(format!("{}: not a loop state ({e})", path.display()))
+                .with_help("delete that checkpoint directory to resume from an older one")
         })?;
         if best.as_ref().is_none_or(|(_, b)| state.step > b.step) {
             best = Some((e.path(), state));

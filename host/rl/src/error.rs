@@ -66,7 +66,8 @@ impl RlError {
         match self {
             RlError::Usage(m) | RlError::Failed(m) => m.help.clone(),
             RlError::Runtime(r) => r.help(),
-            RlError::Config(_) | RlError::Io { .. } => None,
+            RlError::Config(c) => c.help(),
+            RlError::Io { .. } => None,
         }
     }
 

@@ -3,10 +3,12 @@
 //! - [`config`]: job files (parsing with positions, the one validation `tandem check` and
 //!   `tandem run` share) and [`placement`] (world layout, transport plan).
 //! - The loop behind `tandem run` (see `ARCHITECTURE.md`, "The step"): [`driver`] (launch,
-//!   init, steps, shutdown), [`phases`] (drained offload / staged onload across all engines,
-//!   each engine's state machine checked first), [`rollout`], [`grpo`], [`checkpoint`],
-//!   [`warmstart`] (preset model + supervised warm start), [`prompt`], and what a run writes
-//!   and shows: [`events`], [`metrics`], [`plot`], [`progress`].
+//!   init, then each step as a sequence of phases — rollout, drained offload, train, save,
+//!   staged onload with the sync, record — and shutdown), [`phases`] (drained offload /
+//!   staged onload across all engines, each engine's state machine checked first),
+//!   [`rollout`], [`grpo`], [`checkpoint`], [`warmstart`] (preset model + supervised warm
+//!   start), [`prompt`], and what a run writes and shows: [`events`], [`metrics`], [`plot`],
+//!   [`progress`].
 //! - [`bridge`]: the weight-bridge driver (`ipc`, `lora`, `checkpoint`).
 //! - [`task`]: built-in verifiable tasks and rewards.
 

@@ -9,11 +9,11 @@
 
 use super::events::EventLog;
 use crate::error::RlError;
+use tandem_plugin_api::PauseMode;
+use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
 use tandem_runtime::RuntimeError;
 use tandem_runtime::launch::RemoteEngine;
 use tandem_runtime::orchestrator::{EngineMachine, EngineOp};
-use tandem_plugin_api::PauseMode;
-use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
 
 /// The engines of a run and what the controller knows of each.
 pub struct Engines {
@@ -27,6 +27,19 @@ pub struct Engines {
     pub release_tags: Vec<String>,
 }
 
+/// One stage: the state-machine operation and the event it logs (`label`, `detail`).
+struct Stage<'a> {
+    op: EngineOp,
+    label: &'a str,
+    detail: &'a str,
+}
+
+impl<'a> Stage<'a> {
+    fn new(op: EngineOp, label: &'a str, detail: &'a str) -> Stage<'a> {
+        Stage { op, label, detail }
+    }
+}
+
 fn name(rank: usize) -> String {
     format!("engine-{rank}")
 }
@@ -37,18 +50,14 @@ fn illegal(rank: usize, e: impl std::fmt::Display) -> RlError {
 
 impl Engines {
     /// Runs `f` on every engine in parallel; the first error (by rank) wins.
-    fn all(
-        &self,
-        f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync,
-    ) -> Result<(), RlError> {
+    fn all(&self, f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync) -> Result<(), RlError> {
         std::thread::scope(|s| {
             let handles: Vec<_> = self.remotes.iter().map(|e| s.spawn(|| f(e))).collect();
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(RlError::failed("an engine call panicked"))
-                    })
+                    h.join()
+                        .unwrap_or_else(|_| Err(RlError::failed("an engine call panicked")))
                 })
                 .collect::<Result<Vec<()>, _>>()
                 .map(drop)
@@ -61,18 +70,18 @@ impl Engines {
         &mut self,
         events: &EventLog,
         step: u32,
-        op: EngineOp,
-        label: &str,
-        detail: &str,
+        what: Stage<'_>,
         call: impl Fn(&RemoteEngine) -> Result<(), RuntimeError> + Sync,
     ) -> Result<(), RlError> {
         for (rank, m) in self.machines.iter().enumerate() {
-            m.clone().apply(op.clone()).map_err(|e| illegal(rank, e))?;
+            m.clone()
+                .apply(what.op.clone())
+                .map_err(|e| illegal(rank, e))?;
         }
         self.all(|e| call(e).map_err(RlError::from))?;
         for (rank, m) in self.machines.iter_mut().enumerate() {
-            m.apply(op.clone()).map_err(|e| illegal(rank, e))?;
-            events.record(step, &name(rank), label, detail);
+            m.apply(what.op.clone()).map_err(|e| illegal(rank, e))?;
+            events.record(step, &name(rank), what.label, what.detail);
         }
         Ok(())
     }
@@ -90,18 +99,25 @@ impl Engines {
 
     /// Drained offload: pause all → flush all → release all (when `needs_offload`).
     pub fn drained_offload(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
-        self.stage(events, step, EngineOp::Pause, "pause", "wait", |e| {
-            e.pause_generation(PauseMode::Wait)
-        })?;
-        self.stage(events, step, EngineOp::Flush, "flush", "", |e| {
-            e.flush_cache()
-        })?;
+        self.stage(
+            events,
+            step,
+            Stage::new(EngineOp::Pause, "pause", "wait"),
+            |e| e.pause_generation(PauseMode::Wait),
+        )?;
+        self.stage(
+            events,
+            step,
+            Stage::new(EngineOp::Flush, "flush", ""),
+            |e| e.flush_cache(),
+        )?;
         if !self.needs_offload || self.release_tags.is_empty() {
             return Ok(());
         }
         let tags = self.release_tags.clone();
         let op = EngineOp::Release(tags.iter().cloned().collect());
-        self.stage(events, step, op, "release", &tags.join(","), |e| {
+        let detail = tags.join(",");
+        self.stage(events, step, Stage::new(op, "release", &detail), |e| {
             e.release_memory(&tags)
         })
     }
@@ -133,7 +149,8 @@ impl Engines {
         } else {
             "resume"
         };
-        self.stage(events, step, op, label, &tags.join(","), |e| {
+        let detail = tags.join(",");
+        self.stage(events, step, Stage::new(op, label, &detail), |e| {
             e.resume_memory(&tags)
         })
     }
@@ -143,9 +160,21 @@ impl Engines {
         if self.machines.iter().all(EngineMachine::can_generate) {
             return Ok(());
         }
-        self.stage(events, step, EngineOp::Continue, "continue", "", |e| {
-            e.continue_generation()
-        })
+        self.stage(
+            events,
+            step,
+            Stage::new(EngineOp::Continue, "continue", ""),
+            |e| e.continue_generation(),
+        )
+    }
+
+    /// The lowest version any engine serves (0 without engines).
+    pub fn min_version(&self) -> u64 {
+        self.machines
+            .iter()
+            .map(EngineMachine::version)
+            .min()
+            .unwrap_or(0)
     }
 
     /// Marks every engine as applying `version` (checked) before a sync.

@@ -4,6 +4,7 @@
 use super::metrics::StepMetrics;
 use crate::error::RlError;
 use plotters::prelude::*;
+use std::ops::Range;
 use std::path::Path;
 
 const SIZE: (u32, u32) = (1000, 700);
@@ -22,6 +23,9 @@ pub fn draw(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), RlErr
     })
 }
 
+/// The drawing area one chart is drawn on.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
 fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String> {
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -31,13 +35,28 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
     let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let last = steps.iter().map(|m| m.step).max().unwrap_or(1).max(1);
     let xs = 0f64..f64::from(last) + 1.0;
+    reward_chart(&top, xs.clone(), steps)?;
+    loss_chart(&bottom, xs, steps)?;
+    root.present().map_err(|e| e.to_string())
+}
 
-    let mut reward = ChartBuilder::on(&top)
+/// The points `(step, f(m))` where `f(m)` is finite.
+fn points(steps: &[StepMetrics], f: fn(&StepMetrics) -> f64) -> Vec<(f64, f64)> {
+    steps
+        .iter()
+        .filter(|m| f(m).is_finite())
+        .map(|m| (f64::from(m.step), f(m)))
+        .collect()
+}
+
+/// Exact-answer rate, mean reward and its 10-step average.
+fn reward_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Result<(), String> {
+    let mut reward = ChartBuilder::on(area)
         .caption("reward per step", ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
-        .build_cartesian_2d(xs.clone(), 0f64..1.05)
+        .build_cartesian_2d(xs, 0f64..1.05)
         .map_err(|e| e.to_string())?;
     reward
         .configure_mesh()
@@ -45,16 +64,9 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
         .y_desc("reward")
         .draw()
         .map_err(|e| e.to_string())?;
-    let pts = |f: fn(&StepMetrics) -> f64| -> Vec<(f64, f64)> {
-        steps
-            .iter()
-            .filter(|m| f(m).is_finite())
-            .map(|m| (f64::from(m.step), f(m)))
-            .collect()
-    };
     reward
         .draw_series(LineSeries::new(
-            pts(|m| m.exact_frac),
+            points(steps, |m| m.exact_frac),
             GREEN.mix(0.5).stroke_width(1),
         ))
         .map_err(|e| e.to_string())?
@@ -62,7 +74,7 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
     reward
         .draw_series(LineSeries::new(
-            pts(|m| m.reward_mean),
+            points(steps, |m| m.reward_mean),
             BLUE.mix(0.35).stroke_width(1),
         ))
         .map_err(|e| e.to_string())?
@@ -70,7 +82,7 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.mix(0.35)));
     reward
         .draw_series(LineSeries::new(
-            moving_average(&pts(|m| m.reward_mean), 10),
+            moving_average(&points(steps, |m| m.reward_mean), 10),
             BLUE.stroke_width(3),
         ))
         .map_err(|e| e.to_string())?
@@ -82,9 +94,12 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
         .border_style(BLACK)
         .position(SeriesLabelPosition::LowerRight)
         .draw()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
 
-    let losses = pts(|m| m.loss);
+/// The policy loss, on a range fitted to it.
+fn loss_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Result<(), String> {
+    let losses = points(steps, |m| m.loss);
     let (lo, hi) = losses
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, y)| {
@@ -97,7 +112,7 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
     } else {
         (-1.0, 1.0)
     };
-    let mut loss = ChartBuilder::on(&bottom)
+    let mut loss = ChartBuilder::on(area)
         .caption("policy loss per step", ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
@@ -111,7 +126,7 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
         .map_err(|e| e.to_string())?;
     loss.draw_series(LineSeries::new(losses, RED.stroke_width(2)))
         .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+    Ok(())
 }
 
 /// Trailing average over `window` points.

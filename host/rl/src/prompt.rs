@@ -18,8 +18,12 @@ impl PromptCodec {
         let (bos, eos) = special_ids(model)?;
         let path = model.join("tokenizer.json");
         let tk = Tokenizer::from_file(&path).map_err(|e| {
-            RlError::usage(format!("model {}: loading {}: {e}", model.display(), path.display()))
-                .with_help("the controller needs the model's tokenizer.json")
+            RlError::usage(format!(
+                "model {}: loading {}: {e}",
+                model.display(),
+                path.display()
+            ))
+            .with_help("the controller needs the model's tokenizer.json")
         })?;
         Ok(PromptCodec { tk, bos, eos })
     }
@@ -61,7 +65,13 @@ impl PromptCodec {
 /// BOS and EOS ids from `config.json` (`eos_token_id` is one id or a list).
 pub fn special_ids(model: &Path) -> Result<(Option<u32>, Vec<u32>), RlError> {
     let path = model.join("config.json");
-    let bad = |e: String| RlError::usage(format!("model {}: {}: {e}", model.display(), path.display()));
+    let bad = |e: String| {
+        RlError::usage(format!(
+            "model {}: {}: {e}",
+            model.display(),
+            path.display()
+        ))
+    };
     let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if !v.is_object() {
@@ -74,7 +84,11 @@ pub fn special_ids(model: &Path) -> Result<(Option<u32>, Vec<u32>), RlError> {
                 .filter_map(serde_json::Value::as_u64)
                 .filter_map(|x| u32::try_from(x).ok())
                 .collect(),
-            Some(n) => n.as_u64().and_then(|x| u32::try_from(x).ok()).into_iter().collect(),
+            Some(n) => n
+                .as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .into_iter()
+                .collect(),
             None => Vec::new(),
         }
     };

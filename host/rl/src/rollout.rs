@@ -4,9 +4,9 @@
 use super::grpo::Sample;
 use super::prompt::PromptCodec;
 use crate::error::RlError;
-use tandem_runtime::launch::RemoteEngine;
 use crate::task::{Problem, Task};
 use tandem_plugin_api::{GenerateRequest, ROption, RString, RVec, SamplingParams};
+use tandem_runtime::launch::RemoteEngine;
 
 /// Rollout settings.
 #[derive(Debug, Clone)]

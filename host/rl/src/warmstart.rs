@@ -9,14 +9,14 @@
 
 use super::prompt::PromptCodec;
 use crate::error::RlError;
-use tandem_runtime::registry::Registry;
-use tandem_runtime::services::Services;
 use crate::task::Task;
 use std::path::{Path, PathBuf};
 use tandem_plugin_api::{
-    ComponentConfig, ComponentKind, LossConfig, TrainerInfo, LossKind, PResult, RVec, SamplingParams, TrainBatch,
-    TrainSequence, TrainerBox,
+    ComponentConfig, ComponentKind, LossConfig, LossKind, PResult, RVec, SamplingParams,
+    TrainBatch, TrainSequence, TrainerBox, TrainerInfo,
 };
+use tandem_runtime::registry::Registry;
+use tandem_runtime::services::Services;
 
 /// The component whose trainer creates preset models (its `init_preset` and `init_seed`
 /// options): the native plugin's. The host knows presets only by name.
@@ -74,25 +74,45 @@ fn staging_dir(target: &Path) -> PathBuf {
     target.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Creates `target` from `preset` (and warm-starts it) unless it already exists.
-/// Returns `true` when it created the model.
+/// The job's model as validation resolved it: where it goes, the preset that creates it and
+/// the supervised steps that warm it up on the job's task (`[model]`, `[run] seed`).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelPlan<'a> {
+    /// The model directory.
+    pub target: &'a Path,
+    /// `init_preset`, when the directory is to be created.
+    pub preset: Option<&'a str>,
+    /// `warm_start_steps`.
+    pub warm_start_steps: u32,
+    /// The run's seed.
+    pub seed: u64,
+}
+
+/// Creates `model.target` from its preset (and warm-starts it on `task`) unless it already
+/// exists. Returns `true` when it created the model.
 pub fn ensure_model(
     registry: &Registry,
-    target: &Path,
-    preset: Option<&str>,
-    warm_start_steps: u32,
+    model: &ModelPlan<'_>,
     task: &dyn Task,
-    seed: u64,
 ) -> Result<bool, RlError> {
+    let ModelPlan {
+        target,
+        preset,
+        warm_start_steps,
+        seed,
+    } = *model;
     if target.join("config.json").is_file() {
         return Ok(false);
     }
     let Some(preset) = preset else {
         return Err(RlError::usage(format!(
-            "model directory {} has no config.json (help: point [model] path at a Hugging Face \
-             model directory, or set init_preset = \"tiny\" to create one)",
+            "model directory {} has no config.json",
             target.display()
-        )));
+        ))
+        .with_help(
+            "point [model] path at a Hugging Face model directory, or set init_preset = \"tiny\" \
+             to create one",
+        ));
     };
     if let Some(parent) = target.parent() {
         std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
@@ -149,7 +169,11 @@ pub fn create_preset(
     let problems = registry.validate_config(ComponentKind::Trainer, config.clone())?;
     if let Some(p) = problems.into_iter().flatten().next() {
         let e = RlError::usage(format!("preset `{preset}`: {}", p.message));
-        return Err(if p.help.is_empty() { e } else { e.with_help(p.help.as_str()) });
+        return Err(if p.help.is_empty() {
+            e
+        } else {
+            e.with_help(p.help.as_str())
+        });
     }
     let services = Services::new();
     let mut trainer: TrainerBox = registry.new_trainer(config, services.handle())?;
@@ -166,10 +190,10 @@ pub fn sft(
     opts: &SftOptions,
 ) -> Result<SftReport, RlError> {
     if out.exists() {
-        return Err(RlError::usage(format!(
-            "refusing to overwrite {} (help: choose a new --out)",
-            out.display()
-        )));
+        return Err(
+            RlError::usage(format!("refusing to overwrite {}", out.display()))
+                .with_help("choose a new --out"),
+        );
     }
     let codec = PromptCodec::load(model)?;
     let stage = staging_dir(out);
@@ -196,22 +220,9 @@ pub fn sft(
     };
     let (mut first, mut last) = (f64::NAN, f64::NAN);
     for step in 0..opts.steps {
-        let mut sequences = Vec::with_capacity(opts.batch as usize);
-        for i in 0..opts.batch {
-            let p = task.problem(u64::from(step) * u64::from(opts.batch) + u64::from(i));
-            let prompt = codec.prompt(&p.prompt)?;
-            let mut tokens = prompt.clone();
-            tokens.extend(codec.completion(&p.target())?);
-            sequences.push(TrainSequence {
-                prompt_len: prompt.len() as u32,
-                tokens: RVec::from(tokens),
-                advantage: 0.0,
-                old_logprobs: RVec::new(),
-                ref_logprobs: RVec::new(),
-            });
-        }
+        let first_problem = u64::from(step) * u64::from(opts.batch);
         let batch = TrainBatch {
-            sequences: RVec::from(sequences),
+            sequences: RVec::from(sft_sequences(task, &codec, first_problem, opts.batch)?),
             loss: loss.clone(),
         };
         let metrics = call(trainer.train_step(batch), "sft: train_step")?;
@@ -246,6 +257,30 @@ pub fn sft(
         last_loss: last,
         accuracy,
     })
+}
+
+/// Supervised sequences (prompt + target) of `count` problems from `first` on.
+fn sft_sequences(
+    task: &dyn Task,
+    codec: &PromptCodec,
+    first: u64,
+    count: u32,
+) -> Result<Vec<TrainSequence>, RlError> {
+    (0..u64::from(count))
+        .map(|i| {
+            let p = task.problem(first + i);
+            let prompt = codec.prompt(&p.prompt)?;
+            let mut tokens = prompt.clone();
+            tokens.extend(codec.completion(&p.target())?);
+            Ok(TrainSequence {
+                prompt_len: prompt.len() as u32,
+                tokens: RVec::from(tokens),
+                advantage: 0.0,
+                old_logprobs: RVec::new(),
+                ref_logprobs: RVec::new(),
+            })
+        })
+        .collect()
 }
 
 /// Exact-match rate of greedy answers on `n` problems from the end of the task's stream.

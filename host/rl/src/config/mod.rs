@@ -1,18 +1,23 @@
 //! Job files: the TOML schema (`serde`, `deny_unknown_fields`), parsing with file:line:column
 //! and key-path errors, and validation against the plugin registry before anything starts.
 
+mod plan;
 mod schema;
 mod validate;
 
+pub use plan::{
+    Overrides, ResolvedBridge, ResolvedComponent, ResolvedPlan, device_of, options_json,
+};
 pub use schema::*;
-pub use validate::{Overrides, ResolvedPlan, device_of, options_json, validate, validate_with};
+pub use validate::{validate, validate_with};
 
 use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use toml::de::{DeTable, DeValue};
 
-/// One problem in a job file, printed as one line: `file:line:col: key.path: message (help: ..)`.
+/// One problem in a job file, printed as one line: `file:line:col: key.path: message`, then
+/// its help (rendered the way every error renders its help).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigIssue {
     /// The job file.
@@ -36,11 +41,9 @@ impl fmt::Display for ConfigIssue {
         if !self.key.is_empty() {
             write!(f, ": {}", self.key)?;
         }
-        write!(f, ": {}", self.message)?;
-        if !self.help.is_empty() {
-            write!(f, " (help: {})", self.help)?;
-        }
-        Ok(())
+        let help = Some(self.help.as_str()).filter(|h| !h.is_empty());
+        let message = tandem_runtime::error::render(&self.message, help);
+        write!(f, ": {message}")
     }
 }
 
@@ -48,7 +51,7 @@ impl fmt::Display for ConfigIssue {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{}: cannot read job file: {source} (help: check the path)", path.display())]
+    #[error("{}: cannot read job file: {source}", path.display())]
     Read {
         /// The path.
         path: PathBuf,
@@ -61,6 +64,16 @@ pub enum ConfigError {
         /// The problems, in file order where possible.
         issues: Vec<ConfigIssue>,
     },
+}
+
+impl ConfigError {
+    /// How to fix it, when it is one problem (each of several issues carries its own).
+    pub fn help(&self) -> Option<String> {
+        match self {
+            ConfigError::Read { .. } => Some("check the path".to_owned()),
+            ConfigError::Invalid { .. } => None,
+        }
+    }
 }
 
 /// A parsed job file plus where it came from (for error positions and relative paths).

@@ -54,6 +54,9 @@ pub struct RunSection {
     pub seed: u64,
     /// Save a checkpoint every N steps (0: only at the end).
     pub save_every: u32,
+    /// Append every rollout sample (prompt, completion, tokens, logprobs, reward, advantage)
+    /// to `<run_dir>/rollouts.jsonl`.
+    pub dump_rollouts: bool,
 }
 
 impl Default for RunSection {
@@ -64,6 +67,7 @@ impl Default for RunSection {
             steps: 20,
             seed: 0,
             save_every: 0,
+            dump_rollouts: false,
         }
     }
 }

@@ -37,20 +37,25 @@ impl Arithmetic {
     /// Checks the options.
     pub fn new(opts: ArithmeticOptions, seed: u64) -> Result<Self, TaskError> {
         if opts.max_operand == 0 || opts.max_operand > 9999 {
-            return Err(TaskError(format!(
-                "options.max_operand: {} is out of range (help: use 1..=9999)",
-                opts.max_operand
-            )));
+            return Err(TaskError::new(
+                "options.max_operand",
+                format!("{} is out of range", opts.max_operand),
+                "use 1..=9999",
+            ));
         }
         if opts.ops.is_empty() {
-            return Err(TaskError(
-                "options.ops: empty (help: use [\"+\"], [\"-\"] or both)".into(),
+            return Err(TaskError::new(
+                "options.ops",
+                "empty",
+                "use [\"+\"], [\"-\"] or both",
             ));
         }
         if let Some(bad) = opts.ops.iter().find(|o| !matches!(o.as_str(), "+" | "-")) {
-            return Err(TaskError(format!(
-                "options.ops: unknown operator `{bad}` (help: use \"+\" or \"-\")"
-            )));
+            return Err(TaskError::new(
+                "options.ops",
+                format!("unknown operator `{bad}`"),
+                "use \"+\" or \"-\"",
+            ));
         }
         Ok(Arithmetic { opts, seed })
     }

@@ -46,10 +46,37 @@ pub trait Task: Send + Sync {
     fn reward(&self, problem: &Problem, completion: &str) -> f32;
 }
 
-/// A task-section error: one line naming the key and how to fix it.
+/// A task-section error: the key (relative to `[task]`), what is wrong and how to fix it.
 #[derive(Debug, thiserror::Error)]
-#[error("[task] {0}")]
-pub struct TaskError(pub String);
+#[error("[task] {key}: {message}")]
+pub struct TaskError {
+    /// `kind`, `options` or `options.KEY`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it, when the task knows.
+    pub help: Option<String>,
+}
+
+impl TaskError {
+    /// A problem at `key` with how to fix it.
+    pub fn new(key: impl Into<String>, message: impl Into<String>, help: &str) -> TaskError {
+        TaskError {
+            key: key.into(),
+            message: message.into(),
+            help: Some(help.to_owned()),
+        }
+    }
+
+    /// The error as a user sees it, after `what` (the job file, an argument).
+    pub fn into_error(self, what: &str) -> crate::RlError {
+        let e = crate::RlError::usage(format!("{what}: {self}"));
+        match self.help {
+            Some(help) => e.with_help(help),
+            None => e,
+        }
+    }
+}
 
 /// The built-in task kinds.
 pub const KINDS: &[&str] = &["arithmetic", "reverse"];
@@ -60,16 +87,20 @@ pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskErro
     match section.kind.as_str() {
         "arithmetic" => Ok(Box::new(Arithmetic::new(parse(options)?, seed)?)),
         "reverse" => Ok(Box::new(Reverse::new(parse(options)?, seed)?)),
-        other => Err(TaskError(format!(
-            "kind: unknown task `{other}` (help: built-in tasks are {})",
-            KINDS.join(", ")
-        ))),
+        other => Err(TaskError::new(
+            "kind",
+            format!("unknown task `{other}`"),
+            &format!("built-in tasks are {}", KINDS.join(", ")),
+        )),
     }
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(options: toml::Value) -> Result<T, TaskError> {
-    serde_path_to_error::deserialize(options)
-        .map_err(|e| TaskError(format!("options.{}: {}", e.path(), e.inner())))
+    serde_path_to_error::deserialize(options).map_err(|e| TaskError {
+        key: format!("options.{}", e.path()),
+        message: e.inner().to_string(),
+        help: None,
+    })
 }
 
 /// The random stream of problem `index` under `seed`.

@@ -37,10 +37,14 @@ impl Reverse {
     /// Checks the options.
     pub fn new(opts: ReverseOptions, seed: u64) -> Result<Self, TaskError> {
         if opts.min_digits == 0 || opts.min_digits > opts.max_digits || opts.max_digits > 12 {
-            return Err(TaskError(format!(
-                "options: min_digits = {}, max_digits = {} (help: need 1 <= min_digits <= max_digits <= 12)",
-                opts.min_digits, opts.max_digits
-            )));
+            return Err(TaskError::new(
+                "options",
+                format!(
+                    "min_digits = {}, max_digits = {}",
+                    opts.min_digits, opts.max_digits
+                ),
+                "need 1 <= min_digits <= max_digits <= 12",
+            ));
         }
         Ok(Reverse { opts, seed })
     }

@@ -1,0 +1,43 @@
+//! `[run] dump_rollouts = true`: every sample of every step appended to
+//! `<run_dir>/rollouts.jsonl`, one JSON object per line — `step`, `group`, the decoded
+//! `prompt` and `completion`, the completion's `tokens` and sampling `logprobs`, `reward`
+//! and GRPO `advantage` — for looking at what the policy generates. A debugging aid: a
+//! failed write never stops the run.
+
+use crate::prompt::PromptCodec;
+use crate::rollout::Rollout;
+use std::io::Write as _;
+use std::path::Path;
+
+/// Appends the samples of `step` (with their advantages) to `path`.
+pub(super) fn append(
+    path: &Path,
+    step: u32,
+    rollout: &Rollout,
+    advantages: &[f32],
+    codec: &PromptCodec,
+) {
+    let mut text = String::new();
+    for (s, a) in rollout.samples.iter().zip(advantages) {
+        let line = serde_json::json!({
+            "step": step,
+            "group": s.group,
+            "prompt": codec.decode(&s.prompt).unwrap_or_default(),
+            "completion": codec.decode(&s.completion).unwrap_or_default(),
+            "tokens": s.completion,
+            "logprobs": s.logprobs,
+            "reward": s.reward,
+            "advantage": a,
+        });
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    let written = file.and_then(|mut f| f.write_all(text.as_bytes()));
+    if let Err(e) = written {
+        tracing::warn!("cannot write {}: {e}", path.display());
+    }
+}

@@ -1,0 +1,172 @@
+//! Launching a run: the run directory and the model, then the workers — every engine rank
+//! started and health-checked, the trainer spawned — each from the same component config
+//! validation gave the plugin's `validate_config`.
+
+use super::rundir::{self, RunFiles, absolute};
+use super::{Loop, RunOptions};
+use crate::bridge::BridgeDriver;
+use crate::checkpoint;
+use crate::config::{LoadedJob, PlacementMode, ResolvedPlan};
+use crate::error::RlError;
+use crate::events::EventLog;
+use crate::phases::Engines;
+use crate::prompt::PromptCodec;
+use crate::warmstart;
+use tandem_control::protocol::Role;
+use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
+use tandem_runtime::orchestrator::EngineMachine;
+use tandem_runtime::registry::Registry;
+use tandem_runtime::worker::WorkerSpec;
+
+/// What launching a run reads: the job, its plan and the run's options.
+#[derive(Clone, Copy)]
+pub(super) struct Launch<'a> {
+    pub job: &'a LoadedJob,
+    pub plan: &'a ResolvedPlan,
+    pub opts: &'a RunOptions,
+}
+
+impl<'a> Loop<'a> {
+    /// Prepares the run directory and the model, starts the workers and initialises them
+    /// (`init.rs`): on return the engines serve the trainer's weights and generate.
+    pub(super) fn launch(
+        job: &'a LoadedJob,
+        plan: &'a ResolvedPlan,
+        registry: &Registry,
+        opts: &'a RunOptions,
+    ) -> Result<Loop<'a>, RlError> {
+        let j = &job.job;
+        let task = crate::task::build(&j.task, j.run.seed)
+            .map_err(|e| e.into_error(&job.path.display().to_string()))?;
+        let bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        rundir::prepare(job, opts)?;
+        let model = warmstart::ModelPlan {
+            target: &plan.model_path,
+            preset: plan.model_init_preset.as_deref(),
+            warm_start_steps: j.model.warm_start_steps,
+            seed: j.run.seed,
+        };
+        warmstart::ensure_model(registry, &model, task.as_ref())?;
+        let codec = PromptCodec::load(&plan.model_path)?;
+        let resume_from = if opts.resume {
+            checkpoint::clean_partial(&opts.run_dir);
+            checkpoint::newest(&opts.run_dir)?
+        } else {
+            None
+        };
+        let mut options = LaunchOptions::new(absolute(&opts.run_dir));
+        options.exe = opts.exe.clone();
+        let mut launcher = LocalLauncher::new(options)?;
+        let files = RunFiles::of(&opts.run_dir);
+        let events = EventLog::open(&files.events)?;
+        let launch = Launch { job, plan, opts };
+        let (engines, trainer) = launch.spawn(&mut launcher, &bridge, &events)?;
+        let parts = super::init::Parts {
+            task,
+            codec,
+            launcher,
+            bridge,
+            events,
+            files,
+        };
+        Loop::init(launch, parts, engines, trainer, resume_from)
+    }
+}
+
+impl Launch<'_> {
+    /// Spawns the engine ranks and the trainer and starts every engine.
+    fn spawn(
+        &self,
+        launcher: &mut LocalLauncher,
+        bridge: &BridgeDriver,
+        events: &EventLog,
+    ) -> Result<(Engines, RemoteTrainer), RlError> {
+        let engine_specs = (0..self.plan.engine.ranks)
+            .map(|r| self.spec(Role::Engine, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let trainer_spec = self.spec(Role::Trainer, 0)?;
+        let remotes: Vec<RemoteEngine> = launcher.spawn_engines(&engine_specs)?;
+        let trainer = launcher
+            .spawn_trainers(&[trainer_spec])?
+            .pop()
+            .ok_or_else(|| RlError::failed("the trainer worker did not start"))?;
+        let mut machines = Vec::with_capacity(remotes.len());
+        for (rank, e) in remotes.iter().enumerate() {
+            e.start()?;
+            let h = e.health()?;
+            if !h.ready {
+                return Err(RlError::failed(format!(
+                    "engine rank {rank} is not ready after start: {}",
+                    h.detail
+                )));
+            }
+            events.record(0, &format!("engine-{rank}"), "start", "");
+            machines.push(EngineMachine::new(h.weight_version));
+        }
+        let engines = Engines {
+            remotes,
+            machines,
+            needs_offload: self.colocated() && self.job.job.engine.needs_offload,
+            // Engine `activations` are decode scratch (small) and may be reallocated by an
+            // adapter swap during the sync, which a tag-wide resume would then refuse: the
+            // drained offload releases weights and KV cache, the memory that matters.
+            // Only what the engine declares releasable: capabilities are declared, never
+            // discovered by failure.
+            release_tags: bridge
+                .engine_release_tags()
+                .into_iter()
+                .filter(|t| t != "activations" && self.plan.engine.releasable_tags.contains(t))
+                .collect(),
+        };
+        Ok((engines, trainer))
+    }
+
+    /// Engine and trainer share devices (and take turns with their memory).
+    pub fn colocated(&self) -> bool {
+        self.plan.placement == PlacementMode::Colocate
+    }
+
+    /// The trainer's tags the staged onload offloads (colocated only): what the bridge lets
+    /// go of and the trainer declares releasable.
+    pub fn trainer_offload(&self, bridge: &BridgeDriver) -> Vec<String> {
+        if !self.colocated() {
+            return Vec::new();
+        }
+        bridge
+            .trainer_offload_tags()
+            .into_iter()
+            .filter(|t| self.plan.trainer.releasable_tags.contains(t))
+            .collect()
+    }
+
+    /// The worker spec of `role`'s rank `rank`: the same JSON and device validation gave the
+    /// plugin's `validate_config`.
+    fn spec(&self, role: Role, rank: u32) -> Result<WorkerSpec, RlError> {
+        let (job, plan) = (&self.job.job, self.plan);
+        let (component, world, table) = match role {
+            Role::Engine => (
+                &plan.engine.component,
+                plan.engine.ranks,
+                &job.engine.options,
+            ),
+            Role::Trainer => (
+                &plan.trainer.component,
+                plan.trainer.ranks,
+                &job.trainer.options,
+            ),
+        };
+        let options_json = crate::config::options_json(table)
+            .map_err(|e| RlError::usage(format!("[{role}.options]: {e}")))?;
+        Ok(WorkerSpec {
+            role,
+            rank,
+            world_size: world,
+            component: component.clone(),
+            model_path: absolute(&plan.model_path),
+            options_json,
+            device: crate::config::device_of(&plan.devices, rank),
+            run_dir: absolute(&self.opts.run_dir),
+            plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
+        })
+    }
+}

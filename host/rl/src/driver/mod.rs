@@ -1,0 +1,149 @@
+//! The loop behind `tandem run`: launch and initialise, run the steps, shut down.
+//!
+//! [`run`] builds a [`Loop`] (`launch.rs`: run directory, model, workers; `init.rs`: the
+//! trainer's init, `--resume`, the bridge's setup, the first staged onload), calls
+//! [`Loop::step`] for every step and shuts the workers down. A step (`step.rs`) is a
+//! sequence of phases, each a method of its own:
+//!
+//! 1. **rollout** — whole GRPO groups on every engine in parallel, decoded and rewarded;
+//! 2. **drained offload** — pause all → flush all → release all ([`crate::phases`]);
+//! 3. **train** — onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps →
+//!    snapshot `actor`;
+//! 4. **save** — a checkpoint every `save_every` steps and at the end;
+//! 5. **sync** — the staged onload around the bridge's sync (`onload.rs`): offload the
+//!    trainer (all but its weights) → the engines' weights back → the bridge ships the
+//!    trainer's export → offload the trainer's weights → the KV cache back → continue. The
+//!    trainer's weights stay resident through the sync because its half of the sync reads
+//!    them (with `ipc` they are the engines' weights and are never offloaded);
+//! 6. **record** — the step's metrics line, progress and plot (`record.rs`).
+
+mod dump;
+mod init;
+mod launch;
+mod onload;
+mod record;
+mod rundir;
+mod step;
+mod trainer;
+
+pub use rundir::{RunFiles, job_of_run};
+
+use crate::bridge::BridgeDriver;
+use crate::config::{JobFile, LoadedJob, ResolvedPlan};
+use crate::error::RlError;
+use crate::events::EventLog;
+use crate::metrics::MetricsLog;
+use crate::phases::Engines;
+use crate::progress::Progress;
+use crate::prompt::PromptCodec;
+use crate::task::Task;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tandem_runtime::launch::LocalLauncher;
+use tandem_runtime::registry::Registry;
+use trainer::Trainer;
+
+/// How to run a job.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Run directory (metrics, plot, events, checkpoints, logs).
+    pub run_dir: PathBuf,
+    /// Continue from the newest complete checkpoint in `run_dir`.
+    pub resume: bool,
+    /// Override of the job's step count.
+    pub steps: Option<u32>,
+    /// Show progress on stderr.
+    pub progress: bool,
+    /// Binary the workers run (`None`: this executable).
+    pub exe: Option<PathBuf>,
+    /// Plugin directories the workers load.
+    pub plugin_dirs: Vec<PathBuf>,
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// Last step run.
+    pub last_step: u32,
+    /// Mean reward of the first recorded step.
+    pub first_reward: f64,
+    /// Mean reward over the last few steps.
+    pub final_reward: f64,
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Newest checkpoint.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// Runs a job validated by [`crate::config::validate_with`] (which made every check that
+/// needs nothing started: trainer ranks, task, bridge settings, model directory, plugin
+/// options), so nothing below refuses the job after the run directory exists.
+pub fn run(
+    job: &LoadedJob,
+    plan: &ResolvedPlan,
+    registry: &Registry,
+    opts: RunOptions,
+) -> Result<RunSummary, RlError> {
+    let mut l = Loop::launch(job, plan, registry, &opts)?;
+    let result: Result<RunSummary, RlError> = (|| {
+        for step in l.cursor.first_step..=l.cursor.total_steps {
+            l.step(step)?;
+        }
+        Ok(l.finish())
+    })();
+    l.events.flush();
+    let summary = result?;
+    l.launcher.shutdown(Duration::from_secs(20))?;
+    Ok(summary)
+}
+
+/// Where a run is in its steps and its data.
+struct Cursor {
+    /// The first step this process runs (after `--resume`: the one after the checkpoint).
+    first_step: u32,
+    /// The last step.
+    total_steps: u32,
+    /// Index of the next problem of the task stream.
+    data_position: u64,
+    /// The trainer's weight version.
+    weight_version: u64,
+}
+
+/// A run in progress: what its steps work on.
+struct Loop<'a> {
+    job: &'a JobFile,
+    opts: &'a RunOptions,
+    task: Box<dyn Task>,
+    codec: PromptCodec,
+    launcher: LocalLauncher,
+    bridge: BridgeDriver,
+    events: EventLog,
+    engines: Engines,
+    trainer: Trainer,
+    metrics: MetricsLog,
+    progress: Progress,
+    files: RunFiles,
+    cursor: Cursor,
+    last_checkpoint: Option<PathBuf>,
+}
+
+/// Wall time of each phase of a step (s), by name.
+type Phases = BTreeMap<String, f64>;
+
+/// Adds the wall time of `f` to `phases[name]`.
+fn timed<T>(
+    phases: &mut Phases,
+    name: &str,
+    f: impl FnOnce() -> Result<T, RlError>,
+) -> Result<T, RlError> {
+    let t = Instant::now();
+    let r = f();
+    add_time(phases, name, t.elapsed());
+    r
+}
+
+/// Adds `spent` to `phases[name]`.
+fn add_time(phases: &mut Phases, name: &str, spent: Duration) {
+    *phases.entry(name.to_string()).or_default() += spent.as_secs_f64();
+}

@@ -1,0 +1,137 @@
+//! The record phase: what a step measured becomes its `metrics.jsonl` line, the progress
+//! display's figures and, every 10 steps and at the end, `plot.png`; at the end of the run,
+//! its summary.
+
+use super::{Loop, Phases, RunSummary};
+use crate::bridge::SyncRecord;
+use crate::error::RlError;
+use crate::metrics::{StepMetrics, rss_bytes};
+use crate::plot;
+use crate::rollout::Rollout;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use tandem_plugin_api::ComponentStats;
+
+/// What a step measured so far.
+pub(super) struct StepLog {
+    /// The step.
+    pub step: u32,
+    started: Instant,
+    /// Wall time of each phase.
+    pub phases: Phases,
+    /// The step's figures (phases, memory and step time are added by the record phase).
+    pub metrics: StepMetrics,
+    /// Resident memory of each worker, by name.
+    pub rss: BTreeMap<String, u64>,
+}
+
+impl StepLog {
+    /// A step starting now.
+    pub fn new(step: u32) -> StepLog {
+        StepLog {
+            step,
+            started: Instant::now(),
+            phases: Phases::new(),
+            metrics: StepMetrics {
+                step,
+                ..StepMetrics::default()
+            },
+            rss: BTreeMap::new(),
+        }
+    }
+
+    /// Reward mean and spread, exact-answer rate and completion length of the rollout.
+    pub fn rollout_figures(&mut self, rollout: &Rollout) {
+        let m = &mut self.metrics;
+        let n = rollout.samples.len().max(1) as f64;
+        let rewards: Vec<f64> = rollout
+            .samples
+            .iter()
+            .map(|s| f64::from(s.reward))
+            .collect();
+        m.reward_mean = rewards.iter().sum::<f64>() / n;
+        let var = rewards
+            .iter()
+            .map(|r| (r - m.reward_mean).powi(2))
+            .sum::<f64>()
+            / n;
+        m.reward_std = var.sqrt();
+        m.exact_frac = rollout.exact as f64 / n;
+        let tokens: usize = rollout.samples.iter().map(|s| s.completion.len()).sum();
+        m.completion_tokens = tokens as f64 / n;
+    }
+}
+
+impl Loop<'_> {
+    /// Completes the step's figures (sync, served version, memory, times), shows them,
+    /// appends them to the metrics log and redraws the plot every 10 steps.
+    pub(super) fn record(
+        &mut self,
+        log: StepLog,
+        sync: Option<&SyncRecord>,
+    ) -> Result<(), RlError> {
+        let StepLog {
+            step,
+            started,
+            phases,
+            mut metrics,
+            mut rss,
+        } = log;
+        let m = &mut metrics;
+        if let Some(r) = sync {
+            m.sync_bytes = r.bytes_moved;
+            m.sync_s = r.latency_s;
+        }
+        m.weight_version = self.engines.min_version();
+        rss.insert("trainer".to_string(), rss_bytes(self.trainer.remote.pid()));
+        m.rss = rss;
+        self.ledger_figures(m);
+        m.step_s = started.elapsed().as_secs_f64();
+        m.overhead_s = (m.step_s - phases.values().sum::<f64>()).max(0.0);
+        m.phases = phases;
+        self.progress.step(m);
+        self.metrics.push(metrics)?;
+        if step % 10 == 0 || step == self.cursor.total_steps {
+            self.events.flush();
+            if let Err(e) = plot::draw(&self.files.plot, &self.job.run.name, &self.metrics.steps) {
+                self.progress.println(&format!("warning: {e}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Memory-ledger bytes (allocated region bytes the plugins report) of every worker.
+    fn ledger_figures(&self, m: &mut StepMetrics) {
+        let mut add = |name: String, stats: Option<ComponentStats>| {
+            if let Some(s) = stats {
+                let ledger: f64 = s
+                    .metrics
+                    .iter()
+                    .filter(|x| x.name.as_str().starts_with("allocated_bytes."))
+                    .map(|x| x.value)
+                    .sum();
+                m.ledger.insert(name, ledger as u64);
+            }
+        };
+        for (rank, e) in self.engines.remotes.iter().enumerate() {
+            add(format!("engine-{rank}"), e.stats().ok());
+        }
+        add("trainer".into(), self.trainer.remote.stats().ok());
+    }
+
+    /// The run's summary after its last step.
+    pub(super) fn finish(&self) -> RunSummary {
+        self.progress.finish();
+        let steps = &self.metrics.steps;
+        let first_reward = steps.first().map(|m| m.reward_mean).unwrap_or(f64::NAN);
+        let tail: Vec<f64> = steps.iter().rev().take(5).map(|m| m.reward_mean).collect();
+        let final_reward = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
+        RunSummary {
+            last_step: self.cursor.total_steps,
+            first_reward,
+            final_reward,
+            run_dir: self.opts.run_dir.clone(),
+            checkpoint: self.last_checkpoint.clone(),
+        }
+    }
+}
