@@ -1,33 +1,113 @@
-//! The `native` plugin: a Llama-family CPU engine and trainer whose tensors live in
-//! memory-layer regions.
+//! The `native` plugin: the engine and trainer components over `tandem-native-core` (a
+//! Llama-family CPU backend), their tensors in memory-layer regions through the host-region
+//! [`BufferProvider`](tandem_native_core::buffer::BufferProvider).
 //!
-//! See `ARCH-NOTES.md` for the code map and invariants.
+//! Built in through `register_builtin!` below (the host links this crate as an rlib); the
+//! `tandem-plugin-native-cdylib` crate exports the same [`NativePlugin`] as a library.
+//! See `plugins/native/PLUGIN-NOTES.md` for the codemap and invariants.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod acts;
-pub mod backward;
-pub mod bench;
-pub mod buffer;
-pub mod config;
-pub mod digest;
+pub mod batch;
+pub mod common;
 pub mod engine;
-pub mod error;
-pub mod forward;
-pub mod init;
-pub mod layout;
-pub mod linalg;
-pub mod lora;
-pub mod loss;
-pub mod model;
-pub mod ops;
-pub mod optim;
-pub mod par_io;
-pub mod plugin;
-pub mod sampling;
-pub mod st_io;
-pub mod tokenizer;
+pub mod provider;
 pub mod trainer;
+pub mod validate;
 
-pub use error::{NativeError, Result};
+use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
+use tandem_plugin_api::{
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
+    PauseMode, PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
+};
 
-tandem_plugin_api::register_builtin!(plugin::NativePlugin);
+pub use engine::{EngineOptions, NativeEngine};
+pub use trainer::{NativeTrainer, TrainerOptions};
+
+/// The `native` plugin.
+pub struct NativePlugin;
+
+fn strs(v: &[&str]) -> tandem_plugin_api::RVec<RString> {
+    v.iter().map(|s| RString::from(*s)).collect()
+}
+
+impl Plugin for NativePlugin {
+    fn manifest() -> PluginManifest {
+        let engine = ComponentDecl {
+            kind: ComponentKind::Engine,
+            name: "native".into(),
+            description: "Llama/Qwen2 CPU engine: batched KV-cache decode, LoRA, host regions"
+                .into(),
+            caps: Capabilities {
+                update_kinds: vec![
+                    UpdateKind::SharedRegion,
+                    UpdateKind::CheckpointDir,
+                    UpdateKind::Adapter,
+                ]
+                .into(),
+                releasable_tags: strs(&engine::RELEASABLE),
+                pause_modes: vec![PauseMode::Abort, PauseMode::Wait].into(),
+                hidden_states: true,
+                lora: true,
+                needs_gpu: Default::default(),
+                notes: strs(&[
+                    "abort takes effect between batches of max_batch prompts",
+                    "release/resume need host memory services (tandem worker)",
+                    "shared_region maps the trainer's weights in place (weights not releasable then)",
+                ]),
+            },
+        };
+        let trainer = ComponentDecl {
+            kind: ComponentKind::Trainer,
+            name: "native".into(),
+            description: "Llama/Qwen2 CPU trainer: SFT and GRPO, AdamW, full or LoRA".into(),
+            caps: Capabilities {
+                update_kinds: vec![
+                    UpdateKind::SharedRegion,
+                    UpdateKind::CheckpointDir,
+                    UpdateKind::Adapter,
+                ]
+                .into(),
+                releasable_tags: strs(&trainer::OFFLOADABLE),
+                pause_modes: Default::default(),
+                hidden_states: false,
+                lora: true,
+                needs_gpu: Default::default(),
+                notes: strs(&[
+                    "exports shared_region or checkpoint_dir in full fine-tuning, adapter in LoRA mode",
+                    "shared_region needs host memory (tandem worker); weights then stay resident",
+                ]),
+            },
+        };
+        sdk::manifest("native", env!("CARGO_PKG_VERSION"), vec![engine, trainer])
+    }
+
+    fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
+        check_component(&config)?;
+        Ok(engine_box(NativeEngine::new(&config, host)?))
+    }
+
+    fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
+        check_component(&config)?;
+        Ok(trainer_box(NativeTrainer::new(config, host)?))
+    }
+
+    fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+        if let Err(e) = check_component(config) {
+            return vec![ConfigProblem::new("", e.message.as_str())];
+        }
+        validate::validate_config(kind, config)
+    }
+}
+
+fn check_component(config: &ComponentConfig) -> Result<()> {
+    if config.component.as_str() == "native" {
+        Ok(())
+    } else {
+        Err(PluginError::invalid_input(format!(
+            "plugin `native` has no component `{}`",
+            config.component
+        )))
+    }
+}
+
+tandem_plugin_api::register_builtin!(NativePlugin);

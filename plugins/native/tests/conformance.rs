@@ -1,8 +1,9 @@
 //! The native engine and trainer against the plugin contract (`tandem-conformance`).
 use std::path::PathBuf;
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite};
+use tandem_native_core::{buffer::VecProvider, init};
 use tandem_plugin_api::{UpdateKind as K, sdk::module_of};
-use tandem_plugin_native::{buffer::VecProvider, init, plugin::NativePlugin};
+use tandem_plugin_native::NativePlugin;
 
 fn model() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();

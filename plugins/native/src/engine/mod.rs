@@ -1,460 +1,392 @@
-//! Inference engine: batched generation with a KV cache (tag `kv_cache`), prefill through
-//! the full-sequence forward, batched decode with one GEMM per projection per step,
-//! per-sequence LoRA adapters, and scoring.
+//! The `native` engine component: [`EngineImpl`] over the core [`Engine`] behind a mutex,
+//! plus its lifecycle state (the shared state machine), in-flight count and abort flag.
 //!
-//! KV cache layout (f32): `k[L][slot][KV][max_seq][hd]` followed by `v` with the same shape.
-//! Reported logprobs are of the sampled token under the unmodified distribution (see
-//! [`crate::sampling`]). Hidden states, when requested, are the final-norm outputs (the
-//! lm_head inputs) at the positions that produced each generated token.
+//! Concurrency: `generate` registers itself as in flight, then runs its prompts in chunks
+//! of `max_batch`, taking the core lock per chunk; `pause_generation(abort)` makes the
+//! remaining chunks return [`FinishReason::Aborted`] (a chunk already decoding finishes), and
+//! both pause modes return once nothing is in flight. Which lifecycle call is legal when is
+//! decided by the shared [`EngineMachine`] (the host checks the same machine, and
+//! `tandem-conformance` holds this engine to it): requests arriving while not serving fail with
+//! `InvalidState`, flush only right after a pause, a tag is released once and resumed once,
+//! updates only while paused with the weights resident and never to a lower version. Released
+//! tags must be resumed before serving continues: no code touches a paused region.
 
-use crate::acts::ActLayout;
-use crate::buffer::{BufferProvider, BufferTag, Region};
-use crate::error::{NativeError, Result};
-use crate::forward::{forward, forward_hooked};
-use crate::linalg::linear;
-use crate::lora::LoraAdapter;
-use crate::model::Model;
-use crate::sampling::{Rng, SamplingParams, logprob_of, sample};
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-/// Capacity of an engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
+use serde::Deserialize;
+use tandem_native_core::buffer::BufferTag;
+use tandem_native_core::engine::{Engine, EngineConfig};
+use tandem_native_core::model::Model;
+use tandem_plugin_api::lifecycle::{EngineMachine, TransitionError};
+use tandem_plugin_api::sdk::{EngineImpl, Result};
+use tandem_plugin_api::{
+    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
+    LogLevel, Metric, PauseMode, PluginError, RString, RVec, UpdateReport, WeightUpdate,
+};
+
+mod generate;
+mod update;
+
+use super::common::{Ctx, check_tags, host_call, log, parse_options};
+use super::provider::{Backing, PluginProvider};
+use crate::trainer::state::saved_version;
+
+/// Tags the engine can release (their regions come back at the same address).
+pub const RELEASABLE: [&str; 3] = ["weights", "kv_cache", "activations"];
+
+/// `options` of the engine component.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineOptions {
     /// Sequences decoded together (KV cache slots).
     pub max_batch: usize,
-    /// Longest prompt + completion.
-    pub max_seq: usize,
+    /// Longest prompt + completion (KV cache length); capped by the model's RoPE table.
+    pub max_seq_len: usize,
 }
 
-/// One generation request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenRequest {
-    /// Prompt token ids (non-empty).
-    pub prompt: Vec<u32>,
-    /// Maximum new tokens.
-    pub max_tokens: usize,
-    /// Generation stops after any of these tokens (it is included in the output).
-    pub stop_tokens: Vec<u32>,
-    /// Sampling settings and seed.
-    pub sampling: SamplingParams,
-    /// Name of a loaded adapter, or `None` for the base model.
-    pub adapter: Option<String>,
-}
-
-/// Why a sequence stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// A stop token was produced.
-    Stop,
-    /// `max_tokens` (or the cache capacity) was reached.
-    Length,
-}
-
-/// Result of one request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenOutput {
-    /// Generated token ids.
-    pub tokens: Vec<u32>,
-    /// Logprob of each generated token under the unmodified model distribution.
-    pub logprobs: Vec<f32>,
-    /// Why generation ended.
-    pub finish: FinishReason,
-    /// `[tokens.len(), hidden_size]` final hidden states, when requested.
-    pub hidden: Option<Vec<f32>>,
-}
-
-/// The engine: model, adapters, KV cache and decode scratch.
-pub struct Engine {
-    /// The model.
-    pub model: Model,
-    adapters: Vec<(String, LoraAdapter)>,
-    cfg: EngineConfig,
-    kv: Box<dyn Region>,
-    scratch: Box<dyn Region>,
-    prefill: Option<Box<dyn Region>>,
-    sample_scratch: Vec<(f32, u32)>,
-}
-
-/// Per-row decode state.
-struct Row {
-    req: usize,
-    slot: usize,
-    pos: usize,
-    token: u32,
-    adapter: Option<usize>,
-    rng: Rng,
-}
-
-impl Engine {
-    /// Allocates the KV cache and decode scratch for `cfg`.
-    pub fn new(model: Model, cfg: EngineConfig, provider: &mut dyn BufferProvider) -> Result<Self> {
-        if cfg.max_batch == 0 || cfg.max_seq == 0 || cfg.max_seq > model.rope.max_pos() {
-            return Err(NativeError::Input(format!(
-                "engine needs max_batch > 0 and 0 < max_seq <= {} (got {:?})",
-                model.rope.max_pos(),
-                cfg
-            )));
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_batch: 8,
+            max_seq_len: 1024,
         }
-        let c = &model.cfg;
-        let kv_len = 2 * c.num_hidden_layers * cfg.max_batch * c.kv_dim() * cfg.max_seq;
-        let kv = provider.alloc(BufferTag::KvCache, "kv_cache", kv_len)?;
-        let scratch = provider.alloc(
-            BufferTag::Activations,
-            "activations/decode",
-            Self::scratch_len(c, &cfg, 0),
-        )?;
-        Ok(Engine {
-            model,
-            adapters: Vec::new(),
-            cfg,
-            kv,
-            scratch,
-            prefill: None,
-            sample_scratch: Vec::new(),
+    }
+}
+
+struct Inner {
+    engine: Engine,
+    provider: PluginProvider,
+    weight_version: u64,
+    /// Directory the served base weights were last loaded from.
+    served_dir: PathBuf,
+    /// Key of the trainer's region the base weights are served from (`ipc`), if attached.
+    shared: Option<String>,
+    /// Adapter used when a request names none (set by adapter updates).
+    active_adapter: Option<String>,
+    /// The buffer of the adapter the last adapter update replaced: the next update of the
+    /// same shape loads into it (already-mapped pages) instead of a fresh region.
+    spare_adapter: Option<Box<dyn tandem_native_core::buffer::Region>>,
+}
+
+struct State {
+    machine: EngineMachine,
+    abort: bool,
+    in_flight: usize,
+}
+
+fn illegal(e: TransitionError) -> PluginError {
+    PluginError::invalid_state(format!("engine `native`: {e}"))
+}
+
+/// The engine component.
+pub struct NativeEngine {
+    inner: Mutex<Inner>,
+    state: Mutex<State>,
+    idle: Condvar,
+    host: HostBox,
+    model_dir: PathBuf,
+    /// Why the served weights cannot be trusted (a checkpoint read in place failed half-way):
+    /// generation and scoring refuse until a weight update loads completely. Never held while
+    /// another lock is taken.
+    damaged: Mutex<Option<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl NativeEngine {
+    /// Loads the model of `config.model_path` and allocates the KV cache.
+    pub fn new(config: &ComponentConfig, host: HostBox) -> Result<Self> {
+        let opts: EngineOptions = parse_options(&config.options_json, "engine `native`")?;
+        let dir = PathBuf::from(config.model_path.as_str());
+        if config.model_path.is_empty() {
+            return Err(PluginError::invalid_input(
+                "engine `native` needs a model directory (model_path is empty)",
+            ));
+        }
+        let mut provider = PluginProvider::new(host.clone(), "engine").ctx("engine `native`")?;
+        let what = format!("loading model {}", dir.display());
+        let model = Model::load(&dir, &mut provider).ctx(&what)?;
+        let max_seq = opts.max_seq_len.min(model.rope.max_pos());
+        let cfg = EngineConfig {
+            max_batch: opts.max_batch,
+            max_seq,
+        };
+        let engine = Engine::new(model, cfg, &mut provider).ctx("engine `native` options")?;
+        log(
+            &host,
+            LogLevel::Info,
+            &format!(
+                "engine: {} loaded (max_batch {}, max_seq {max_seq}, buffers: {})",
+                dir.display(),
+                cfg.max_batch,
+                provider.backing().as_str()
+            ),
+        );
+        // A checkpoint exported by the trainer carries its version: it survives the engine's
+        // restart on it.
+        let version = saved_version(&dir).unwrap_or(0);
+        Ok(NativeEngine {
+            inner: Mutex::new(Inner {
+                engine,
+                provider,
+                weight_version: version,
+                served_dir: dir.clone(),
+                shared: None,
+                active_adapter: None,
+                spare_adapter: None,
+            }),
+            state: Mutex::new(State {
+                machine: EngineMachine::new(version),
+                abort: false,
+                in_flight: 0,
+            }),
+            idle: Condvar::new(),
+            damaged: Mutex::new(None),
+            host,
+            model_dir: dir,
         })
     }
 
-    fn scratch_len(c: &crate::config::ModelConfig, e: &EngineConfig, r: usize) -> usize {
-        let nb = e.max_batch;
-        let (d, qd, kvd, ff) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
-        nb * (4 * d
-            + 2 * qd
-            + 2 * kvd
-            + 3 * ff
-            + c.vocab_size
-            + c.num_attention_heads * e.max_seq
-            + r.max(1)
-            + 1)
-    }
-
-    /// The engine capacity.
-    pub fn config(&self) -> EngineConfig {
-        self.cfg
-    }
-
-    /// The KV cache buffer (for release/resume by the glue).
-    pub fn kv_cache(&mut self) -> &mut dyn Region {
-        self.kv.as_mut()
-    }
-
-    /// Zeroes the KV cache (`flush_cache`).
-    pub fn flush_cache(&mut self) {
-        self.kv.as_mut_slice().fill(0.0);
-    }
-
-    /// Registers an adapter under `name` (replacing one of the same name).
-    pub fn add_adapter(
-        &mut self,
-        name: &str,
-        adapter: LoraAdapter,
-        provider: &mut dyn BufferProvider,
-    ) -> Result<()> {
-        adapter
-            .check_for(&self.model.cfg)
-            .map_err(|e| NativeError::Input(format!("adapter `{name}`: {e}")))?;
-        let r_max = self
-            .adapters
-            .iter()
-            .map(|a| a.1.cfg.r)
-            .chain([adapter.cfg.r])
-            .max()
-            .unwrap_or(0);
-        let need = Self::scratch_len(&self.model.cfg, &self.cfg, r_max);
-        if self.scratch.len() < need {
-            self.scratch = provider.alloc(BufferTag::Activations, "activations/decode", need)?;
+    fn begin(&self) -> Result<()> {
+        if let Some(why) = lock(&self.damaged).clone() {
+            return Err(PluginError::invalid_state(format!(
+                "engine `native` serves damaged weights: {why}"
+            ))
+            .with_help("apply a weight update that loads completely, or restart the engine"));
         }
-        self.adapters.retain(|a| a.0 != name);
-        self.adapters.push((name.to_string(), adapter));
+        let mut st = lock(&self.state);
+        if !st.machine.can_generate() {
+            return Err(PluginError::invalid_state(format!(
+                "engine `native` is {}, not serving; call continue_generation (after \
+                 resume_memory of every released tag) first",
+                st.machine.state()
+            )));
+        }
+        st.in_flight += 1;
         Ok(())
     }
 
-    /// Drops the adapter `name`; returns whether it existed.
-    pub fn remove_adapter(&mut self, name: &str) -> bool {
-        self.take_adapter(name).is_some()
-    }
-
-    /// Unloads the adapter `name` and hands it back (e.g. to reuse its buffer).
-    pub fn take_adapter(&mut self, name: &str) -> Option<LoraAdapter> {
-        let i = self.adapters.iter().position(|a| a.0 == name)?;
-        Some(self.adapters.remove(i).1)
-    }
-
-    /// Names of the loaded adapters.
-    pub fn adapter_names(&self) -> Vec<&str> {
-        self.adapters.iter().map(|a| a.0.as_str()).collect()
-    }
-
-    fn adapter_index(&self, name: &Option<String>) -> Result<Option<usize>> {
-        match name {
-            None => Ok(None),
-            Some(n) => self
-                .adapters
-                .iter()
-                .position(|a| &a.0 == n)
-                .map(Some)
-                .ok_or_else(|| {
-                    NativeError::Input(format!(
-                        "adapter `{n}` is not loaded; loaded: {:?}",
-                        self.adapter_names()
-                    ))
-                }),
+    fn end(&self) {
+        let mut st = lock(&self.state);
+        st.in_flight -= 1;
+        if st.in_flight == 0 {
+            self.idle.notify_all();
         }
     }
 
-    fn prefill_buf(&mut self, al: &ActLayout, provider: &mut dyn BufferProvider) -> Result<()> {
-        if self
-            .prefill
-            .as_ref()
-            .is_none_or(|p| p.len() < al.total_len())
-        {
-            self.prefill = None;
-            self.prefill = Some(provider.alloc(
-                BufferTag::Activations,
-                "activations/prefill",
-                al.total_len(),
-            )?);
-        }
-        Ok(())
-    }
-
-    /// Logprob of every token of `tokens` given its prefix (entry 0 is 0: no prefix).
-    pub fn score(
-        &mut self,
-        tokens: &[u32],
-        adapter: Option<&str>,
-        provider: &mut dyn BufferProvider,
-    ) -> Result<Vec<f32>> {
-        let ai = self.adapter_index(&adapter.map(String::from))?;
-        let t = tokens.len();
-        let lora_cfg = ai.map(|i| self.adapters[i].1.cfg.clone());
-        let al = ActLayout::for_inference(&self.model.cfg, 1, t, lora_cfg.as_ref());
-        self.prefill_buf(&al, provider)?;
-        let buf = self
-            .prefill
-            .as_mut()
-            .map(|p| p.as_mut_slice())
-            .unwrap_or_default();
-        forward(
-            &self.model,
-            ai.map(|i| &self.adapters[i].1),
-            tokens,
-            &al,
-            buf,
-            true,
-        )?;
-        let v = self.model.cfg.vocab_size;
-        let lo = al.logits_offset();
-        let mut out = vec![0.0; t];
-        for j in 1..t {
-            out[j] = logprob_of(&buf[lo + (j - 1) * v..lo + j * v], tokens[j] as usize);
-        }
-        Ok(out)
-    }
-
-    /// Generates for every request with continuous batching (at most `max_batch` sequences in
-    /// flight; a finished sequence's slot takes the next request), returning outputs in order.
-    pub fn generate(
-        &mut self,
-        reqs: &[GenRequest],
-        want_hidden: bool,
-        provider: &mut dyn BufferProvider,
-    ) -> Result<Vec<GenOutput>> {
-        for (i, r) in reqs.iter().enumerate() {
-            if r.prompt.is_empty() {
-                return Err(NativeError::Input(format!("request {i}: empty prompt")));
-            }
-            if r.prompt.len() >= self.cfg.max_seq {
-                return Err(NativeError::Input(format!(
-                    "request {i}: prompt of {} tokens does not fit max_seq {}",
-                    r.prompt.len(),
-                    self.cfg.max_seq
-                )));
-            }
-            self.model.check_tokens(&r.prompt)?;
-            self.adapter_index(&r.adapter)?;
-        }
-        let mut outs: Vec<GenOutput> = reqs
-            .iter()
-            .map(|_| GenOutput {
-                tokens: Vec::new(),
-                logprobs: Vec::new(),
-                finish: FinishReason::Length,
-                hidden: want_hidden.then(Vec::new),
-            })
-            .collect();
-        let max_seq = self.cfg.max_seq;
-        // Continuous batching: a slot freed by a finished sequence is refilled with the next
-        // pending request before the next decode step.
-        let mut next = 0;
-        let mut free: Vec<usize> = (0..self.cfg.max_batch).rev().collect();
-        let mut rows: Vec<Row> = Vec::with_capacity(self.cfg.max_batch);
-        loop {
-            // Fill free slots with pending requests; prefill them in runs that share an
-            // adapter, one right-padded forward per run.
-            let mut fresh: Vec<(usize, usize)> = Vec::new(); // (request, slot)
-            while next < reqs.len()
-                && let Some(slot) = free.pop()
-            {
-                fresh.push((next, slot));
-                next += 1;
-            }
-            let mut i = 0;
-            while i < fresh.len() {
-                let adapter = self.adapter_index(&reqs[fresh[i].0].adapter)?;
-                let mut j = i + 1;
-                while j < fresh.len() && self.adapter_index(&reqs[fresh[j].0].adapter)? == adapter {
-                    j += 1;
-                }
-                let group = &fresh[i..j];
-                let mut rngs: Vec<Rng> = group
-                    .iter()
-                    .map(|&(ri, _)| Rng::new(reqs[ri].sampling.seed))
-                    .collect();
-                let toks =
-                    self.prefill_batch(group, adapter, reqs, &mut rngs, &mut outs, provider)?;
-                for ((&(ri, slot), token), rng) in group.iter().zip(toks).zip(rngs) {
-                    let r = &reqs[ri];
-                    let row = Row {
-                        req: ri,
-                        slot,
-                        pos: r.prompt.len(),
-                        token,
-                        adapter,
-                        rng,
-                    };
-                    if Self::finished(max_seq, r, &mut outs[ri], row.pos) {
-                        free.push(slot);
-                    } else {
-                        rows.push(row);
-                    }
-                }
-                i = j;
-            }
-            if rows.is_empty() {
-                break;
-            }
-            self.decode_step(&mut rows, reqs, &mut outs)?;
-            rows.retain(|row| {
-                let done = Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos);
-                if done {
-                    free.push(row.slot);
-                }
-                !done
-            });
-        }
-        Ok(outs)
-    }
-
-    /// Whether a row is done (stop token, max_tokens or cache full); sets its finish reason.
-    fn finished(max_seq: usize, req: &GenRequest, out: &mut GenOutput, pos: usize) -> bool {
-        if out
-            .tokens
-            .last()
-            .is_some_and(|t| req.stop_tokens.contains(t))
-        {
-            out.finish = FinishReason::Stop;
-            return true;
-        }
-        out.tokens.len() >= req.max_tokens || pos + 1 >= max_seq
-    }
-
-    /// Prefills `group` (request, slot) pairs sharing `adapter` in one right-padded forward,
-    /// fills their cache slots and samples each one's first token.
-    fn prefill_batch(
-        &mut self,
-        group: &[(usize, usize)],
-        adapter: Option<usize>,
-        reqs: &[GenRequest],
-        rngs: &mut [Rng],
-        outs: &mut [GenOutput],
-        provider: &mut dyn BufferProvider,
-    ) -> Result<Vec<u32>> {
-        let c = self.model.cfg.clone();
-        let b = group.len();
-        let len = |bi: usize| reqs[group[bi].0].prompt.len();
-        let t = (0..b).map(len).max().unwrap_or(1);
-        let mut tokens = vec![0u32; b * t];
-        for (bi, &(ri, _)) in group.iter().enumerate() {
-            tokens[bi * t..bi * t + len(bi)].copy_from_slice(&reqs[ri].prompt);
-        }
-        let lora = adapter.map(|i| &self.adapters[i].1);
-        let al = ActLayout::for_inference(&c, b, t, lora.map(|l| &l.cfg));
-        if self
-            .prefill
-            .as_ref()
-            .is_none_or(|p| p.len() < al.total_len())
-        {
-            self.prefill = None;
-            self.prefill = Some(provider.alloc(
-                BufferTag::Activations,
-                "activations/prefill",
-                al.total_len(),
-            )?);
-        }
-        let buf = self
-            .prefill
-            .as_mut()
-            .map(|p| p.as_mut_slice())
-            .unwrap_or_default();
-        // Copy each layer's post-RoPE K and V ([B, KV, T, hd]) of the real (unpadded)
-        // positions into each sequence's cache slot.
-        let (kvh, hd, ms, nb) = (
-            c.num_key_value_heads,
-            c.head_dim,
-            self.cfg.max_seq,
-            self.cfg.max_batch,
-        );
-        let half = c.num_hidden_layers * nb * kvh * ms * hd;
-        let kv = self.kv.as_mut_slice();
-        forward_hooked(
-            &self.model,
-            lora,
-            &tokens,
-            &al,
-            buf,
-            false,
-            &mut |l, k, v| {
-                for (bi, &(_, slot)) in group.iter().enumerate() {
-                    let n = len(bi) * hd;
-                    for h in 0..kvh {
-                        let src = (bi * kvh + h) * t * hd;
-                        let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
-                        kv[dst..dst + n].copy_from_slice(&k[src..src + n]);
-                        kv[half + dst..half + dst + n].copy_from_slice(&v[src..src + n]);
-                    }
-                }
-                Ok(())
-            },
-        )?;
-        let d = c.hidden_size;
-        let mut last = vec![0.0; b * d];
-        for bi in 0..b {
-            let ho = al.hidden_offset() + (bi * t + len(bi) - 1) * d;
-            last[bi * d..(bi + 1) * d].copy_from_slice(&buf[ho..ho + d]);
-        }
-        let mut logits = vec![0.0; b * c.vocab_size];
-        linear(
-            &mut logits,
-            &last,
-            &self.model.w()[self.model.offs.lm_head.clone()],
-            b,
-            d,
-            c.vocab_size,
-            false,
-        );
-        let mut toks = Vec::with_capacity(b);
-        for (bi, (&(ri, _), rng)) in group.iter().zip(rngs.iter_mut()).enumerate() {
-            let lg = &logits[bi * c.vocab_size..(bi + 1) * c.vocab_size];
-            let tok = sample(lg, &reqs[ri].sampling, rng, &mut self.sample_scratch);
-            let out = &mut outs[ri];
-            out.tokens.push(tok as u32);
-            out.logprobs.push(logprob_of(lg, tok));
-            if let Some(h) = out.hidden.as_mut() {
-                h.extend_from_slice(&last[bi * d..(bi + 1) * d]);
-            }
-            toks.push(tok as u32);
-        }
-        Ok(toks)
+    fn aborted(&self) -> bool {
+        lock(&self.state).abort
     }
 }
 
-mod decode;
+fn strings(tags: &[String]) -> RVec<RString> {
+    tags.iter().map(|t| RString::from(t.as_str())).collect()
+}
+
+impl EngineImpl for NativeEngine {
+    fn component(&self) -> &str {
+        "native"
+    }
+
+    fn health(&self) -> Result<EngineHealth> {
+        let st = lock(&self.state);
+        let version = lock(&self.inner).weight_version;
+        let damaged = lock(&self.damaged).is_some();
+        Ok(EngineHealth {
+            ready: st.machine.can_generate() && !damaged,
+            weight_version: version,
+            detail: format!(
+                "{}{} ({})",
+                state_name(&st),
+                if damaged { ", weights damaged" } else { "" },
+                self.model_dir.display()
+            )
+            .into(),
+        })
+    }
+
+    fn generate(&self, request: GenerateRequest) -> Result<GenerateResponse> {
+        self.begin()?;
+        let out = self.run_generate(&request);
+        self.end();
+        out
+    }
+
+    fn score(&self, sequences: Vec<RVec<u32>>) -> Result<Vec<RVec<f32>>> {
+        self.begin()?;
+        let out = (|| {
+            let mut guard = lock(&self.inner);
+            let inner = &mut *guard;
+            let mut out = Vec::with_capacity(sequences.len());
+            for (i, s) in sequences.iter().enumerate() {
+                if s.len() > inner.engine.config().max_seq {
+                    return Err(PluginError::invalid_input(format!(
+                        "score: sequence {i} has {} tokens, more than max_seq_len {}",
+                        s.len(),
+                        inner.engine.config().max_seq
+                    )));
+                }
+                inner.engine.model.check_tokens(s).ctx("score")?;
+                let active = inner.active_adapter.clone();
+                let lp = inner
+                    .engine
+                    .score(s, active.as_deref(), &mut inner.provider)
+                    .ctx("score")?;
+                out.push(lp.into_iter().skip(1).collect());
+            }
+            Ok(out)
+        })();
+        self.end();
+        out
+    }
+
+    fn pause_generation(&self, mode: PauseMode) -> Result<()> {
+        if mode == PauseMode::Keep {
+            return Err(PluginError::not_supported(
+                "pause_generation(keep)",
+                "native",
+            ));
+        }
+        let mut st = lock(&self.state);
+        st.machine.pause().map_err(illegal)?;
+        st.abort = mode == PauseMode::Abort;
+        while st.in_flight > 0 {
+            st = self.idle.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        Ok(())
+    }
+
+    fn continue_generation(&self) -> Result<()> {
+        let mut st = lock(&self.state);
+        st.machine.continue_generation().map_err(illegal)?;
+        st.abort = false;
+        Ok(())
+    }
+
+    fn flush_cache(&self) -> Result<()> {
+        // Lock order everywhere: state, then inner. Flush is legal only right after a pause,
+        // so no region is released here.
+        let mut st = lock(&self.state);
+        let mut next = st.machine.clone();
+        next.flush().map_err(illegal)?;
+        lock(&self.inner).engine.flush_cache();
+        st.machine = next;
+        Ok(())
+    }
+
+    fn release_memory(&self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &RELEASABLE, "release_memory")?;
+        // Lock order everywhere: state, then inner.
+        let mut st = lock(&self.state);
+        let mut next = st.machine.clone();
+        next.release(&tags).map_err(illegal)?;
+        let inner = lock(&self.inner);
+        if inner.provider.backing() != Backing::Host {
+            return Err(not_host("release_memory"));
+        }
+        if let Some(key) = &inner.shared
+            && tags.iter().any(|t| t == "weights")
+        {
+            return Err(PluginError::invalid_state(format!(
+                "release_memory: `weights` are the trainer's region {key} mapped in place (ipc \
+                 bridge); the engine holds no copy of its own to release"
+            ))
+            .with_help("release only kv_cache and activations with the ipc bridge"));
+        }
+        host_call(self.host.pause_tags(strings(&tags)), "release_memory")?;
+        st.machine = next;
+        drop(inner);
+        Ok(())
+    }
+
+    fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
+        check_tags(&tags, &RELEASABLE, "resume_memory")?;
+        let mut st = lock(&self.state);
+        let mut next = st.machine.clone();
+        next.resume(&tags).map_err(illegal)?;
+        let inner = lock(&self.inner);
+        if inner.provider.backing() != Backing::Host {
+            return Err(not_host("resume_memory"));
+        }
+        host_call(self.host.resume_tags(strings(&tags)), "resume_memory")?;
+        st.machine = next;
+        drop(inner);
+        Ok(())
+    }
+
+    fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
+        // The machine is `Updating` while the update runs (outside the state lock: it reads
+        // files for a while), so concurrent lifecycle calls are refused meanwhile.
+        lock(&self.state)
+            .machine
+            .begin_update(update.version)
+            .map_err(illegal)?;
+        let result = self.apply(update);
+        lock(&self.state).machine.finish_update(result.is_ok());
+        result
+    }
+
+    fn load_adapter(&self, name: String, dir: String) -> Result<()> {
+        self.add_adapter(&name, Path::new(&dir)).map(drop)
+    }
+
+    fn unload_adapter(&self, name: String) -> Result<()> {
+        let mut inner = lock(&self.inner);
+        if inner.engine.remove_adapter(&name) {
+            // Unloading the active adapter reverts requests naming none to the base weights.
+            if inner.active_adapter.as_deref() == Some(name.as_str()) {
+                inner.active_adapter = None;
+            }
+            Ok(())
+        } else {
+            Err(PluginError::invalid_input(format!(
+                "unload_adapter: no adapter named `{name}` is loaded"
+            )))
+        }
+    }
+
+    fn stats(&self) -> Result<ComponentStats> {
+        let st = lock(&self.state);
+        let inner = lock(&self.inner);
+        let cfg = inner.engine.config();
+        let p = &inner.provider;
+        let mut metrics = vec![
+            Metric::new("host_regions", (p.backing() == Backing::Host) as u8 as f64),
+            Metric::new("max_batch", cfg.max_batch as f64),
+            Metric::new("max_seq_len", cfg.max_seq as f64),
+            Metric::new("adapters", inner.engine.adapter_names().len() as f64),
+            Metric::new("shared_weights", inner.shared.is_some() as u8 as f64),
+            Metric::new("in_flight", st.in_flight as f64),
+        ];
+        for tag in [
+            BufferTag::Weights,
+            BufferTag::KvCache,
+            BufferTag::Activations,
+        ] {
+            metrics.push(Metric::new(
+                &format!("allocated_bytes.{}", tag.as_str()),
+                p.bytes(tag) as f64,
+            ));
+        }
+        Ok(ComponentStats {
+            weight_version: inner.weight_version,
+            state: state_name(&st).into(),
+            metrics: metrics.into(),
+        })
+    }
+}
+
+fn state_name(st: &State) -> String {
+    st.machine.state().to_string().to_lowercase()
+}
+
+fn not_host(op: &str) -> PluginError {
+    PluginError::new(
+        tandem_plugin_api::ErrorCode::NotAvailable,
+        format!("{op}: this engine's buffers are heap vectors (no host memory services)"),
+    )
+    .with_help("run the engine inside a `tandem worker` process, which attaches memory services")
+}

@@ -1,0 +1,330 @@
+//! Weight export of the trainer, one kind per bridge mode:
+//!
+//! - `SharedRegion` (`ipc`, full fine-tuning, host memory only): the key of the host region
+//!   holding all the weights (the optimizer writes into it in place), the tensor layout inside
+//!   it (with the first export of the region only: it cannot change, and the host keeps it),
+//!   the version and the digest of the region's contents. No byte is copied; after the
+//!   first such export the trainer refuses to offload `weights` (the engine serves them).
+//! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
+//!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
+//!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
+//!   every file and the directory are fsynced before the rename, the parent after it.
+//!   Adapters are not fsynced (re-exportable from the trainer; a sync should cost what
+//!   writing the adapter costs). Both keep the two newest versions (the one exported and
+//!   the one engines served before): an export recycles an older version's dir (its files
+//!   overwritten in place, see [`st_write`]) and removes the rest.
+//!
+//! Every export carries the digest ([`tandem_native_core::digest`]) of what it exports (computed inside
+//! the write for files): all base weights, or the adapter tensors in LoRA mode (unless
+//! `options.digest = false`: empty).
+
+use std::path::Path;
+use std::sync::atomic::{Ordering, fence};
+
+use tandem_native_core::digest::digest;
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::{
+    DType, PluginError, RString, RVec, SharedRegionRef, TensorSpec, UpdateKind, UpdatePayload,
+    WeightUpdate,
+};
+
+use super::{NativeTrainer, STATE_FILE, st_write};
+use crate::common::Ctx;
+use crate::provider::region_key;
+
+impl NativeTrainer {
+    /// The digest of the exported weights: base weights, or the adapter in LoRA mode.
+    pub(super) fn weights_digest(&mut self) -> Result<String> {
+        if !self.opts.digest {
+            return Ok(String::new());
+        }
+        let (tr, _) = self.ready("weight digest")?;
+        Ok(match &tr.lora {
+            Some(ad) => digest(ad.weights.as_slice()),
+            None => digest(tr.model.w()),
+        })
+    }
+
+    pub(super) fn export(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
+        let lora = self.trainer.as_ref().is_some_and(|t| t.lora.is_some());
+        let allowed: &[UpdateKind] = if lora {
+            &[UpdateKind::Adapter]
+        } else {
+            &[UpdateKind::CheckpointDir, UpdateKind::SharedRegion]
+        };
+        if kind == UpdateKind::TensorBuckets {
+            return Err(PluginError::not_supported(
+                "export_weight_update(tensor_buckets)",
+                "native",
+            ));
+        }
+        if !allowed.contains(&kind) {
+            let names: Vec<&str> = allowed.iter().map(|k| k.as_str()).collect();
+            return Err(PluginError::invalid_input(format!(
+                "export_weight_update({}): this trainer {} exports {} updates",
+                kind.as_str(),
+                if lora {
+                    "trains a LoRA adapter and"
+                } else {
+                    "fine-tunes all weights and"
+                },
+                names.join(" or ")
+            ))
+            .with_help("pick the bridge mode matching the trainer's `lora` option"));
+        }
+        if kind == UpdateKind::SharedRegion {
+            return self.export_shared();
+        }
+        if self.config.run_dir.is_empty() {
+            return Err(PluginError::invalid_input(
+                "export_weight_update: the trainer has no run directory (run_dir is empty)",
+            ));
+        }
+        let v = self.version;
+        let sub = if lora { "adapters" } else { "weights" };
+        let parent = Path::new(self.config.run_dir.as_str()).join(sub);
+        let dir = parent.join(format!("v{v}"));
+        let stage = parent.join(format!(".v{v}.stage"));
+        std::fs::create_dir_all(&parent)
+            .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
+        recycle_version_dir(&parent, v, &stage)?;
+        // The digest is computed inside the write (each block hashed as it is written).
+        let digest = if lora {
+            self.write_adapter(&stage)?
+        } else {
+            self.write_checkpoint(&stage)?
+        };
+        // A checkpoint is durable state (fsynced); an adapter is re-exported from the trainer
+        // at will, so it is only made visible atomically (rename), not forced to disk.
+        if !lora {
+            sync_dir_files(&stage)?;
+        }
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| PluginError::io(format!("removing {}: {e}", dir.display())))?;
+        }
+        std::fs::rename(&stage, &dir).map_err(|e| {
+            PluginError::io(format!(
+                "renaming {} to {}: {e}",
+                stage.display(),
+                dir.display()
+            ))
+        })?;
+        if !lora {
+            sync_path(&parent)?;
+        }
+        let dir_s = RString::from(dir.display().to_string());
+        let payload = if lora {
+            UpdatePayload::Adapter {
+                name: format!("native-v{v}").into(),
+                dir: dir_s,
+            }
+        } else {
+            UpdatePayload::CheckpointDir { dir: dir_s }
+        };
+        Ok(WeightUpdate {
+            version: v,
+            payload,
+            digest: digest.into(),
+        })
+    }
+
+    /// The PEFT adapter (+ trainer state) in `dir`, without fsync: `save_checkpoint` makes a
+    /// checkpoint durable, and on ext4 each fsync also commits whatever else the machine has
+    /// dirty, which made a 0.6 MB adapter sync take seconds after a large checkpoint write.
+    /// The tensors are streamed from the adapter's buffer ([`st_write`]), over the file of a
+    /// recycled version when `dir` holds one. Returns the adapter's digest (empty when
+    /// digests are off).
+    fn write_adapter(&mut self, dir: &Path) -> Result<String> {
+        let version = self.version;
+        let with_digest = self.opts.digest;
+        let (tr, _) = self.ready("export_weight_update")?;
+        let what = format!("writing adapter {}", dir.display());
+        let ad = tr.lora.as_ref().ok_or_else(|| {
+            PluginError::invalid_state(format!("{what}: the trainer has no adapter"))
+        })?;
+        ad.save_config(dir).ctx(&what)?;
+        let files = [
+            "adapter_config.json",
+            "adapter_model.safetensors",
+            STATE_FILE,
+        ];
+        keep_only(dir, &files).map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        let digest = st_write::write(
+            &dir.join("adapter_model.safetensors"),
+            &ad.layout,
+            ad.weights.as_slice(),
+            with_digest,
+        )
+        .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
+        let path = dir.join(STATE_FILE);
+        tandem_native_core::st_io::write_in_place(&path, state.to_string().as_bytes())
+            .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        Ok(digest.unwrap_or_default())
+    }
+
+    /// A full HF checkpoint (config + one streamed safetensors file + trainer state) in `dir`.
+    /// Returns the weights' digest (empty when digests are off).
+    fn write_checkpoint(&mut self, dir: &Path) -> Result<String> {
+        let version = self.version;
+        let with_digest = self.opts.digest;
+        let (tr, _) = self.ready("export_weight_update")?;
+        let what = format!("writing checkpoint {}", dir.display());
+        let io = |e: std::io::Error| PluginError::io(format!("{what}: {e}"));
+        std::fs::create_dir_all(dir).map_err(io)?;
+        keep_only(dir, &["config.json", "model.safetensors", STATE_FILE]).map_err(io)?;
+        tr.model.cfg.save(dir).ctx(&what)?;
+        let digest = st_write::write(
+            &dir.join("model.safetensors"),
+            &tr.model.layout,
+            tr.model.w(),
+            with_digest,
+        )
+        .map_err(io)?;
+        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
+        std::fs::write(dir.join(STATE_FILE), state.to_string()).map_err(io)?;
+        Ok(digest.unwrap_or_default())
+    }
+
+    fn export_shared(&mut self) -> Result<WeightUpdate> {
+        if !self.host_backed() {
+            return Err(PluginError::new(
+                tandem_plugin_api::ErrorCode::NotAvailable,
+                "export_weight_update(shared_region): the trainer's weights are heap vectors, \
+                 not shareable host regions",
+            )
+            .with_help("run the trainer in a `tandem worker` process (host memory services)"));
+        }
+        // Every optimizer write of the steps so far happened-before this call (trainer calls
+        // run in order on one thread); the fence orders them before the key is published.
+        fence(Ordering::SeqCst);
+        let digest = self.weights_digest()?;
+        let layout_sent = self.layout_sent.take();
+        let (tr, _) = self.ready("export_weight_update")?;
+        let w = tr.model.w();
+        let key = region_key(w.as_ptr()).ok_or_else(|| {
+            PluginError::runtime(
+                "export_weight_update(shared_region): the weights buffer is not a host region \
+                 of this process",
+            )
+        })?;
+        // The layout travels with the first export of a region only: a few hundred specs
+        // through the control plane are most of what an `ipc` sync costs otherwise. The host
+        // keeps it for engines that attach the region later.
+        let tensors = if layout_sent.as_deref() == Some(key.as_str()) {
+            RVec::new()
+        } else {
+            tr.model
+                .layout
+                .entries()
+                .iter()
+                .map(|e| TensorSpec {
+                    name: e.name.as_str().into(),
+                    dtype: DType::F32,
+                    shape: e.shape.iter().map(|&d| d as u64).collect(),
+                    offset: (e.offset * 4) as u64,
+                })
+                .collect()
+        };
+        let region = SharedRegionRef {
+            key: key.into(),
+            device: "cpu".into(),
+            len: (w.len() * 4) as u64,
+        };
+        self.shared = true;
+        self.layout_sent = Some(region.key.to_string());
+        Ok(WeightUpdate {
+            version: self.version,
+            payload: UpdatePayload::SharedRegion { region, tensors },
+            digest: digest.into(),
+        })
+    }
+}
+
+/// Prepares the staging dir `stage` of version `v` (adapter or checkpoint) under `parent`,
+/// recycling an older version's dir so the export overwrites its files' page-cache pages
+/// instead of allocating new ones (fresh pages cost more than the copy, several times more
+/// in a VM): an existing `stage` (left by an export that did not finish), else `v<v>` (a
+/// repeated export of the same version), else the oldest `v<k>` older than the newest
+/// version below `v`. `parent` keeps at most the two newest versions: the one being exported
+/// and the one engines served before (an engine that fails to switch keeps serving it);
+/// older ones are recycled or removed, so a run does not keep a copy of the model per sync.
+/// A recycled dir is only renamed into place as `v<v>` once every file in it is rewritten
+/// (and, for a checkpoint, fsynced).
+fn recycle_version_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
+    if stage.exists() {
+        return Ok(());
+    }
+    let rd = std::fs::read_dir(parent)
+        .map_err(|e| PluginError::io(format!("reading {}: {e}", parent.display())))?;
+    let mut older: Vec<u64> = rd
+        .filter_map(|e| {
+            let name = e.ok()?.file_name();
+            let k: u64 = name.to_str()?.strip_prefix('v')?.parse().ok()?;
+            (k <= v).then_some(k)
+        })
+        .collect();
+    older.sort_unstable();
+    let source = if older.last() == Some(&v) {
+        Some(v)
+    } else {
+        // Keep the newest older version; recycle the oldest of the rest, remove the others.
+        older.pop();
+        let mut rest = older.into_iter();
+        let first = rest.next();
+        for k in rest {
+            let d = parent.join(format!("v{k}"));
+            std::fs::remove_dir_all(&d)
+                .map_err(|e| PluginError::io(format!("removing {}: {e}", d.display())))?;
+        }
+        first
+    };
+    if let Some(k) = source {
+        let from = parent.join(format!("v{k}"));
+        std::fs::rename(&from, stage).map_err(|e| {
+            PluginError::io(format!(
+                "renaming {} to {}: {e}",
+                from.display(),
+                stage.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// Removes every entry of `dir` (a recycled version's dir) not named in `names`: what an
+/// export writes is all the new version holds.
+fn keep_only(dir: &Path, names: &[&str]) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if !names.iter().any(|n| entry.file_name() == **n) {
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sync_path(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| PluginError::io(format!("fsync {}: {e}", path.display())))
+}
+
+/// fsyncs every file of `dir`, then `dir` itself.
+fn sync_dir_files(dir: &Path) -> Result<()> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?;
+    for entry in rd {
+        let path = entry
+            .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?
+            .path();
+        sync_path(&path)?;
+    }
+    sync_path(dir)
+}
