@@ -3,59 +3,23 @@
 //! built-in), and an in-process engine with real host memory services releasing and resuming
 //! its `kv_cache` and `weights` regions.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod fixture;
 
 use common::*;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use fixture::*;
+use std::path::Path;
 use tandem_memory::{ManagerConfig, MemoryManager};
+use tandem_native_core::buffer::VecProvider;
+use tandem_native_core::config::ModelConfig;
+use tandem_native_core::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
 use tandem_plugin_api::{
     ComponentConfig, ErrorCode, GenerateRequest, Metric, PauseMode, PluginError, ROption, RResult,
     RString, RVec, SamplingParams,
 };
-use tandem_plugin_native::buffer::VecProvider;
-use tandem_plugin_native::config::ModelConfig;
-use tandem_plugin_native::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
-
-/// One tiny model shared by the tests (written once by `tandem model init`).
-fn model_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = process_scratch("native-cli-model").join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(&dir));
-        assert!(out.status.success(), "{}", stderr(&out));
-        dir
-    })
-}
-
-fn generate(extra: &[&str]) -> serde_json::Value {
-    let out = run(tandem()
-        .args([
-            "generate",
-            "--json",
-            "--prompt-ids",
-            "1,40,41,42",
-            "--max-tokens",
-            "8",
-        ])
-        .arg("--model")
-        .arg(model_dir())
-        .args(extra));
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_str(stdout(&out).trim()).expect("one JSON object")
-}
-
-fn floats(v: &serde_json::Value) -> Vec<f64> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_f64().expect("number"))
-        .collect()
-}
 
 #[test]
 fn greedy_generation_is_deterministic_and_json_has_tokens_and_logprobs() {
@@ -214,20 +178,6 @@ fn metric(stats: &RVec<Metric>, name: &str) -> f64 {
         .value
 }
 
-/// Serialises the in-process tests: `RssShmem` is process-wide.
-static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// `RssShmem` of this process in bytes (memfd regions are shared memory).
-fn rss_shmem() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssShmem:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("RssShmem")
-        * 1024
-}
-
 #[test]
 fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     let _serial = IN_PROCESS
@@ -307,16 +257,6 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     let stats = ok(engine.stats());
     assert_eq!(metric(&stats.metrics, "host_regions"), 1.0);
     assert_eq!(stats.state.as_str(), "serving");
-}
-
-fn seq(tokens: &[u32], prompt_len: u32) -> tandem_plugin_api::TrainSequence {
-    tandem_plugin_api::TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
 }
 
 #[test]

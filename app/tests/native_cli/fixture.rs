@@ -1,0 +1,70 @@
+//! Fixtures and helpers of the `native_cli` tests.
+
+#![allow(dead_code)]
+
+use super::common::*;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use tandem_plugin_api::RVec;
+
+/// One tiny model shared by the tests (written once by `tandem model init`).
+pub(crate) fn model_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = process_scratch("native-cli-model").join("m");
+        let out = run(tandem()
+            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
+            .arg(&dir));
+        assert!(out.status.success(), "{}", stderr(&out));
+        dir
+    })
+}
+
+pub(crate) fn generate(extra: &[&str]) -> serde_json::Value {
+    let out = run(tandem()
+        .args([
+            "generate",
+            "--json",
+            "--prompt-ids",
+            "1,40,41,42",
+            "--max-tokens",
+            "8",
+        ])
+        .arg("--model")
+        .arg(model_dir())
+        .args(extra));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(stdout(&out).trim()).expect("one JSON object")
+}
+
+pub(crate) fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number"))
+        .collect()
+}
+
+/// Serialises the in-process tests: `RssShmem` is process-wide.
+pub(crate) static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `RssShmem` of this process in bytes (memfd regions are shared memory).
+pub(crate) fn rss_shmem() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssShmem:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("RssShmem")
+        * 1024
+}
+
+pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> tandem_plugin_api::TrainSequence {
+    tandem_plugin_api::TrainSequence {
+        tokens: tokens.to_vec().into(),
+        prompt_len,
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
+}
