@@ -6,15 +6,17 @@
 //! socket (frames, MessagePack, the reader thread and the reply routing are all exercised);
 //! only the plugin call is left out, so the figures are the control plane's own cost.
 
-use tandem_control::channel::Channel;
-use tandem_control::frame::{self, MAX_FRAME_BYTES};
-use tandem_control::mirror::{WireCompletion, WireEngineHealth, WireFinishReason, WireGenerateResponse};
-use tandem_control::protocol::{Call, EngineCall, Reply, ToController, ToWorker};
 use crate::bench::Figure;
 use crate::error::CliError;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+use tandem_control::channel::Channel;
+use tandem_control::frame::{self, MAX_FRAME_BYTES};
+use tandem_control::mirror::{
+    WireCompletion, WireEngineHealth, WireFinishReason, WireGenerateResponse,
+};
+use tandem_control::protocol::{Call, EngineCall, Reply, ToController, ToWorker};
 use tandem_plugin_api::{GenerateRequest, RVec, SamplingParams};
 
 /// Sequences and tokens per sequence of the bulk case.
