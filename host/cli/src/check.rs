@@ -1,9 +1,9 @@
 //! `tandem check JOB.toml [--json]`: validate a job file and print the resolved plan.
 
-use tandem_rl::config::{LoadedJob, Overrides, ResolvedPlan, validate_with};
 use crate::error::CliError;
-use tandem_runtime::registry::Registry;
 use std::path::{Path, PathBuf};
+use tandem_rl::config::{LoadedJob, Overrides, ResolvedPlan, validate_with};
+use tandem_runtime::registry::Registry;
 
 /// A job file, parsed and validated, with the registry it was validated against (the one
 /// registry of the process: `tandem run` constructs every component through it).

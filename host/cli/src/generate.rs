@@ -4,7 +4,6 @@
 //! `--score` adds the logprob of every token of prompt + completion.
 
 use crate::error::CliError;
-use tandem_runtime::services::Services;
 use clap::Args;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,7 @@ use tandem_plugin_api::{
     RString, RVec, SamplingParams,
 };
 use tandem_runtime::RuntimeError;
+use tandem_runtime::services::Services;
 use tokenizers::Tokenizer;
 
 /// Arguments of `tandem generate`.
@@ -169,9 +169,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: GenerateArgs) -> Result<(), CliErr
         None
     };
     let out = Output {
-        text: tk
-            .as_ref()
-            .and_then(|tk| tk.decode(&tokens, true).ok()),
+        text: tk.as_ref().and_then(|tk| tk.decode(&tokens, true).ok()),
         prompt_ids: prompt,
         logprobs: c.logprobs.to_vec(),
         finish_reason: match c.finish_reason {

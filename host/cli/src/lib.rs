@@ -5,8 +5,8 @@
 pub mod bench;
 mod check;
 pub mod error;
-mod logging;
 mod generate;
+mod logging;
 mod model;
 mod plugins;
 mod run;
@@ -107,7 +107,9 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Plugins { json } => plugins::run(&cli.plugin_dirs, json),
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
         Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
-        Command::Bench { name, json, quick } => bench::command::run(&cli.plugin_dirs, name, json, quick),
+        Command::Bench { name, json, quick } => {
+            bench::command::run(&cli.plugin_dirs, name, json, quick)
+        }
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),

@@ -3,12 +3,12 @@
 //! `tandem model sft --model DIR --out DIR [--task KIND] [--steps N]`: supervised warm start
 //! on a built-in task (the same one `tandem run` does for `warm_start_steps`).
 
-use tandem_rl::config::TaskSection;
 use crate::error::CliError;
-use tandem_rl::warmstart::{SftOptions, sft};
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
+use tandem_rl::config::TaskSection;
 use tandem_rl::warmstart::create_preset;
+use tandem_rl::warmstart::{SftOptions, sft};
 use tandem_runtime::registry::Registry;
 
 /// `tandem model` subcommands.

@@ -2,9 +2,9 @@
 //! capabilities.
 
 use crate::error::CliError;
-use tandem_runtime::registry::LoadedPlugin;
 use serde::Serialize;
 use std::path::PathBuf;
+use tandem_runtime::registry::LoadedPlugin;
 
 /// Serializable view of one plugin.
 #[derive(Debug, Serialize)]

@@ -2,10 +2,10 @@
 //! directory, and run the RL loop ([`crate::rl`]).
 
 use super::check::{Resolved, job_dirs};
-use tandem_rl::config::Overrides;
 use crate::error::CliError;
-use tandem_rl::{self, RunOptions};
 use std::path::PathBuf;
+use tandem_rl::config::Overrides;
+use tandem_rl::{self, RunOptions};
 
 /// Arguments of `tandem run`.
 #[derive(Debug, clap::Args)]
@@ -32,9 +32,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         (Some(j), _) => j.clone(),
         (None, Some(run_dir)) => tandem_rl::driver::job_of_run(run_dir)?,
         (None, None) => {
-            return Err(CliError::usage(
-                "give a job file or --resume RUN_DIR",
-            ));
+            return Err(CliError::usage("give a job file or --resume RUN_DIR"));
         }
     };
     // The same validation as `tandem check`, before anything is created; its registry is the

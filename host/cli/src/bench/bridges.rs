@@ -21,15 +21,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::Figure;
-use tandem_rl::bridge::BridgeDriver;
-use tandem_control::Role;
 use crate::error::CliError;
-use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
-use tandem_runtime::worker::WorkerSpec;
+use tandem_control::Role;
 use tandem_plugin_api::{ComponentStats, LossConfig, LossKind, TrainBatch, TrainSequence};
+use tandem_rl::bridge::BridgeDriver;
 use tandem_rl::warmstart::create_preset;
 use tandem_runtime::RuntimeError;
+use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
+use tandem_runtime::worker::WorkerSpec;
 
 const BENCH: &str = "bridges";
 const LORA: &str = r#"{"rank": 16, "alpha": 32.0, "seed": 1}"#;

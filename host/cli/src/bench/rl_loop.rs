@@ -4,13 +4,13 @@
 //! run, and each phase's share of the step.
 
 use super::Figure;
-use tandem_rl::config::LoadedJob;
 use crate::error::CliError;
-use tandem_runtime::registry::Registry;
+use tandem_rl::config::LoadedJob;
 use tandem_rl::metrics::StepMetrics;
-use tandem_rl::{self, RunOptions};
 use tandem_rl::warmstart::create_preset;
+use tandem_rl::{self, RunOptions};
 use tandem_runtime::RuntimeError;
+use tandem_runtime::registry::Registry;
 
 const JOB: &str = r#"
 [run]
