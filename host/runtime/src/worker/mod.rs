@@ -240,9 +240,7 @@ mod tests {
         let error = super::PluginError::from(error);
         assert_eq!(context, "");
         assert_eq!(error.code, super::ErrorCode::InvalidInput);
-        assert_eq!(
-            error.to_string(),
-            "bad spec [invalid_input] (help: pass the right one)"
-        );
+        assert_eq!(error.message.as_str(), "bad spec");
+        assert_eq!(error.help.as_str(), "pass the right one");
     }
 }
