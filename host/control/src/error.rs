@@ -43,6 +43,14 @@ pub enum ControlError {
         /// What happened to the worker (exit status and log tail when it died).
         reason: String,
     },
+    /// The worker cannot reach the controller.
+    #[error("control plane: connecting to the controller at {addr}: {message}")]
+    Unreachable {
+        /// The controller's address.
+        addr: String,
+        /// The connection error.
+        message: String,
+    },
     /// The peer sent something that is not the protocol.
     #[error("{peer}: control-plane protocol error: {message}")]
     Protocol {
@@ -52,9 +60,7 @@ pub enum ControlError {
         message: String,
     },
     /// The controller refused this worker's hello.
-    #[error(
-        "the controller at {addr} rejected this worker: {reason}"
-    )]
+    #[error("the controller at {addr} rejected this worker: {reason}")]
     Rejected {
         /// The controller's address.
         addr: String,
@@ -75,9 +81,8 @@ impl ControlError {
     /// How to fix it, when there is something to say.
     pub fn help(&self) -> Option<&'static str> {
         match self {
-            ControlError::Timeout { .. } => {
-                Some("raise the call timeout or read the worker's log")
-            }
+            ControlError::Timeout { .. } => Some("raise the call timeout or read the worker's log"),
+            ControlError::Unreachable { .. } => Some("is `tandem run` still running?"),
             ControlError::Rejected { .. } => Some(
                 "workers are started by `tandem run`; pass the run's token in the variable named by --token-env",
             ),

@@ -3,7 +3,7 @@
 //! Length-prefixed MessagePack frames ([`frame`], `rmp-serde`) over one TCP connection per
 //! worker, listening on loopback by default. The worker connects and presents the run's random
 //! token in a hello ([`server`]); a peer without it is refused with one log line. After that
-//! the controller sends calls that map 1:1 to the role-trait methods ([`protocol`]), each with
+//! the controller sends calls that map 1:1 to the role methods ([`roles`], [`protocol`]), each with
 //! its own timeout, and the worker answers each by id ([`channel`]). ABI values travel as serde
 //! twins (`mirror`); token ids, logprobs and hidden states as packed byte blobs (`packed`).
 //!
@@ -33,6 +33,7 @@ pub mod frame;
 pub mod mirror;
 pub mod packed;
 pub mod protocol;
+pub mod roles;
 pub mod server;
 
 pub use channel::{Channel, PeerLife};

@@ -3,11 +3,11 @@
 //! The ABI types (`tandem_plugin_api::types`) are `#[repr(C)]` abi_stable types without serde
 //! support; each gets a plain-Rust twin here (`Wire*`, same fields, `String`/`Vec`/`Option`)
 //! that travels in control-plane frames. [`Mirror`] converts in both directions, through
-//! containers too (`RVec<RVec<u32>>` ↔ `Vec<Vec<u32>>`), and every mirror also has `From` in
-//! both directions. These types are private to the control plane: callers of the remote
-//! handles use the ABI types, so in-process and remote components take the same values.
+//! containers too (`RVec<RVec<u32>>` ↔ `Vec<Vec<u32>>`). Callers of the remote handles use the
+//! ABI types, so in-process and remote components take the same values; only the protocol
+//! (and the control-plane benchmark, which plays a worker) handles the twins.
 
-use super::packed;
+use super::packed::{self, Packable, Rows};
 use serde::{Deserialize, Serialize};
 use tandem_plugin_api::{
     CheckpointInfo, Completion, ComponentStats, DType, EngineHealth, ErrorCode, FinishReason,
@@ -17,98 +17,109 @@ use tandem_plugin_api::{
     WhichWeights,
 };
 
-/// An ABI value with a serde twin.
-pub trait Mirror: Sized {
+/// A value with an ABI form and a serde form: an ABI type (then `Abi = Self`), or a spelling of
+/// one with its own wire encoding ([`Rows`]).
+pub trait Mirror {
+    /// The ABI type.
+    type Abi;
     /// The serde twin.
     type Wire;
     /// ABI → wire.
-    fn to_wire(self) -> Self::Wire;
+    fn to_wire(abi: Self::Abi) -> Self::Wire;
     /// Wire → ABI.
-    fn from_wire(wire: Self::Wire) -> Self;
+    fn from_wire(wire: Self::Wire) -> Self::Abi;
 }
 
 macro_rules! identity {
     ($($t:ty),*) => {$(
         impl Mirror for $t {
+            type Abi = $t;
             type Wire = $t;
-            fn to_wire(self) -> $t { self }
+            fn to_wire(abi: $t) -> $t { abi }
             fn from_wire(wire: $t) -> $t { wire }
         }
     )*};
 }
-identity!(bool, u32, u64, f32, f64);
+identity!((), bool, u32, u64, f32, f64);
 
 impl Mirror for RString {
+    type Abi = RString;
     type Wire = String;
-    fn to_wire(self) -> String {
-        self.into_string()
+    fn to_wire(abi: RString) -> String {
+        abi.into_string()
     }
-    fn from_wire(wire: String) -> Self {
+    fn from_wire(wire: String) -> RString {
         RString::from(wire)
     }
 }
 
 impl<T: Mirror> Mirror for RVec<T> {
+    type Abi = RVec<T::Abi>;
     type Wire = Vec<T::Wire>;
-    fn to_wire(self) -> Self::Wire {
-        self.into_iter().map(T::to_wire).collect()
+    fn to_wire(abi: Self::Abi) -> Self::Wire {
+        abi.into_iter().map(T::to_wire).collect()
     }
-    fn from_wire(wire: Self::Wire) -> Self {
+    fn from_wire(wire: Self::Wire) -> Self::Abi {
         wire.into_iter().map(T::from_wire).collect()
     }
 }
 
 impl<T: Mirror> Mirror for ROption<T> {
+    type Abi = ROption<T::Abi>;
     type Wire = Option<T::Wire>;
-    fn to_wire(self) -> Self::Wire {
-        self.into_option().map(T::to_wire)
+    fn to_wire(abi: Self::Abi) -> Self::Wire {
+        abi.into_option().map(T::to_wire)
     }
-    fn from_wire(wire: Self::Wire) -> Self {
+    fn from_wire(wire: Self::Wire) -> Self::Abi {
         ROption::from(wire.map(T::from_wire))
     }
 }
 
-/// Both `From` directions for a mirrored type.
-macro_rules! from_both {
-    ($abi:ty, $wire:ty) => {
-        impl From<$abi> for $wire {
-            fn from(v: $abi) -> Self {
-                Mirror::to_wire(v)
-            }
-        }
-        impl From<$wire> for $abi {
-            fn from(w: $wire) -> Self {
-                <$abi as Mirror>::from_wire(w)
-            }
-        }
-    };
+impl<T: Packable> Mirror for Rows<T> {
+    type Abi = RVec<RVec<T>>;
+    type Wire = Rows<T>;
+    fn to_wire(abi: Self::Abi) -> Rows<T> {
+        Rows(abi.into_iter().map(RVec::into_vec).collect())
+    }
+    fn from_wire(wire: Rows<T>) -> Self::Abi {
+        wire.0.into_iter().map(RVec::from).collect()
+    }
 }
 
 /// A fieldless enum mirrored variant by variant.
 macro_rules! mirror_enum {
     ($abi:ident => $wire:ident { $($v:ident),* $(,)? }) => {
+        #[doc = concat!("Serde twin of [`", stringify!($abi), "`].")]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-        pub enum $wire { $($v),* }
-        impl Mirror for $abi {
-            type Wire = $wire;
-            fn to_wire(self) -> $wire { match self { $($abi::$v => $wire::$v),* } }
-            fn from_wire(w: $wire) -> Self { match w { $($wire::$v => $abi::$v),* } }
+        pub enum $wire {
+            $(#[doc = concat!("[`", stringify!($abi), "::", stringify!($v), "`]")] $v),*
         }
-        from_both!($abi, $wire);
+        impl Mirror for $abi {
+            type Abi = $abi;
+            type Wire = $wire;
+            fn to_wire(abi: $abi) -> $wire { match abi { $($abi::$v => $wire::$v),* } }
+            fn from_wire(w: $wire) -> $abi { match w { $($wire::$v => $abi::$v),* } }
+        }
     };
 }
 
 /// A struct mirrored field by field (each field through [`Mirror`]).
 macro_rules! mirror_struct {
     ($abi:ident => $wire:ident { $($(#[$m:meta])* $f:ident: $t:ty),* $(,)? }) => {
+        #[doc = concat!("Serde twin of [`", stringify!($abi), "`].")]
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-        pub struct $wire { $($(#[$m])* pub $f: <$t as Mirror>::Wire),* }
-        impl Mirror for $abi {
-            type Wire = $wire;
-            fn to_wire(self) -> $wire { $wire { $($f: Mirror::to_wire(self.$f)),* } }
-            fn from_wire(w: $wire) -> Self { $abi { $($f: <$t as Mirror>::from_wire(w.$f)),* } }
+        pub struct $wire {
+            $(
+                #[doc = concat!("[`", stringify!($abi), "::", stringify!($f), "`]")]
+                $(#[$m])* pub $f: <$t as Mirror>::Wire
+            ),*
         }
-        from_both!($abi, $wire);
+        impl Mirror for $abi {
+            type Abi = $abi;
+            type Wire = $wire;
+            fn to_wire(abi: $abi) -> $wire { $wire { $($f: <$t as Mirror>::to_wire(abi.$f)),* } }
+            fn from_wire(w: $wire) -> $abi { $abi { $($f: <$t as Mirror>::from_wire(w.$f)),* } }
+        }
     };
 }
 
@@ -173,96 +184,79 @@ mirror_struct!(WeightUpdate => WireWeightUpdate {
 });
 mirror_struct!(UpdateReport => WireUpdateReport { version: u64, digest: RString, bytes_copied: u64 });
 
-/// Mirror of [`WhichWeights`].
+/// Serde twin of [`WhichWeights`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WireWhichWeights {
+    /// [`WhichWeights::Current`]
     Current,
+    /// [`WhichWeights::Snapshot`]
     Snapshot(String),
 }
 
 impl Mirror for WhichWeights {
+    type Abi = WhichWeights;
     type Wire = WireWhichWeights;
-    fn to_wire(self) -> WireWhichWeights {
-        match self {
+    fn to_wire(abi: WhichWeights) -> WireWhichWeights {
+        match abi {
             WhichWeights::Current => WireWhichWeights::Current,
             WhichWeights::Snapshot(name) => WireWhichWeights::Snapshot(name.into_string()),
         }
     }
-    fn from_wire(w: WireWhichWeights) -> Self {
+    fn from_wire(w: WireWhichWeights) -> WhichWeights {
         match w {
             WireWhichWeights::Current => WhichWeights::Current,
             WireWhichWeights::Snapshot(name) => WhichWeights::Snapshot(name.into()),
         }
     }
 }
-from_both!(WhichWeights, WireWhichWeights);
 
-/// Mirror of [`UpdatePayload`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum WireUpdatePayload {
-    SharedRegion {
-        region: WireSharedRegionRef,
-        tensors: Vec<WireTensorSpec>,
-    },
-    Adapter {
-        name: String,
-        dir: String,
-    },
-    CheckpointDir {
-        dir: String,
-    },
-    TensorBuckets {
-        group: String,
-        buckets: Vec<WireTensorBucket>,
-    },
+/// An enum of struct variants mirrored variant by variant and field by field.
+macro_rules! mirror_variants {
+    ($abi:ident => $wire:ident { $($v:ident { $($f:ident: $t:ty),* }),* $(,)? }) => {
+        #[doc = concat!("Serde twin of [`", stringify!($abi), "`].")]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum $wire {
+            $(
+                #[doc = concat!("[`", stringify!($abi), "::", stringify!($v), "`]")]
+                $v {
+                    $(#[doc = concat!("`", stringify!($f), "`")] $f: <$t as Mirror>::Wire),*
+                }
+            ),*
+        }
+        impl Mirror for $abi {
+            type Abi = $abi;
+            type Wire = $wire;
+            fn to_wire(abi: $abi) -> $wire {
+                match abi {
+                    $($abi::$v { $($f),* } => $wire::$v { $($f: <$t as Mirror>::to_wire($f)),* }),*
+                }
+            }
+            fn from_wire(w: $wire) -> $abi {
+                match w {
+                    $($wire::$v { $($f),* } => $abi::$v { $($f: <$t as Mirror>::from_wire($f)),* }),*
+                }
+            }
+        }
+    };
 }
 
-impl Mirror for UpdatePayload {
-    type Wire = WireUpdatePayload;
-    fn to_wire(self) -> WireUpdatePayload {
-        match self {
-            UpdatePayload::SharedRegion { region, tensors } => WireUpdatePayload::SharedRegion {
-                region: region.to_wire(),
-                tensors: tensors.to_wire(),
-            },
-            UpdatePayload::Adapter { name, dir } => WireUpdatePayload::Adapter {
-                name: name.to_wire(),
-                dir: dir.to_wire(),
-            },
-            UpdatePayload::CheckpointDir { dir } => {
-                WireUpdatePayload::CheckpointDir { dir: dir.to_wire() }
-            }
-            UpdatePayload::TensorBuckets { group, buckets } => WireUpdatePayload::TensorBuckets {
-                group: group.to_wire(),
-                buckets: buckets.to_wire(),
-            },
-        }
-    }
-    fn from_wire(w: WireUpdatePayload) -> Self {
-        match w {
-            WireUpdatePayload::SharedRegion { region, tensors } => UpdatePayload::SharedRegion {
-                region: Mirror::from_wire(region),
-                tensors: Mirror::from_wire(tensors),
-            },
-            WireUpdatePayload::Adapter { name, dir } => UpdatePayload::Adapter {
-                name: name.into(),
-                dir: dir.into(),
-            },
-            WireUpdatePayload::CheckpointDir { dir } => {
-                UpdatePayload::CheckpointDir { dir: dir.into() }
-            }
-            WireUpdatePayload::TensorBuckets { group, buckets } => UpdatePayload::TensorBuckets {
-                group: group.into(),
-                buckets: Mirror::from_wire(buckets),
-            },
-        }
+mirror_variants!(UpdatePayload => WireUpdatePayload {
+    SharedRegion { region: SharedRegionRef, tensors: RVec<TensorSpec> },
+    Adapter { name: RString, dir: RString },
+    CheckpointDir { dir: RString },
+    TensorBuckets { group: RString, buckets: RVec<TensorBucket> },
+});
+
+impl From<PluginError> for WirePluginError {
+    fn from(e: PluginError) -> Self {
+        PluginError::to_wire(e)
     }
 }
-from_both!(UpdatePayload, WireUpdatePayload);
 
-/// `Vec<String>` → `RVec<RString>` (tag lists).
-pub fn rstrings(v: Vec<String>) -> RVec<RString> {
-    Mirror::from_wire(v)
+impl From<WirePluginError> for PluginError {
+    fn from(w: WirePluginError) -> Self {
+        PluginError::from_wire(w)
+    }
 }
 
 #[cfg(test)]
@@ -271,11 +265,11 @@ mod tests {
 
     use super::*;
 
-    fn round_trip<T: Mirror + Clone + PartialEq + std::fmt::Debug>(v: T)
+    fn round_trip<T: Mirror<Abi = T> + Clone + PartialEq + std::fmt::Debug>(v: T)
     where
         T::Wire: Serialize + serde::de::DeserializeOwned,
     {
-        let bytes = rmp_serde::to_vec(&v.clone().to_wire()).unwrap();
+        let bytes = rmp_serde::to_vec(&T::to_wire(v.clone())).unwrap();
         let back: T::Wire = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(T::from_wire(back), v);
     }

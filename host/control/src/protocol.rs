@@ -6,13 +6,18 @@
 //! controller sends [`ToWorker::Call`]s with increasing ids and the worker answers each with a
 //! [`ToController::Reply`] carrying the same id; replies may come back out of order (an
 //! engine serves calls concurrently). [`Call::Exit`] ends the session.
+//!
+//! The role calls and their replies ([`EngineCall`], [`EngineReply`], [`TrainerCall`],
+//! [`TrainerReply`]) are generated from the [role table](crate::roles).
 
-use super::mirror::*;
-use super::packed;
+use crate::mirror::{Mirror, WirePluginError};
+use crate::roles::vocabulary::*;
 use serde::{Deserialize, Serialize};
+use tandem_plugin_api::PluginError;
 
-/// Version of this protocol; a worker of another build is refused at the hello.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of this protocol; a worker of another build is refused at the hello. 2: role calls
+/// and replies generated from the role table (struct variants; replies per role and method).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Role of a worker process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -46,9 +51,17 @@ pub enum ToWorker {
     /// The hello was accepted.
     Welcome,
     /// The hello was refused; the connection closes after this.
-    Rejected { reason: String },
+    Rejected {
+        /// Why, for the worker's error.
+        reason: String,
+    },
     /// A call to answer with a [`ToController::Reply`] of the same id.
-    Call { id: u64, call: Call },
+    Call {
+        /// Matches the reply to the call.
+        id: u64,
+        /// What to do.
+        call: Call,
+    },
 }
 
 /// Worker → controller.
@@ -56,30 +69,44 @@ pub enum ToWorker {
 pub enum ToController {
     /// First frame of every connection.
     Hello {
+        /// The worker's [`PROTOCOL_VERSION`].
         protocol: u32,
+        /// The run's token.
         token: String,
+        /// The worker's role.
         role: Role,
+        /// The worker's rank within its role.
         rank: u32,
+        /// The worker's process id (the launcher claims only the pid it spawned).
         pid: u32,
     },
     /// The component was constructed; calls may come.
-    Ready { component: String },
+    Ready {
+        /// The component's name.
+        component: String,
+    },
     /// The component could not be constructed; the worker exits after this.
     StartFailed {
+        /// What the worker was doing (empty when the error says it).
         context: String,
+        /// The error.
         error: WirePluginError,
     },
     /// The answer to the call with this id.
     Reply {
+        /// The call's id.
         id: u64,
+        /// The method's result, or the plugin's error.
         result: Result<Reply, WirePluginError>,
     },
 }
 
-/// A call: one role-trait method, or the end of the session.
+/// A call: one role method (the [role table](crate::roles)), or the end of the session.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Call {
+    /// An engine method.
     Engine(EngineCall),
+    /// A trainer method.
     Trainer(TrainerCall),
     /// Answer, then exit the worker process with status 0.
     Exit,
@@ -94,116 +121,191 @@ impl Call {
             Call::Exit => "exit",
         }
     }
-}
 
-/// One [`tandem_plugin_api::traits::InferenceEngine`] method with its arguments.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum EngineCall {
-    Start,
-    Health,
-    Shutdown,
-    Generate(WireGenerateRequest),
-    Score(#[serde(with = "packed::nested")] Vec<Vec<u32>>),
-    PauseGeneration(WirePauseMode),
-    ContinueGeneration,
-    FlushCache,
-    ReleaseMemory(Vec<String>),
-    ResumeMemory(Vec<String>),
-    ApplyWeightUpdate(WireWeightUpdate),
-    LoadAdapter { name: String, dir: String },
-    UnloadAdapter(String),
-    Stats,
-}
-
-impl EngineCall {
-    /// The trait method's name.
-    pub fn name(&self) -> &'static str {
+    /// Whether the call gets the short timeout: it only reads state (`health`, `stats`), or it
+    /// is `exit`.
+    pub fn quick(&self) -> bool {
         match self {
-            EngineCall::Start => "start",
-            EngineCall::Health => "health",
-            EngineCall::Shutdown => "shutdown",
-            EngineCall::Generate(_) => "generate",
-            EngineCall::Score(_) => "score",
-            EngineCall::PauseGeneration(_) => "pause_generation",
-            EngineCall::ContinueGeneration => "continue_generation",
-            EngineCall::FlushCache => "flush_cache",
-            EngineCall::ReleaseMemory(_) => "release_memory",
-            EngineCall::ResumeMemory(_) => "resume_memory",
-            EngineCall::ApplyWeightUpdate(_) => "apply_weight_update",
-            EngineCall::LoadAdapter { .. } => "load_adapter",
-            EngineCall::UnloadAdapter(_) => "unload_adapter",
-            EngineCall::Stats => "stats",
+            Call::Engine(c) => c.quick(),
+            Call::Trainer(c) => c.quick(),
+            Call::Exit => true,
         }
     }
 }
 
-/// One [`tandem_plugin_api::traits::Trainer`] method with its arguments.
-#[derive(Debug, Serialize, Deserialize)]
-pub enum TrainerCall {
-    Init,
-    ComputeLogprobs {
-        batch: WireTrainBatch,
-        which: WireWhichWeights,
-    },
-    TrainStep(WireTrainBatch),
-    Snapshot(String),
-    Restore(String),
-    SaveCheckpoint(String),
-    LoadCheckpoint(String),
-    ExportWeightUpdate(WireUpdateKind),
-    Offload(Vec<String>),
-    Onload(Vec<String>),
-    Stats,
-}
-
-impl TrainerCall {
-    /// The trait method's name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            TrainerCall::Init => "init",
-            TrainerCall::ComputeLogprobs { .. } => "compute_logprobs",
-            TrainerCall::TrainStep(_) => "train_step",
-            TrainerCall::Snapshot(_) => "snapshot",
-            TrainerCall::Restore(_) => "restore",
-            TrainerCall::SaveCheckpoint(_) => "save_checkpoint",
-            TrainerCall::LoadCheckpoint(_) => "load_checkpoint",
-            TrainerCall::ExportWeightUpdate(_) => "export_weight_update",
-            TrainerCall::Offload(_) => "offload",
-            TrainerCall::Onload(_) => "onload",
-            TrainerCall::Stats => "stats",
-        }
-    }
-}
-
-/// A successful answer; which variant depends on the call.
+/// A successful answer, of the call's role and method.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Reply {
-    Unit,
-    Health(WireEngineHealth),
-    Generated(WireGenerateResponse),
-    Logprobs(#[serde(with = "packed::nested")] Vec<Vec<f32>>),
-    Updated(WireUpdateReport),
-    Stats(WireComponentStats),
-    TrainerInfo(WireTrainerInfo),
-    Metrics(Vec<WireMetric>),
-    Checkpoint(WireCheckpointInfo),
-    WeightUpdate(WireWeightUpdate),
+    /// The result of an engine method.
+    Engine(EngineReply),
+    /// The result of a trainer method.
+    Trainer(TrainerReply),
+    /// The answer to [`Call::Exit`].
+    Exit,
 }
 
 impl Reply {
-    /// The variant's name, for protocol-error messages.
+    /// The method it answers, for protocol-error messages.
     pub fn kind(&self) -> &'static str {
         match self {
-            Reply::Unit => "unit",
-            Reply::Health(_) => "health",
-            Reply::Generated(_) => "generated",
-            Reply::Logprobs(_) => "logprobs",
-            Reply::Updated(_) => "updated",
-            Reply::Stats(_) => "stats",
-            Reply::TrainerInfo(_) => "trainer_info",
-            Reply::Metrics(_) => "metrics",
-            Reply::Checkpoint(_) => "checkpoint",
-            Reply::WeightUpdate(_) => "weight_update",
+            Reply::Engine(r) => r.name(),
+            Reply::Trainer(r) => r.name(),
+            Reply::Exit => "exit",
         }
+    }
+}
+
+/// Generates, per role of the table: the call enum (`name`, `quick`, `dispatch`) and the
+/// reply enum (`name`).
+macro_rules! role_protocol {
+    (@quick) => { false };
+    (@quick quick) => { true };
+    ($(
+        $(#[$role_doc:meta])*
+        $Role:ident {
+            receiver: $receiver:ty,
+            abi: $Abi:ty,
+            call: $Call:ident,
+            reply: $Reply:ident,
+            remote: $Remote:ident $(,)?
+        } {$(
+            $(#[$doc:meta])*
+            $V:ident $name:ident ($($arg:ident: $spec:ty $(as $host:ty)?),* $(,)?)
+                -> $ret:ty $(as $ret_host:ty)? $([$speed:ident])?;
+        )*}
+    )*) => {$(
+        #[doc = concat!("A call of one `", stringify!($Role), "` method, arguments as on the wire.")]
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum $Call {$(
+            $(#[$doc])*
+            $V {$(
+                #[doc = concat!("`", stringify!($arg), "`")]
+                $arg: <$spec as Mirror>::Wire,
+            )*},
+        )*}
+
+        impl $Call {
+            /// The method's name.
+            pub fn name(&self) -> &'static str {
+                match self {$( $Call::$V { .. } => stringify!($name), )*}
+            }
+
+            /// Whether the call gets the short timeout.
+            pub fn quick(&self) -> bool {
+                match self {$( $Call::$V { .. } => role_protocol!(@quick $($speed)?), )*}
+            }
+
+            /// Calls the method on `component` (the worker's side): the arguments from the
+            /// wire to the ABI, the result back.
+            pub fn dispatch(self, component: $Abi) -> Result<$Reply, PluginError> {
+                match self {$(
+                    $Call::$V { $($arg),* } => component
+                        .$name($(<$spec as Mirror>::from_wire($arg)),*)
+                        .into_result()
+                        .map(|r| $Reply::$V(<$ret as Mirror>::to_wire(r))),
+                )*}
+            }
+        }
+
+        #[doc = concat!("The result of one `", stringify!($Role), "` method, as on the wire.")]
+        #[derive(Debug, Serialize, Deserialize)]
+        pub enum $Reply {$(
+            #[doc = concat!("The result of `", stringify!($name), "`.")]
+            $V(<$ret as Mirror>::Wire),
+        )*}
+
+        impl $Reply {
+            /// The name of the method it answers.
+            pub fn name(&self) -> &'static str {
+                match self {$( $Reply::$V(_) => stringify!($name), )*}
+            }
+        }
+    )*};
+}
+
+crate::role_table!(role_protocol);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+
+    use super::*;
+    use crate::packed;
+    use tandem_plugin_api::sdk::{self, EngineImpl};
+
+    /// Scores every token after the first as minus its id; nothing else.
+    struct Scorer;
+
+    impl EngineImpl for Scorer {
+        fn component(&self) -> &str {
+            "scorer"
+        }
+        fn health(&self) -> sdk::Result<EngineHealth> {
+            Ok(EngineHealth {
+                ready: true,
+                weight_version: 0,
+                detail: RString::new(),
+            })
+        }
+        fn score(&self, sequences: Vec<RVec<u32>>) -> sdk::Result<Vec<RVec<f32>>> {
+            let row = |s: &RVec<u32>| s.iter().skip(1).map(|&t| -(t as f32)).collect();
+            Ok(sequences.iter().map(row).collect())
+        }
+    }
+
+    fn through_the_wire<T: Serialize + serde::de::DeserializeOwned>(v: &T) -> T {
+        rmp_serde::from_slice(&rmp_serde::to_vec(v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_table_names_calls_and_marks_only_state_reads_quick() {
+        let quick: Vec<Call> = vec![
+            Call::Engine(EngineCall::Health {}),
+            Call::Engine(EngineCall::Stats {}),
+            Call::Trainer(TrainerCall::Stats {}),
+            Call::Exit,
+        ];
+        let long: Vec<Call> = vec![
+            Call::Engine(EngineCall::Start {}),
+            Call::Engine(EngineCall::LoadAdapter {
+                name: "a".into(),
+                dir: "/a".into(),
+            }),
+            Call::Trainer(TrainerCall::Init {}),
+            Call::Trainer(TrainerCall::Offload { tags: Vec::new() }),
+        ];
+        let names = |calls: &[Call]| calls.iter().map(Call::name).collect::<Vec<_>>();
+        assert_eq!(names(&quick), ["health", "stats", "stats", "exit"]);
+        assert_eq!(names(&long), ["start", "load_adapter", "init", "offload"]);
+        assert!(quick.iter().all(Call::quick));
+        assert!(!long.iter().any(Call::quick));
+    }
+
+    #[test]
+    fn a_call_crosses_the_wire_and_dispatches_to_the_abi_method() {
+        let engine = sdk::engine_box(Scorer);
+        let call = EngineCall::Score {
+            sequences: Rows(vec![vec![1, 2, 3], vec![4]]),
+        };
+        let call = through_the_wire(&call);
+        let reply = through_the_wire(&call.dispatch(&engine).unwrap());
+        let EngineReply::Score(Rows(rows)) = reply else {
+            panic!("{reply:?}");
+        };
+        assert_eq!(rows, [vec![-2.0, -3.0], vec![]]);
+        // A method the engine does not implement is the plugin's error, not a reply.
+        let err = EngineCall::FlushCache {}.dispatch(&engine).unwrap_err();
+        assert_eq!(err.code, tandem_plugin_api::ErrorCode::NotSupported);
+    }
+
+    #[test]
+    fn rows_travel_exactly_as_nested_packed_vectors() {
+        #[derive(Serialize)]
+        struct Nested(#[serde(with = "packed::nested")] Vec<Vec<u32>>);
+        let v = vec![vec![1u32, 70_000], vec![], vec![u32::MAX]];
+        assert_eq!(
+            rmp_serde::to_vec(&Rows(v.clone())).unwrap(),
+            rmp_serde::to_vec(&Nested(v)).unwrap()
+        );
     }
 }

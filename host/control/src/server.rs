@@ -229,9 +229,11 @@ pub fn connect(
     timeout: Duration,
 ) -> Result<TcpStream, ControlError> {
     let ctx = || format!("control plane: connecting to the controller at {addr}");
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| {
-        ControlError::io(ctx(), format!("{e} (help: is `tandem run` still running?)"))
-    })?;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| ControlError::Unreachable {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
     let _ = stream.set_nodelay(true);
     let hello = ToController::Hello {
         protocol: PROTOCOL_VERSION,

@@ -26,10 +26,10 @@ use tandem_control::Role;
 use tandem_plugin_api::ComponentKind;
 use tandem_rl::bridge::BridgeDriver;
 use tandem_rl::warmstart::create_preset;
-use tandem_runtime::RuntimeError;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 use tandem_runtime::worker::WorkerSpec;
+use tandem_runtime::{Message, RuntimeError};
 
 const BENCH: &str = "bridges";
 const LORA_TRAINER: &str = r#"{"lora": {"rank": 16, "alpha": 32.0, "seed": 1}, "digest": false}"#;
@@ -40,8 +40,8 @@ const FULL_TRAINER: &str = r#"{"digest": false}"#;
 pub enum VllmRows {
     /// The measured figures.
     Figures(Vec<Figure>),
-    /// Why the rows were not measured (vLLM or the plugin is not available).
-    Skipped(String),
+    /// Why the rows were not measured (vLLM or the plugin is not available), and what to do.
+    Skipped(Message),
 }
 
 fn rt(what: &str) -> impl Fn(String) -> CliError + '_ {
@@ -50,34 +50,38 @@ fn rt(what: &str) -> impl Fn(String) -> CliError + '_ {
 
 /// Whether the rows can run: `$TANDEM_PYTHON` names a file and the plugin directories
 /// (`cli_dirs`, then `TANDEM_PLUGIN_PATH`) provide the engine `vllm`.
-fn available(cli_dirs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+fn available(cli_dirs: &[PathBuf]) -> Result<Vec<PathBuf>, Message> {
+    let why = |text: String, help: &str| Message {
+        text,
+        help: Some(help.to_owned()),
+    };
     let Some(py) = std::env::var_os("TANDEM_PYTHON") else {
-        return Err("TANDEM_PYTHON is unset (help: export TANDEM_PYTHON=$(bash \
-                    scripts/setup-python.sh | tail -1))"
-            .into());
+        return Err(why(
+            "TANDEM_PYTHON is unset".into(),
+            "export TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1)",
+        ));
     };
     if !Path::new(&py).is_file() {
-        return Err(format!(
-            "TANDEM_PYTHON={} is not a file (help: bash scripts/setup-python.sh prints the venv's python)",
-            Path::new(&py).display()
+        return Err(why(
+            format!("TANDEM_PYTHON={} is not a file", Path::new(&py).display()),
+            "bash scripts/setup-python.sh prints the venv's python",
         ));
     }
     let dirs = tandem_runtime::registry::plugin_dirs(cli_dirs, &[]);
     let registry = tandem_runtime::registry::Registry::discover(&dirs).map_err(|errs| {
         let first = errs.first().map(ToString::to_string).unwrap_or_default();
-        format!("the plugin directories do not load: {first}")
+        Message::from(format!("the plugin directories do not load: {first}"))
     })?;
     if !registry
         .component_names(ComponentKind::Engine)
         .iter()
         .any(|n| n == "vllm")
     {
-        return Err(
-            "no plugin provides the engine `vllm` (help: cargo build -p \
-                    tandem-plugin-vllm, copy libtandem_vllm.so into a directory of its own and \
-                    name it with --plugin-dir or TANDEM_PLUGIN_PATH)"
-                .into(),
-        );
+        return Err(why(
+            "no plugin provides the engine `vllm`".into(),
+            "cargo build -p tandem-plugin-vllm, copy libtandem_vllm.so into a directory of its \
+             own and name it with --plugin-dir or TANDEM_PLUGIN_PATH",
+        ));
     }
     Ok(dirs)
 }

@@ -23,6 +23,7 @@ pub enum BenchName {
     Bridges,
 }
 
+/// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
 pub fn run(
     plugin_dirs: &[PathBuf],
     name: BenchName,
@@ -40,6 +41,7 @@ pub fn run(
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {
                 VllmRows::Figures(v) => figures.extend(v),
                 VllmRows::Skipped(why) => {
+                    let why = tandem_runtime::error::render(&why.text, why.help.as_deref());
                     eprintln!("tandem bench bridges: vLLM rows skipped: {why}");
                 }
             }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use tandem_control::channel::Channel;
 use tandem_control::frame::{self, MAX_FRAME_BYTES};
 use tandem_control::mirror::{
-    WireCompletion, WireEngineHealth, WireFinishReason, WireGenerateResponse,
+    Mirror, WireCompletion, WireEngineHealth, WireFinishReason, WireGenerateResponse,
 };
-use tandem_control::protocol::{Call, EngineCall, Reply, ToController, ToWorker};
+use tandem_control::protocol::{Call, EngineCall, EngineReply, Reply, ToController, ToWorker};
 use tandem_plugin_api::{GenerateRequest, RVec, SamplingParams};
 
 /// Sequences and tokens per sequence of the bulk case.
@@ -42,7 +42,7 @@ fn pair() -> Result<(TcpStream, TcpStream), CliError> {
 fn fake_worker(mut s: TcpStream) {
     while let Ok(ToWorker::Call { id, call }) = frame::read(&mut s, MAX_FRAME_BYTES) {
         let reply = match call {
-            Call::Engine(EngineCall::Generate(req)) => {
+            Call::Engine(EngineCall::Generate { request: req }) => {
                 let n = req.sampling.max_tokens as usize;
                 let completions = req
                     .prompts
@@ -55,16 +55,16 @@ fn fake_worker(mut s: TcpStream) {
                         hidden_dim: 0,
                     })
                     .collect();
-                Reply::Generated(WireGenerateResponse {
+                Reply::Engine(EngineReply::Generate(WireGenerateResponse {
                     completions,
                     weight_version: 0,
-                })
+                }))
             }
-            _ => Reply::Health(WireEngineHealth {
+            _ => Reply::Engine(EngineReply::Health(WireEngineHealth {
                 ready: true,
                 weight_version: 0,
                 detail: String::new(),
-            }),
+            })),
         };
         let answer = ToController::Reply {
             id,
@@ -116,7 +116,7 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
     let worker = std::thread::spawn(move || fake_worker(b));
     let channel = Channel::new(a, "bench worker".into(), None)?;
     let timeout = Duration::from_secs(60);
-    let health = || Call::Engine(EngineCall::Health);
+    let health = || Call::Engine(EngineCall::Health {});
     let call_rt = time(calls, || {
         channel
             .call(health(), timeout)
@@ -134,7 +134,10 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
         },
         adapter: None.into(),
     };
-    let generate = || Call::Engine(EngineCall::Generate(request.clone().into()));
+    let generate = || {
+        let request = GenerateRequest::to_wire(request.clone());
+        Call::Engine(EngineCall::Generate { request })
+    };
     let bulk_t = time(bulks, || {
         channel
             .call(generate(), timeout)

@@ -18,9 +18,6 @@ mod remote;
 pub use monitor::WorkerExit;
 pub use remote::{CallTimeouts, RemoteEngine, RemoteTrainer};
 
-use tandem_control::frame::{self, FrameError};
-use tandem_control::protocol::{Role, ToController};
-use tandem_control::{Channel, ControlServer, PeerLife};
 use crate::error::RuntimeError;
 use crate::worker::WorkerSpec;
 use monitor::WorkerProc;
@@ -33,6 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tandem_control::frame::{self, FrameError};
+use tandem_control::protocol::{Role, ToController};
+use tandem_control::{Channel, ControlServer, PeerLife};
 
 /// Environment variable carrying the run token to the workers.
 pub const TOKEN_ENV: &str = "TANDEM_CONTROL_TOKEN";
@@ -134,7 +134,10 @@ impl LocalLauncher {
     }
 
     /// Starts engine workers (all processes first, then waits for each to be ready).
-    pub fn spawn_engines(&mut self, specs: &[WorkerSpec]) -> Result<Vec<RemoteEngine>, RuntimeError> {
+    pub fn spawn_engines(
+        &mut self,
+        specs: &[WorkerSpec],
+    ) -> Result<Vec<RemoteEngine>, RuntimeError> {
         let t = self.opts.timeouts;
         self.spawn_all(Role::Engine, specs).map(|v| {
             v.into_iter()
@@ -156,7 +159,11 @@ impl LocalLauncher {
         })
     }
 
-    fn spawn_all(&mut self, role: Role, specs: &[WorkerSpec]) -> Result<Vec<Started>, RuntimeError> {
+    fn spawn_all(
+        &mut self,
+        role: Role,
+        specs: &[WorkerSpec],
+    ) -> Result<Vec<Started>, RuntimeError> {
         if let Some(s) = specs.iter().find(|s| s.role != role) {
             return Err(RuntimeError::usage(format!(
                 "spec for {} rank {} passed to spawn {role}s",
@@ -282,10 +289,9 @@ impl LocalLauncher {
         let deadline = Instant::now() + self.opts.startup_timeout;
         let failed = |why: String| RuntimeError::runtime(format!("{name} failed to start: {why}"));
         let not_ready = || {
-            failed(format!(
-                "not ready within {} s (help: raise the startup timeout or read the worker's log)",
-                self.opts.startup_timeout.as_secs()
-            ))
+            let secs = self.opts.startup_timeout.as_secs();
+            failed(format!("not ready within {secs} s"))
+                .with_help("raise the startup timeout or read the worker's log")
         };
         let accepted = loop {
             match self.server.claim(proc.role, proc.rank, monitor::POLL) {

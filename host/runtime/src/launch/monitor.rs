@@ -5,7 +5,6 @@
 //! log, and fails the worker's [`Channel`] so pending calls return at once. The same report
 //! answers [`PeerLife::explain_exit`] when a channel's reader sees the socket close first.
 
-use tandem_control::{Channel, PeerLife, Role};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -14,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use tandem_control::{Channel, PeerLife, Role};
 
 /// How often the monitor polls the children.
 pub(crate) const POLL: Duration = Duration::from_millis(100);

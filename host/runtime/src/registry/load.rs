@@ -75,9 +75,7 @@ pub enum LoadError {
         message: String,
     },
     /// Two plugins with the same name.
-    #[error(
-        "two plugins are named `{name}`: {first} and {second}"
-    )]
+    #[error("two plugins are named `{name}`: {first} and {second}")]
     Duplicate {
         /// Plugin name.
         name: String,
@@ -87,9 +85,7 @@ pub enum LoadError {
         second: String,
     },
     /// Two plugins provide a component with the same kind and name.
-    #[error(
-        "two plugins provide the {kind} `{name}`: {first} and {second}"
-    )]
+    #[error("two plugins provide the {kind} `{name}`: {first} and {second}")]
     DuplicateComponent {
         /// Component kind.
         kind: &'static str,
@@ -129,7 +125,9 @@ impl LoadError {
             LoadError::Duplicate { .. } | LoadError::DuplicateComponent { .. } => {
                 "remove one of them from the plugin directories".into()
             }
-            LoadError::Dir { .. } => "check --plugin-dir, [plugins] dirs and TANDEM_PLUGIN_PATH".into(),
+            LoadError::Dir { .. } => {
+                "check --plugin-dir, [plugins] dirs and TANDEM_PLUGIN_PATH".into()
+            }
             LoadError::Manifest { .. } => return None,
         })
     }

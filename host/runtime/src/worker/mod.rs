@@ -15,8 +15,6 @@
 
 mod serve;
 
-use tandem_control::protocol::{Role, ToController};
-use tandem_control::{self as control, frame, mirror::WirePluginError};
 use crate::error::RuntimeError;
 use crate::registry::Registry;
 use crate::services::Services;
@@ -24,6 +22,8 @@ use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tandem_control::protocol::{Role, ToController};
+use tandem_control::{self as control, frame, mirror::WirePluginError};
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{ComponentConfig, EngineBox, ErrorCode, PluginError, TrainerBox};
 
@@ -109,10 +109,8 @@ impl WorkerSpec {
             source,
         })?;
         serde_json::from_str(&text).map_err(|e| {
-            RuntimeError::usage(format!(
-                "{}: invalid worker spec: {e} (help: worker specs are written by `tandem run`)",
-                path.display()
-            ))
+            RuntimeError::usage(format!("{}: invalid worker spec: {e}", path.display()))
+                .with_help("worker specs are written by `tandem run`")
         })
     }
 }
@@ -127,9 +125,10 @@ pub(crate) enum Component {
 pub fn run(args: WorkerArgs) -> Result<(), RuntimeError> {
     let token = std::env::var(&args.token_env).map_err(|_| {
         RuntimeError::usage(format!(
-            "worker: environment variable `{}` (--token-env) is not set (help: workers are started by `tandem run`, which sets it)",
+            "worker: environment variable `{}` (--token-env) is not set",
             args.token_env
         ))
+        .with_help("workers are started by `tandem run`, which sets it")
     })?;
     let mut stream = control::connect(args.control, &token, args.role, args.rank, CONNECT_TIMEOUT)?;
     tracing::info!(
@@ -153,8 +152,9 @@ pub fn run(args: WorkerArgs) -> Result<(), RuntimeError> {
         }
     };
     let ready = ToController::Ready { component: name };
-    frame::write(&mut stream, &ready)
-        .map_err(|e| RuntimeError::runtime(format!("worker: sending ready to the controller: {e}")))?;
+    frame::write(&mut stream, &ready).map_err(|e| {
+        RuntimeError::runtime(format!("worker: sending ready to the controller: {e}"))
+    })?;
     serve::serve(stream, component, &services)
 }
 
@@ -192,13 +192,14 @@ fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, Strin
     let spec = WorkerSpec::read(&args.spec)?;
     if spec.role != args.role || spec.rank != args.rank {
         return Err(RuntimeError::usage(format!(
-            "{}: the spec is for {} rank {}, but this worker is {} rank {} (help: pass the spec the launcher wrote for this rank)",
+            "{}: the spec is for {} rank {}, but this worker is {} rank {}",
             args.spec.display(),
             spec.role,
             spec.rank,
             args.role,
             args.rank
-        )));
+        ))
+        .with_help("pass the spec the launcher wrote for this rank"));
     }
     let registry = Registry::discover(&spec.plugin_dirs).map_err(RuntimeError::Plugins)?;
     let config = spec.component_config();
@@ -210,7 +211,7 @@ fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, Strin
 }
 
 /// A start failure as (context, plugin error) for the wire; user errors keep `InvalidInput`
-/// so the controller's exit code stays 2.
+/// so the controller's exit code stays 2, and the error's help travels as the plugin error's.
 fn start_failure(err: &RuntimeError) -> (String, WirePluginError) {
     match err {
         RuntimeError::Plugin { context, source } => (context.clone(), source.clone().into()),
@@ -221,7 +222,25 @@ fn start_failure(err: &RuntimeError) -> (String, WirePluginError) {
                 ErrorCode::Runtime
             };
             let message = other.to_string().lines().collect::<Vec<_>>().join("; ");
-            (String::new(), PluginError::new(code, message).into())
+            let mut error = PluginError::new(code, message);
+            if let Some(help) = other.help() {
+                error = error.with_help(help);
+            }
+            (String::new(), error.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_start_failure_keeps_its_code_and_its_help() {
+        let err = super::RuntimeError::usage("bad spec").with_help("pass the right one");
+        let (context, error) = super::start_failure(&err);
+        let error = super::PluginError::from(error);
+        assert_eq!(context, "");
+        assert_eq!(error.code, super::ErrorCode::InvalidInput);
+        assert_eq!(error.message.as_str(), "bad spec");
+        assert_eq!(error.help.as_str(), "pass the right one");
     }
 }

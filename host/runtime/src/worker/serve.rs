@@ -1,4 +1,5 @@
-//! The worker's call loop: each call maps 1:1 to a role-trait method.
+//! The worker's call loop: each call maps 1:1 to a role method, and its `dispatch` (generated
+//! from the role table, `tandem_control::roles`) calls the ABI method.
 //!
 //! Engine calls run concurrently, one thread each (the engine trait is `&self` and
 //! `Send + Sync`: the controller pauses an engine while a `generate` is in flight). Trainer
@@ -6,18 +7,16 @@
 //! Replies share the socket behind a mutex; a frame is written whole, so they never interleave.
 
 use super::Component;
-use tandem_control::frame::{self, FrameError, MAX_FRAME_BYTES};
-use tandem_control::mirror::{Mirror, WirePluginError, rstrings};
-use tandem_control::protocol::{Call, EngineCall, Reply, ToController, ToWorker, TrainerCall};
 use crate::error::RuntimeError;
 use crate::services::Services;
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use tandem_plugin_api::{
-    EngineBox, PResult, PluginError, RString, RVec, TrainerBox, UpdateKind, WhichWeights,
-};
+use tandem_control::frame::{self, FrameError, MAX_FRAME_BYTES};
+use tandem_control::mirror::WirePluginError;
+use tandem_control::protocol::{Call, Reply, ToController, ToWorker, TrainerCall};
+use tandem_plugin_api::{PluginError, TrainerBox};
 
 type Outcome = Result<Reply, WirePluginError>;
 
@@ -77,7 +76,7 @@ pub(super) fn serve(
             (Call::Exit, _, _) => {
                 tracing::info!("the controller asked this worker to exit");
                 services.cancel();
-                replier.send(id, Ok(Reply::Unit));
+                replier.send(id, Ok(Reply::Exit));
                 return Ok(());
             }
             (Call::Engine(c), Some(engine), _) => {
@@ -85,7 +84,10 @@ pub(super) fn serve(
                 let op = c.name();
                 let spawned = std::thread::Builder::new()
                     .name(format!("call-{op}"))
-                    .spawn(move || r.send(id, engine_call(&engine, c)));
+                    .spawn(move || {
+                        let result = c.dispatch(&engine).map(Reply::Engine);
+                        r.send(id, result.map_err(Into::into));
+                    });
                 if let Err(e) = spawned {
                     let err = PluginError::runtime(format!("worker: cannot start a thread: {e}"));
                     replier.send(id, Err(err.into()));
@@ -93,9 +95,7 @@ pub(super) fn serve(
             }
             (Call::Trainer(c), _, Some(queue)) => {
                 if queue.send((id, c)).is_err() {
-                    return Err(RuntimeError::runtime(
-                        "worker: the trainer thread ended",
-                    ));
+                    return Err(RuntimeError::runtime("worker: the trainer thread ended"));
                 }
             }
             (call, _, _) => {
@@ -118,7 +118,8 @@ fn trainer_thread(
         .name("trainer".into())
         .spawn(move || {
             for (id, call) in rx {
-                replier.send(id, trainer_call(&mut trainer, call));
+                let result = call.dispatch(&mut trainer).map(Reply::Trainer);
+                replier.send(id, result.map_err(Into::into));
             }
         })
         .map_err(|source| RuntimeError::Io {
@@ -126,65 +127,4 @@ fn trainer_thread(
             source,
         })?;
     Ok(tx)
-}
-
-fn reply<T>(r: PResult<T>, f: impl FnOnce(T) -> Reply) -> Outcome {
-    r.into_result().map(f).map_err(Into::into)
-}
-
-fn unit(r: PResult<()>) -> Outcome {
-    reply(r, |()| Reply::Unit)
-}
-
-fn engine_call(e: &EngineBox, call: EngineCall) -> Outcome {
-    match call {
-        EngineCall::Start => unit(e.start()),
-        EngineCall::Health => reply(e.health(), |h| Reply::Health(h.into())),
-        EngineCall::Shutdown => unit(e.shutdown()),
-        EngineCall::Generate(req) => reply(e.generate(req.into()), |r| Reply::Generated(r.into())),
-        EngineCall::Score(seqs) => reply(e.score(Mirror::from_wire(seqs)), |l| {
-            Reply::Logprobs(l.to_wire())
-        }),
-        EngineCall::PauseGeneration(mode) => unit(e.pause_generation(mode.into())),
-        EngineCall::ContinueGeneration => unit(e.continue_generation()),
-        EngineCall::FlushCache => unit(e.flush_cache()),
-        EngineCall::ReleaseMemory(tags) => unit(e.release_memory(rstrings(tags))),
-        EngineCall::ResumeMemory(tags) => unit(e.resume_memory(rstrings(tags))),
-        EngineCall::ApplyWeightUpdate(u) => reply(e.apply_weight_update(u.into()), |r| {
-            Reply::Updated(r.into())
-        }),
-        EngineCall::LoadAdapter { name, dir } => unit(e.load_adapter(name.into(), dir.into())),
-        EngineCall::UnloadAdapter(name) => unit(e.unload_adapter(name.into())),
-        EngineCall::Stats => reply(e.stats(), |s| Reply::Stats(s.into())),
-    }
-}
-
-fn trainer_call(t: &mut TrainerBox, call: TrainerCall) -> Outcome {
-    let s = RString::from;
-    match call {
-        TrainerCall::Init => reply(t.init(), |i| Reply::TrainerInfo(i.into())),
-        TrainerCall::ComputeLogprobs { batch, which } => reply(
-            t.compute_logprobs(batch.into(), WhichWeights::from(which)),
-            |l: RVec<RVec<f32>>| Reply::Logprobs(l.to_wire()),
-        ),
-        TrainerCall::TrainStep(batch) => {
-            reply(t.train_step(batch.into()), |m| Reply::Metrics(m.to_wire()))
-        }
-        TrainerCall::Snapshot(name) => unit(t.snapshot(s(name))),
-        TrainerCall::Restore(name) => unit(t.restore(s(name))),
-        TrainerCall::SaveCheckpoint(dir) => {
-            reply(t.save_checkpoint(s(dir)), |c| Reply::Checkpoint(c.into()))
-        }
-        TrainerCall::LoadCheckpoint(dir) => {
-            reply(t.load_checkpoint(s(dir)), |c| Reply::Checkpoint(c.into()))
-        }
-        TrainerCall::ExportWeightUpdate(kind) => {
-            reply(t.export_weight_update(UpdateKind::from(kind)), |u| {
-                Reply::WeightUpdate(u.into())
-            })
-        }
-        TrainerCall::Offload(tags) => unit(t.offload(rstrings(tags))),
-        TrainerCall::Onload(tags) => unit(t.onload(rstrings(tags))),
-        TrainerCall::Stats => reply(t.stats(), |s| Reply::Stats(s.into())),
-    }
 }
