@@ -1,6 +1,6 @@
 """The policy and SFT losses — the same definition as the native trainer's.
 
-The one written definition is ``plugins/native/src/loss.rs`` (module doc); this is its torch
+The one written definition is ``plugins/native/core/src/loss.rs`` (module doc); this is its torch
 form. For every counted token ``i`` (a completion token, as a target) with new logprob
 ``lp``, behaviour logprob ``old``, advantage ``A`` and reference logprob ``ref``::
 
