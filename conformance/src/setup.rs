@@ -37,7 +37,7 @@ impl Source {
             Source::Library(path) => {
                 if !path.is_file() {
                     return Err(format!(
-                        "{}: no such plugin library (help: build it first, e.g. `cargo build --workspace`)",
+                        "{}: no such plugin library; build it first, e.g. `cargo build --workspace`",
                         path.display()
                     ));
                 }

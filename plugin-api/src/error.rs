@@ -119,7 +119,7 @@ impl fmt::Display for PluginError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} [{}]", self.message, self.code.as_str())?;
         if !self.help.is_empty() {
-            write!(f, " (help: {})", self.help)?;
+            write!(f, " (help: {})", self.help)?; // tidy: help-format
         }
         Ok(())
     }

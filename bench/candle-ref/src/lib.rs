@@ -11,6 +11,8 @@
 //! This crate is outside the workspace so that a plain `cargo build --workspace` never
 //! compiles candle.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod infer;
 mod train;

@@ -11,6 +11,8 @@
 //! limit of each figure (targets: decode ≥ 1.0× candle, train step ≤ 1.0× candle's time);
 //! without it the limits are the machine bounds (memcpy bandwidth or GEMM rate for decode, GEMM
 //! rate for training). Presets default to `tiny small`, modes to both. Progress goes to stderr.
+
+#![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 #[cfg(feature = "candle")]

@@ -2,6 +2,8 @@
 //! run. [`table`] renders them as an aligned table; [`write_json_lines`] as one JSON object per
 //! figure, `{"bench", "case", "value", "unit", "limit", "ratio", "limit_name", "target"}` (a
 //! non-finite number is `null`). Shared by `tandem bench` and the bench crates.
+
+#![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::io::Write;

@@ -2,6 +2,8 @@
 //! subcommand, logging, and the benchmarks behind `tandem bench`. The binary (`app/`) links
 //! it with the built-in plugins and calls [`main`].
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 mod check;
 pub mod error;

@@ -27,6 +27,8 @@
 //! A broadcast to many workers is a loop of calls; if fan-out ever dominates, it belongs on the
 //! data plane (`tandem-transport` collectives), not here.
 
+#![forbid(unsafe_code)]
+
 pub mod channel;
 pub mod error;
 pub mod frame;

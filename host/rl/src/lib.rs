@@ -12,6 +12,8 @@
 //! - [`bridge`]: the weight-bridge driver (`ipc`, `lora`, `checkpoint`).
 //! - [`task`]: built-in verifiable tasks and rewards.
 
+#![forbid(unsafe_code)]
+
 pub mod bridge;
 pub mod checkpoint;
 pub mod config;

@@ -5,6 +5,8 @@
 //! handles and by [`Local`] components), and the engine lifecycle machine every caller checks
 //! ([`orchestrator`]).
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod launch;
 pub mod orchestrator;

@@ -1,3 +1,5 @@
+//! Tests of the built-in tasks: problems are pure functions of (seed, i), answers and rewards.
+
 #![allow(clippy::unwrap_used)]
 
 use super::*;
