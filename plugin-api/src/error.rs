@@ -4,6 +4,7 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{RResult, RString};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Result type of every fallible call across the plugin boundary.
@@ -11,7 +12,7 @@ pub type PResult<T> = RResult<T, PluginError>;
 
 /// Broad class of a plugin error; the host maps it to exit codes and retry decisions.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     /// The caller passed something invalid (bad config, bad batch, unknown name).
     InvalidInput,
@@ -58,7 +59,7 @@ impl ErrorCode {
 
 /// The error record every plugin call returns on failure.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct PluginError {
     /// Broad class of the error.
     pub code: ErrorCode,

@@ -6,7 +6,9 @@
 //!
 //! Layers, from the wire up:
 //! - [`error`]: the error record `{code, message, help}` every call returns on failure.
-//! - [`types`]: FFI-safe data (token batches, sampling params, results, weight updates, stats).
+//! - [`types`]: FFI-safe data (token batches, sampling params, results, weight updates, stats);
+//!   the data that travels between host processes also derives serde, its numeric vectors
+//!   through [`wire`] (byte blobs).
 //! - [`caps`]: what a plugin declares about its components before anything runs.
 //! - [`traits`]: the `#[sabi_trait]` role traits and the [`traits::HostServices`] handle.
 //! - [`module`]: the append-only root module every plugin library exports.
@@ -25,6 +27,7 @@ pub mod module;
 pub mod sdk;
 pub mod traits;
 pub mod types;
+pub mod wire;
 
 pub use abi_stable;
 pub use abi_stable::std_types::{ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec};

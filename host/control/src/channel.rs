@@ -234,7 +234,7 @@ fn read_loop(mut stream: TcpStream, inner: &Inner) {
                     tracing::debug!("{}: dropped a late reply to call {id}", inner.peer);
                     continue;
                 };
-                let _ = waiter.try_send(result.map_err(|e| Lost::Plugin(e.into())));
+                let _ = waiter.try_send(result.map_err(Lost::Plugin));
             }
             Ok(other) => {
                 let what = format!("unexpected message {other:?}");

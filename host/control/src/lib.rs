@@ -4,8 +4,10 @@
 //! worker, listening on loopback by default. The worker connects and presents the run's random
 //! token in a hello ([`server`]); a peer without it is refused with one log line. After that
 //! the controller sends calls that map 1:1 to the role methods ([`roles`], [`protocol`]), each with
-//! its own timeout, and the worker answers each by id ([`channel`]). ABI values travel as serde
-//! twins (`mirror`); token ids, logprobs and hidden states as packed byte blobs (`packed`).
+//! its own timeout, and the worker answers each by id ([`channel`]). ABI values travel as
+//! themselves (their serde is derived in `tandem-plugin-api`), token ids, logprobs and hidden
+//! states as packed byte blobs (`tandem_plugin_api::wire`, and [`packed::Rows`] for the role
+//! table's bare rows).
 //!
 //! # Why not ZeroMQ
 //!
@@ -32,7 +34,6 @@
 pub mod channel;
 pub mod error;
 pub mod frame;
-pub mod mirror;
 pub mod packed;
 pub mod protocol;
 pub mod roles;

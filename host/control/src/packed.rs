@@ -1,150 +1,207 @@
-//! Numeric vectors as MessagePack `bin` (little-endian bytes) instead of arrays of numbers.
+//! [`Rows`]: the role table's spelling of an `RVec<RVec<T>>` that travels as packed blobs.
 //!
-//! `rmp-serde` decodes an array element by element: a 64 × 1024-token reply took 2.5 ms to
-//! decode as arrays, 73 µs as blobs (release build, measured on the project machine).
-//! Token ids, logprobs and hidden states use this through `#[serde(with = "packed")]` (a
-//! `Vec<T>`), `#[serde(with = "packed::nested")]` (a `Vec<Vec<T>>`), or as [`Rows`] (a
-//! `Vec<Vec<T>>` that is its own wire type: the role table's score and logprob rows).
+//! The ABI data types carry their own serde (derived in `tandem-plugin-api`, with token ids,
+//! logprobs and hidden states as one MessagePack `bin` blob per vector through
+//! [`tandem_plugin_api::wire::packed`]). A bare `RVec<RVec<f32>>` argument or result of a role
+//! method (`score`, `compute_logprobs`) has no field to put `#[serde(with = ...)]` on, so the
+//! table names it `Rows<T>`: a newtype with the bytes of [`packed::nested`], converted to and
+//! from the ABI type (and the host's `Vec<Vec<T>>`) with `From`.
+//!
+//! The tests here also check that ABI values survive the wire and that their numeric vectors
+//! are blobs.
 
-use serde::de::{self, Deserializer, SeqAccess, Visitor};
-use serde::ser::{SerializeSeq, Serializer};
-use std::fmt;
-use std::marker::PhantomData;
+use serde::{Deserializer, Serializer};
+use tandem_plugin_api::RVec;
+use tandem_plugin_api::wire::{Packable, packed};
 
-/// A 4-byte number stored little-endian.
-pub trait Packable: Copy {
-    /// The little-endian bytes.
-    fn to_le(self) -> [u8; 4];
-    /// The number from its little-endian bytes.
-    fn from_le(b: [u8; 4]) -> Self;
-}
-
-impl Packable for u32 {
-    fn to_le(self) -> [u8; 4] {
-        self.to_le_bytes()
-    }
-    fn from_le(b: [u8; 4]) -> Self {
-        u32::from_le_bytes(b)
-    }
-}
-
-impl Packable for f32 {
-    fn to_le(self) -> [u8; 4] {
-        self.to_le_bytes()
-    }
-    fn from_le(b: [u8; 4]) -> Self {
-        f32::from_le_bytes(b)
-    }
-}
-
-fn to_bytes<T: Packable>(v: &[T]) -> Vec<u8> {
-    let mut out = vec![0u8; v.len() * 4];
-    for (c, x) in out.chunks_exact_mut(4).zip(v) {
-        c.copy_from_slice(&x.to_le());
-    }
-    out
-}
-
-fn from_bytes<T: Packable, E: de::Error>(b: &[u8]) -> Result<Vec<T>, E> {
-    if !b.len().is_multiple_of(4) {
-        return Err(E::custom(format!(
-            "packed vector of {} bytes (not 4-byte elements)",
-            b.len()
-        )));
-    }
-    Ok(b.chunks_exact(4)
-        .map(|c| T::from_le([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
-/// Serialises a vector as one byte blob.
-pub fn serialize<T: Packable, S: Serializer>(v: &[T], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_bytes(&to_bytes(v))
-}
-
-struct BlobVisitor<T>(PhantomData<T>);
-
-impl<T: Packable> Visitor<'_> for BlobVisitor<T> {
-    type Value = Vec<T>;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a packed vector (bytes)")
-    }
-    fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<T>, E> {
-        from_bytes(b)
-    }
-}
-
-/// Deserialises a vector written by [`serialize`].
-pub fn deserialize<'de, T: Packable, D: Deserializer<'de>>(d: D) -> Result<Vec<T>, D::Error> {
-    d.deserialize_bytes(BlobVisitor(PhantomData))
-}
-
-/// Rows of numbers that serialise as an array of blobs (what [`nested`] writes).
+/// Rows of numbers that serialise as an array of blobs (what [`packed::nested`] writes).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Rows<T>(pub Vec<Vec<T>>);
+pub struct Rows<T>(pub RVec<RVec<T>>);
 
 impl<T: Packable> serde::Serialize for Rows<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        nested::serialize(&self.0, s)
+        packed::nested::serialize(&self.0, s)
     }
 }
 
 impl<'de, T: Packable> serde::Deserialize<'de> for Rows<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        nested::deserialize(d).map(Rows)
+        packed::nested::deserialize(d).map(Rows)
     }
 }
 
-/// The same for a vector of vectors: an array of blobs.
-pub mod nested {
+impl<T> From<RVec<RVec<T>>> for Rows<T> {
+    fn from(rows: RVec<RVec<T>>) -> Self {
+        Rows(rows)
+    }
+}
+
+impl<T> From<Rows<T>> for RVec<RVec<T>> {
+    fn from(rows: Rows<T>) -> Self {
+        rows.0
+    }
+}
+
+impl<T> From<Vec<Vec<T>>> for Rows<T> {
+    fn from(rows: Vec<Vec<T>>) -> Self {
+        Rows(rows.into_iter().map(RVec::from).collect())
+    }
+}
+
+impl<T> From<Rows<T>> for Vec<Vec<T>> {
+    fn from(rows: Rows<T>) -> Self {
+        rows.0.into_iter().map(RVec::into_vec).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap
+
     use super::*;
+    use serde::{Deserialize, Serialize};
+    use tandem_plugin_api::*;
 
-    /// Serialises each inner vector as one blob.
-    pub fn serialize<T: Packable, S: Serializer>(v: &[Vec<T>], s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(v.len()))?;
-        for inner in v {
-            seq.serialize_element(&Blob(to_bytes(inner)))?;
-        }
-        seq.end()
+    fn round_trip<T>(v: T)
+    where
+        T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let bytes = rmp_serde::to_vec(&v).unwrap();
+        assert_eq!(rmp_serde::from_slice::<T>(&bytes).unwrap(), v);
     }
 
-    /// Bytes that serialise as one blob (not as an array of `u8`).
-    struct Blob(Vec<u8>);
-
-    impl serde::Serialize for Blob {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(&self.0)
+    #[test]
+    fn abi_values_survive_the_wire() {
+        round_trip(GenerateRequest {
+            prompts: vec![RVec::from(vec![1u32, 2]), RVec::new()].into(),
+            sampling: SamplingParams {
+                seed: ROption::RSome(7),
+                stop_token_ids: vec![3u32].into(),
+                ..SamplingParams::default()
+            },
+            adapter: ROption::RSome("lora-v3".into()),
+        });
+        round_trip(GenerateResponse {
+            completions: vec![Completion {
+                tokens: vec![1u32, u32::MAX, 0].into(),
+                logprobs: vec![-0.5f32, -1e-30, f32::NEG_INFINITY].into(),
+                finish_reason: FinishReason::Stop,
+                hidden_states: vec![1.25f32; 6].into(),
+                hidden_dim: 2,
+            }]
+            .into(),
+            weight_version: 9,
+        });
+        round_trip(TrainBatch {
+            sequences: vec![TrainSequence {
+                tokens: vec![5u32, 6, 7].into(),
+                prompt_len: 1,
+                advantage: -0.25,
+                old_logprobs: vec![-0.1f32, -0.2].into(),
+                ref_logprobs: RVec::new(),
+            }]
+            .into(),
+            loss: LossConfig {
+                kind: LossKind::Grpo,
+                clip_eps_low: 0.2,
+                clip_eps_high: 0.28,
+                kl_coef: 0.0,
+                learning_rate: 1e-3,
+                grad_clip: 1.0,
+            },
+        });
+        round_trip(WhichWeights::Snapshot("ref".into()));
+        round_trip(WhichWeights::Current);
+        round_trip(PluginError::invalid_input("bad").with_help("fix it"));
+        round_trip(ComponentStats {
+            weight_version: 2,
+            state: "serving".into(),
+            metrics: vec![Metric::new("loss", 0.5)].into(),
+        });
+        round_trip(PauseMode::Keep);
+        round_trip(UpdateKind::TensorBuckets);
+        for payload in [
+            UpdatePayload::CheckpointDir {
+                dir: "/ckpt".into(),
+            },
+            UpdatePayload::Adapter {
+                name: "a".into(),
+                dir: "/a".into(),
+            },
+            UpdatePayload::SharedRegion {
+                region: SharedRegionRef {
+                    key: "k".into(),
+                    device: "cpu".into(),
+                    len: 64,
+                },
+                tensors: vec![TensorSpec {
+                    name: "w".into(),
+                    dtype: DType::BF16,
+                    shape: vec![2u64, 4].into(),
+                    offset: 16,
+                }]
+                .into(),
+            },
+            UpdatePayload::TensorBuckets {
+                group: "g".into(),
+                buckets: vec![TensorBucket {
+                    tensors: RVec::new(),
+                    bytes: 0,
+                }]
+                .into(),
+            },
+        ] {
+            round_trip(WeightUpdate {
+                version: 3,
+                payload,
+                digest: "ab".into(),
+            });
         }
     }
 
-    struct Inner<T>(Vec<T>);
-
-    impl<'de, T: Packable> serde::Deserialize<'de> for Inner<T> {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            super::deserialize(d).map(Inner)
-        }
+    #[test]
+    fn numeric_vectors_travel_as_blobs_and_bad_blobs_are_errors() {
+        let tokens = Completion::new(vec![7u32; 1000], RVec::new(), FinishReason::Length);
+        let bytes = rmp_serde::to_vec(&tokens).unwrap();
+        // 4000 bytes of tokens plus a few bytes of framing, not 1000 array elements.
+        assert!((4000..4032).contains(&bytes.len()), "{}", bytes.len());
+        // A blob whose length is not a multiple of 4 is refused, not misread.
+        let bad = rmp_serde::to_vec(&(serde_bytes_like(&[1, 2, 3]),)).unwrap();
+        let r: Result<(WirePacked,), _> = rmp_serde::from_slice(&bad);
+        assert!(r.unwrap_err().to_string().contains("not 4-byte elements"));
+        let good = rmp_serde::to_vec(&(serde_bytes_like(&[1, 0, 0, 0, 2, 0, 0, 0]),)).unwrap();
+        let (WirePacked(v),) = rmp_serde::from_slice(&good).unwrap();
+        assert_eq!(v.as_slice(), [1, 2]);
     }
 
-    struct ArrayVisitor<T>(PhantomData<T>);
+    #[test]
+    fn rows_travel_exactly_as_nested_packed_vectors() {
+        #[derive(Serialize)]
+        struct Nested(#[serde(with = "packed::nested")] RVec<RVec<u32>>);
+        let v = vec![vec![1u32, 70_000], vec![], vec![u32::MAX]];
+        let rows = Rows::from(v.clone());
+        let bytes = rmp_serde::to_vec(&rows).unwrap();
+        assert_eq!(bytes, rmp_serde::to_vec(&Nested(rows.0.clone())).unwrap());
+        // An array of three blobs (`bin8` of 8, 0 and 4 bytes), little-endian.
+        let mut expected = vec![
+            0x93, 0xc4, 8, 1, 0, 0, 0, 0x70, 0x11, 1, 0, 0xc4, 0, 0xc4, 4,
+        ];
+        expected.extend([0xff; 4]);
+        assert_eq!(bytes, expected);
+        let back: Rows<u32> = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(Vec::<Vec<u32>>::from(back), v);
+    }
 
-    impl<'de, T: Packable> Visitor<'de> for ArrayVisitor<T> {
-        type Value = Vec<Vec<T>>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array of packed vectors")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Vec<T>>, A::Error> {
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
-            while let Some(Inner(v)) = seq.next_element::<Inner<T>>()? {
-                out.push(v);
+    fn serde_bytes_like(b: &[u8]) -> impl Serialize {
+        struct B(Vec<u8>);
+        impl Serialize for B {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(&self.0)
             }
-            Ok(out)
         }
+        B(b.to_vec())
     }
 
-    /// Deserialises what [`serialize`] wrote.
-    pub fn deserialize<'de, T: Packable, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Vec<Vec<T>>, D::Error> {
-        d.deserialize_seq(ArrayVisitor(PhantomData))
-    }
+    #[derive(Debug, Deserialize)]
+    struct WirePacked(#[serde(with = "packed")] RVec<u32>);
 }

@@ -10,7 +10,6 @@
 //! The role calls and their replies ([`EngineCall`], [`EngineReply`], [`TrainerCall`],
 //! [`TrainerReply`]) are generated from the [role table](crate::roles).
 
-use crate::mirror::{Mirror, WirePluginError};
 use crate::roles::vocabulary::*;
 use serde::{Deserialize, Serialize};
 use tandem_plugin_api::PluginError;
@@ -90,14 +89,14 @@ pub enum ToController {
         /// What the worker was doing (empty when the error says it).
         context: String,
         /// The error.
-        error: WirePluginError,
+        error: PluginError,
     },
     /// The answer to the call with this id.
     Reply {
         /// The call's id.
         id: u64,
         /// The method's result, or the plugin's error.
-        result: Result<Reply, WirePluginError>,
+        result: Result<Reply, PluginError>,
     },
 }
 
@@ -174,13 +173,13 @@ macro_rules! role_protocol {
                 -> $ret:ty $(as $ret_host:ty)? $([$speed:ident])?;
         )*}
     )*) => {$(
-        #[doc = concat!("A call of one `", stringify!($Role), "` method, arguments as on the wire.")]
+        #[doc = concat!("A call of one `", stringify!($Role), "` method, with its arguments.")]
         #[derive(Debug, Serialize, Deserialize)]
         pub enum $Call {$(
             $(#[$doc])*
             $V {$(
                 #[doc = concat!("`", stringify!($arg), "`")]
-                $arg: <$spec as Mirror>::Wire,
+                $arg: $spec,
             )*},
         )*}
 
@@ -195,23 +194,24 @@ macro_rules! role_protocol {
                 match self {$( $Call::$V { .. } => role_protocol!(@quick $($speed)?), )*}
             }
 
-            /// Calls the method on `component` (the worker's side): the arguments from the
-            /// wire to the ABI, the result back.
+            /// Calls the method on `component` (the worker's side). The arguments and the
+            /// result are the ABI values themselves; `into` is the identity except for
+            /// [`Rows`] (to and from `RVec<RVec<_>>`).
             pub fn dispatch(self, component: $Abi) -> Result<$Reply, PluginError> {
                 match self {$(
                     $Call::$V { $($arg),* } => component
-                        .$name($(<$spec as Mirror>::from_wire($arg)),*)
+                        .$name($($arg.into()),*)
                         .into_result()
-                        .map(|r| $Reply::$V(<$ret as Mirror>::to_wire(r))),
+                        .map(|r| $Reply::$V(r.into())),
                 )*}
             }
         }
 
-        #[doc = concat!("The result of one `", stringify!($Role), "` method, as on the wire.")]
+        #[doc = concat!("The result of one `", stringify!($Role), "` method.")]
         #[derive(Debug, Serialize, Deserialize)]
         pub enum $Reply {$(
             #[doc = concat!("The result of `", stringify!($name), "`.")]
-            $V(<$ret as Mirror>::Wire),
+            $V($ret),
         )*}
 
         impl $Reply {
@@ -230,7 +230,6 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
 
     use super::*;
-    use crate::packed;
     use tandem_plugin_api::sdk::{self, EngineImpl};
 
     /// Scores every token after the first as minus its id; nothing else.
@@ -272,7 +271,7 @@ mod tests {
                 dir: "/a".into(),
             }),
             Call::Trainer(TrainerCall::Init {}),
-            Call::Trainer(TrainerCall::Offload { tags: Vec::new() }),
+            Call::Trainer(TrainerCall::Offload { tags: RVec::new() }),
         ];
         let names = |calls: &[Call]| calls.iter().map(Call::name).collect::<Vec<_>>();
         assert_eq!(names(&quick), ["health", "stats", "stats", "exit"]);
@@ -285,27 +284,16 @@ mod tests {
     fn a_call_crosses_the_wire_and_dispatches_to_the_abi_method() {
         let engine = sdk::engine_box(Scorer);
         let call = EngineCall::Score {
-            sequences: Rows(vec![vec![1, 2, 3], vec![4]]),
+            sequences: Rows::from(vec![vec![1, 2, 3], vec![4]]),
         };
         let call = through_the_wire(&call);
         let reply = through_the_wire(&call.dispatch(&engine).unwrap());
-        let EngineReply::Score(Rows(rows)) = reply else {
+        let EngineReply::Score(rows) = reply else {
             panic!("{reply:?}");
         };
-        assert_eq!(rows, [vec![-2.0, -3.0], vec![]]);
+        assert_eq!(Vec::<Vec<f32>>::from(rows), [vec![-2.0, -3.0], vec![]]);
         // A method the engine does not implement is the plugin's error, not a reply.
         let err = EngineCall::FlushCache {}.dispatch(&engine).unwrap_err();
         assert_eq!(err.code, tandem_plugin_api::ErrorCode::NotSupported);
-    }
-
-    #[test]
-    fn rows_travel_exactly_as_nested_packed_vectors() {
-        #[derive(Serialize)]
-        struct Nested(#[serde(with = "packed::nested")] Vec<Vec<u32>>);
-        let v = vec![vec![1u32, 70_000], vec![], vec![u32::MAX]];
-        assert_eq!(
-            rmp_serde::to_vec(&Rows(v.clone())).unwrap(),
-            rmp_serde::to_vec(&Nested(v)).unwrap()
-        );
     }
 }

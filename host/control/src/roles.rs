@@ -18,9 +18,9 @@
 //! Variant method(arg: Spec as Host, ...) -> Spec as Host [quick];
 //! ```
 //!
-//! - `Spec` is a [`Mirror`](crate::mirror::Mirror): the ABI method takes (returns)
-//!   `Spec::Abi` and the value travels as `Spec::Wire`. It is the ABI type itself, except
-//!   [`Rows<T>`](crate::packed::Rows) for a `RVec<RVec<T>>` that travels as packed blobs.
+//! - `Spec` is what travels: the ABI type the method takes (returns) itself, which derives
+//!   serde in `tandem-plugin-api`, except [`Rows<T>`](crate::packed::Rows) for an
+//!   `RVec<RVec<T>>` that travels as packed blobs (converted with `From` both ways).
 //! - `as Host` is what the host's handles take or return when it is not `Spec` itself
 //!   (`&str` for `RString`, `&[String]` for tag lists, `Vec<Vec<u32>>` for `Rows<u32>`).
 //! - `[quick]` marks a call answered from state (`health`, `stats`): it gets the short timeout;

@@ -16,7 +16,6 @@
 
 use crate::error::RuntimeError;
 use crate::launch::{RemoteEngine, RemoteTrainer};
-use tandem_control::mirror::Mirror;
 use tandem_control::protocol::{Call, EngineCall, EngineReply, Reply, TrainerCall, TrainerReply};
 use tandem_control::roles::vocabulary::*;
 
@@ -24,82 +23,58 @@ use tandem_control::roles::vocabulary::*;
 /// `Local<TrainerBox>` a [`Trainer`].
 pub struct Local<B>(pub B);
 
-/// A host-side argument standing for the table's spec `S` (its [`Mirror`]).
-trait Arg<S: Mirror> {
-    /// For the wire (a remote call).
-    fn wire(self) -> S::Wire;
-    /// For the ABI (an in-process call).
-    fn abi(self) -> S::Abi;
+/// A host-side argument standing for the table's spec `S` (the ABI type, or [`Rows`]).
+trait Arg<S> {
+    /// The spec's value: sent as is (a remote call), or made the ABI value with `into` (an
+    /// in-process call; the identity but for [`Rows`]).
+    fn spec(self) -> S;
 }
 
 /// A host-side result standing for the table's spec `S`.
-trait Ret<S: Mirror>: Sized {
-    /// From the wire (a remote reply).
-    fn from_wire(wire: S::Wire) -> Self;
-    /// From the ABI (an in-process result).
-    fn from_abi(abi: S::Abi) -> Self;
+trait Ret<S>: Sized {
+    /// From the spec's value (a remote reply, or an in-process result after `into`).
+    fn from_spec(spec: S) -> Self;
 }
 
-impl<T: Mirror<Abi = T>> Arg<T> for T {
-    fn wire(self) -> T::Wire {
-        T::to_wire(self)
-    }
-    fn abi(self) -> T {
+impl<T> Arg<T> for T {
+    fn spec(self) -> T {
         self
     }
 }
 
 impl Arg<RString> for &str {
-    fn wire(self) -> String {
-        self.to_owned()
-    }
-    fn abi(self) -> RString {
+    fn spec(self) -> RString {
         RString::from(self)
     }
 }
 
 impl Arg<RVec<RString>> for &[String] {
-    fn wire(self) -> Vec<String> {
-        self.to_vec()
-    }
-    fn abi(self) -> RVec<RString> {
+    fn spec(self) -> RVec<RString> {
         self.iter().map(|s| RString::from(s.as_str())).collect()
     }
 }
 
 impl Arg<Rows<u32>> for Vec<Vec<u32>> {
-    fn wire(self) -> Rows<u32> {
-        Rows(self)
-    }
-    fn abi(self) -> RVec<RVec<u32>> {
-        self.into_iter().map(RVec::from).collect()
+    fn spec(self) -> Rows<u32> {
+        Rows::from(self)
     }
 }
 
-impl<T: Mirror<Abi = T>> Ret<T> for T {
-    fn from_wire(wire: T::Wire) -> T {
-        T::from_wire(wire)
-    }
-    fn from_abi(abi: T) -> T {
-        abi
+impl<T> Ret<T> for T {
+    fn from_spec(spec: T) -> T {
+        spec
     }
 }
 
-impl<T: Mirror<Abi = T>> Ret<RVec<T>> for Vec<T> {
-    fn from_wire(wire: Vec<T::Wire>) -> Vec<T> {
-        wire.into_iter().map(T::from_wire).collect()
-    }
-    fn from_abi(abi: RVec<T>) -> Vec<T> {
-        abi.into_vec()
+impl<T> Ret<RVec<T>> for Vec<T> {
+    fn from_spec(spec: RVec<T>) -> Vec<T> {
+        spec.into_vec()
     }
 }
 
 impl Ret<Rows<f32>> for Vec<Vec<f32>> {
-    fn from_wire(wire: Rows<f32>) -> Vec<Vec<f32>> {
-        wire.0
-    }
-    fn from_abi(abi: RVec<RVec<f32>>) -> Vec<Vec<f32>> {
-        abi.into_iter().map(RVec::into_vec).collect()
+    fn from_spec(spec: Rows<f32>) -> Vec<Vec<f32>> {
+        spec.into()
     }
 }
 
@@ -137,10 +112,10 @@ macro_rules! role_surface {
                 &self,
                 $($arg: role_surface!(@host $spec $(, $host)?)),*
             ) -> Result<role_surface!(@host $ret $(, $ret_host)?), RuntimeError> {
-                let call = $Call::$V { $($arg: Arg::<$spec>::wire($arg)),* };
+                let call = $Call::$V { $($arg: Arg::<$spec>::spec($arg)),* };
                 self.request(Call::$Role(call), |reply| match reply {
-                    Reply::$Role($Reply::$V(r)) => Ok(Ret::<$ret>::from_wire(r)),
-                    other => Err(other),
+                    Reply::$Role($Reply::$V(r)) => Ok(Ret::<$ret>::from_spec(r)),
+                    other => Err(other.kind()),
                 })
             }
         )*}
@@ -160,9 +135,9 @@ macro_rules! role_surface {
                 $($arg: role_surface!(@host $spec $(, $host)?)),*
             ) -> Result<role_surface!(@host $ret $(, $ret_host)?), RuntimeError> {
                 self.0
-                    .$name($(Arg::<$spec>::abi($arg)),*)
+                    .$name($(Arg::<$spec>::spec($arg).into()),*)
                     .into_result()
-                    .map(Ret::<$ret>::from_abi)
+                    .map(|r| Ret::<$ret>::from_spec(r.into()))
                     .map_err(|e| RuntimeError::plugin(concat!("`", stringify!($name), "`"), e))
             }
         )*}

@@ -3,10 +3,11 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{RString, RVec};
+use serde::{Deserialize, Serialize};
 
 /// A named scalar metric.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Metric {
     /// Metric name, e.g. `loss`, `grad_norm`, `kv_cache_bytes`.
     pub name: RString,
@@ -26,7 +27,7 @@ impl Metric {
 
 /// A component's self-reported statistics.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct ComponentStats {
     /// Weight version currently held.
     pub weight_version: u64,

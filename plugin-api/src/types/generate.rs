@@ -2,10 +2,11 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{ROption, RString, RVec};
+use serde::{Deserialize, Serialize};
 
 /// Sampling parameters for one generation request.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct SamplingParams {
     /// Softmax temperature; `0.0` means greedy.
     pub temperature: f32,
@@ -42,9 +43,10 @@ impl Default for SamplingParams {
 
 /// A batch of token-id prompts to complete with one set of sampling parameters.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
     /// Prompt token ids, one list per sequence.
+    #[serde(with = "crate::wire::packed::nested")]
     pub prompts: RVec<RVec<u32>>,
     /// Sampling parameters shared by the batch.
     pub sampling: SamplingParams,
@@ -54,7 +56,7 @@ pub struct GenerateRequest {
 
 /// Why a sequence stopped.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     /// Reached `max_tokens`.
     Length,
@@ -66,16 +68,19 @@ pub enum FinishReason {
 
 /// One completed sequence.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Completion {
     /// Generated token ids (prompt excluded).
+    #[serde(with = "crate::wire::packed")]
     pub tokens: RVec<u32>,
     /// Logprob of each generated token under the sampling distribution before
     /// temperature/top-p/top-k (empty unless requested).
+    #[serde(with = "crate::wire::packed")]
     pub logprobs: RVec<f32>,
     /// Why generation stopped.
     pub finish_reason: FinishReason,
     /// Row-major `[tokens.len(), hidden_dim]` last-layer hidden states (empty unless requested).
+    #[serde(with = "crate::wire::packed")]
     pub hidden_states: RVec<f32>,
     /// Width of a hidden-state row (0 when none were returned).
     pub hidden_dim: u32,
@@ -100,7 +105,7 @@ impl Completion {
 
 /// The engine's answer to a [`GenerateRequest`].
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct GenerateResponse {
     /// One completion per prompt, in request order.
     pub completions: RVec<Completion>,
@@ -110,7 +115,7 @@ pub struct GenerateResponse {
 
 /// How `pause_generation` treats requests in flight.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PauseMode {
     /// Abort in-flight requests; they return with [`FinishReason::Aborted`].
     Abort,
@@ -133,7 +138,7 @@ impl PauseMode {
 
 /// Engine health as reported by `health`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct EngineHealth {
     /// Ready to accept generation requests.
     pub ready: bool,

@@ -3,6 +3,7 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::RString;
+use serde::{Deserialize, Serialize};
 
 /// Well-known memory tags. Custom tags are any other non-empty string.
 pub mod tags {
@@ -24,7 +25,7 @@ pub mod tags {
 
 /// Element type of a tensor or region.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     /// 32-bit float.
     F32,

@@ -7,7 +7,10 @@
 //!
 //! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
 //! or `#[repr(u8)]` (enums) and derives `StableAbi`, so abi_stable checks its layout when a
-//! plugin is loaded.
+//! plugin is loaded. The types the host sends between its processes (requests, completions,
+//! batches, updates, reports, stats, errors) also derive serde's `Serialize`/`Deserialize`
+//! (token ids and logprobs as blobs, [`crate::wire`]); a derive adds no field, so the layouts
+//! are the same.
 
 mod component;
 mod generate;

@@ -3,26 +3,30 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{RString, RVec};
+use serde::{Deserialize, Serialize};
 
 /// One sequence of a training batch: prompt + completion tokens and their RL signals.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TrainSequence {
     /// Prompt followed by completion token ids.
+    #[serde(with = "crate::wire::packed")]
     pub tokens: RVec<u32>,
     /// Number of prompt tokens at the start of `tokens`; loss covers only the rest.
     pub prompt_len: u32,
     /// Sequence-level advantage (GRPO) or `0.0` for SFT.
     pub advantage: f32,
     /// Logprobs of the completion tokens under the policy that sampled them (may be empty).
+    #[serde(with = "crate::wire::packed")]
     pub old_logprobs: RVec<f32>,
     /// Logprobs of the completion tokens under the reference policy (empty: no KL term).
+    #[serde(with = "crate::wire::packed")]
     pub ref_logprobs: RVec<f32>,
 }
 
 /// Which loss `train_step` minimises.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LossKind {
     /// PPO-clip policy loss with group-relative advantages and optional KL to the reference.
     Grpo,
@@ -32,7 +36,7 @@ pub enum LossKind {
 
 /// Loss and optimiser settings of one train step.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct LossConfig {
     /// Which loss.
     pub kind: LossKind,
@@ -50,7 +54,7 @@ pub struct LossConfig {
 
 /// A batch for `compute_logprobs` / `train_step`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TrainBatch {
     /// Sequences of the batch.
     pub sequences: RVec<TrainSequence>,
@@ -60,7 +64,7 @@ pub struct TrainBatch {
 
 /// Which weights `compute_logprobs` uses.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum WhichWeights {
     /// The weights currently loaded (the actor, normally).
     Current,
@@ -70,7 +74,7 @@ pub enum WhichWeights {
 
 /// What a trainer reports after `init`.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TrainerInfo {
     /// Number of trainable parameters.
     pub trainable_params: u64,
@@ -82,7 +86,7 @@ pub struct TrainerInfo {
 
 /// Checkpoint written or read by a trainer.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct CheckpointInfo {
     /// Directory of the checkpoint.
     pub dir: RString,

@@ -3,12 +3,13 @@
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{RString, RVec};
+use serde::{Deserialize, Serialize};
 
 use super::memory::DType;
 
 /// Kinds of weight update a trainer can export and an engine can apply.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpdateKind {
     /// Weights in a shared memory region the engine maps (single copy).
     SharedRegion,
@@ -34,7 +35,7 @@ impl UpdateKind {
 
 /// Placement of one tensor inside a region or bucket.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TensorSpec {
     /// Hugging Face parameter name.
     pub name: RString,
@@ -48,7 +49,7 @@ pub struct TensorSpec {
 
 /// Reference to a shareable memory region owned by another process.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct SharedRegionRef {
     /// Host-assigned key of the region (resolved through host services).
     pub key: RString,
@@ -60,7 +61,7 @@ pub struct SharedRegionRef {
 
 /// A group of tensors sent together over the transport.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct TensorBucket {
     /// Tensors, with offsets relative to the bucket.
     pub tensors: RVec<TensorSpec>,
@@ -70,7 +71,7 @@ pub struct TensorBucket {
 
 /// Where the new weights of an update are.
 #[repr(u8)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum UpdatePayload {
     /// Single copy: the engine maps this region and reads the tensors in place.
     SharedRegion {
@@ -116,7 +117,7 @@ impl UpdatePayload {
 
 /// A weight update: the new weights' location plus version and digest.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WeightUpdate {
     /// Weight version; only ever goes up.
     pub version: u64,
@@ -128,7 +129,7 @@ pub struct WeightUpdate {
 
 /// What an engine reports after applying an update.
 #[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct UpdateReport {
     /// Version now served.
     pub version: u64,

@@ -13,11 +13,11 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use tandem_control::channel::Channel;
 use tandem_control::frame::{self, MAX_FRAME_BYTES};
-use tandem_control::mirror::{
-    Mirror, WireCompletion, WireEngineHealth, WireFinishReason, WireGenerateResponse,
-};
 use tandem_control::protocol::{Call, EngineCall, EngineReply, Reply, ToController, ToWorker};
-use tandem_plugin_api::{GenerateRequest, RVec, SamplingParams};
+use tandem_plugin_api::{
+    Completion, EngineHealth, FinishReason, GenerateRequest, GenerateResponse, RString, RVec,
+    SamplingParams,
+};
 
 /// Sequences and tokens per sequence of the bulk case.
 const BULK: (usize, u32) = (64, 1024);
@@ -47,23 +47,20 @@ fn fake_worker(mut s: TcpStream) {
                 let completions = req
                     .prompts
                     .iter()
-                    .map(|p| WireCompletion {
-                        tokens: vec![p.first().copied().unwrap_or(0); n],
-                        logprobs: Vec::new(),
-                        finish_reason: WireFinishReason::Length,
-                        hidden_states: Vec::new(),
-                        hidden_dim: 0,
+                    .map(|p| {
+                        let tokens = vec![p.first().copied().unwrap_or(0); n];
+                        Completion::new(tokens, RVec::new(), FinishReason::Length)
                     })
                     .collect();
-                Reply::Engine(EngineReply::Generate(WireGenerateResponse {
+                Reply::Engine(EngineReply::Generate(GenerateResponse {
                     completions,
                     weight_version: 0,
                 }))
             }
-            _ => Reply::Engine(EngineReply::Health(WireEngineHealth {
+            _ => Reply::Engine(EngineReply::Health(EngineHealth {
                 ready: true,
                 weight_version: 0,
-                detail: String::new(),
+                detail: RString::new(),
             })),
         };
         let answer = ToController::Reply {
@@ -135,7 +132,7 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
         adapter: None.into(),
     };
     let generate = || {
-        let request = GenerateRequest::to_wire(request.clone());
+        let request = request.clone();
         Call::Engine(EngineCall::Generate { request })
     };
     let bulk_t = time(bulks, || {

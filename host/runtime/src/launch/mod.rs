@@ -334,7 +334,7 @@ impl LocalLauncher {
                 } else {
                     format!("{name} failed to start: {context}")
                 };
-                Err(RuntimeError::plugin(context, error.into()))
+                Err(RuntimeError::plugin(context, error))
             }
             Ok(other) => Err(failed(format!("expected `Ready`, got {other:?}"))),
             Err(e) if e.is_timeout() => Err(not_ready()),

@@ -51,7 +51,7 @@ impl Remote {
     fn call<T>(
         &self,
         call: Call,
-        pick: impl FnOnce(Reply) -> Result<T, Reply>,
+        pick: impl FnOnce(Reply) -> Result<T, &'static str>,
     ) -> Result<T, RuntimeError> {
         let op = call.name();
         let t = if call.quick() {
@@ -63,7 +63,7 @@ impl Remote {
         pick(reply).map_err(|other| {
             RuntimeError::from(ControlError::Protocol {
                 peer: self.proc.name.clone(),
-                message: format!("`{op}` was answered with a `{}` reply", other.kind()),
+                message: format!("`{op}` was answered with a `{other}` reply"),
             })
         })
     }
@@ -75,7 +75,7 @@ impl Remote {
         self.channel.expect_close(SHUT_DOWN.into());
         let r = self.call(Call::Exit, |r| match r {
             Reply::Exit => Ok(()),
-            other => Err(other),
+            other => Err(other.kind()),
         });
         self.channel.fail(SHUT_DOWN.into());
         r
@@ -140,11 +140,11 @@ macro_rules! common_methods {
             super::stop(&self.r.proc, reason);
         }
         /// Sends a role call (the generated methods): `pick` takes the expected reply, or hands
-        /// back another one, which is a protocol error.
+        /// back the kind of another one ([`Reply::kind`]), which is a protocol error.
         pub(crate) fn request<T>(
             &self,
             call: Call,
-            pick: impl FnOnce(Reply) -> Result<T, Reply>,
+            pick: impl FnOnce(Reply) -> Result<T, &'static str>,
         ) -> Result<T, RuntimeError> {
             self.r.call(call, pick)
         }

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tandem_control::protocol::{Role, ToController};
-use tandem_control::{self as control, frame, mirror::WirePluginError};
+use tandem_control::{self as control, frame};
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{ComponentConfig, EngineBox, ErrorCode, PluginError, TrainerBox};
 
@@ -212,9 +212,9 @@ fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, Strin
 
 /// A start failure as (context, plugin error) for the wire; user errors keep `InvalidInput`
 /// so the controller's exit code stays 2, and the error's help travels as the plugin error's.
-fn start_failure(err: &RuntimeError) -> (String, WirePluginError) {
+fn start_failure(err: &RuntimeError) -> (String, PluginError) {
     match err {
-        RuntimeError::Plugin { context, source } => (context.clone(), source.clone().into()),
+        RuntimeError::Plugin { context, source } => (context.clone(), source.clone()),
         other => {
             let code = if other.exit_code() == 2 {
                 ErrorCode::InvalidInput
@@ -226,7 +226,7 @@ fn start_failure(err: &RuntimeError) -> (String, WirePluginError) {
             if let Some(help) = other.help() {
                 error = error.with_help(help);
             }
-            (String::new(), error.into())
+            (String::new(), error)
         }
     }
 }
@@ -237,7 +237,6 @@ mod tests {
     fn a_start_failure_keeps_its_code_and_its_help() {
         let err = super::RuntimeError::usage("bad spec").with_help("pass the right one");
         let (context, error) = super::start_failure(&err);
-        let error = super::PluginError::from(error);
         assert_eq!(context, "");
         assert_eq!(error.code, super::ErrorCode::InvalidInput);
         assert_eq!(error.message.as_str(), "bad spec");

@@ -14,11 +14,10 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tandem_control::frame::{self, FrameError, MAX_FRAME_BYTES};
-use tandem_control::mirror::WirePluginError;
 use tandem_control::protocol::{Call, Reply, ToController, ToWorker, TrainerCall};
 use tandem_plugin_api::{PluginError, TrainerBox};
 
-type Outcome = Result<Reply, WirePluginError>;
+type Outcome = Result<Reply, PluginError>;
 
 #[derive(Clone)]
 struct Replier(Arc<Mutex<TcpStream>>);
@@ -86,11 +85,11 @@ pub(super) fn serve(
                     .name(format!("call-{op}"))
                     .spawn(move || {
                         let result = c.dispatch(&engine).map(Reply::Engine);
-                        r.send(id, result.map_err(Into::into));
+                        r.send(id, result);
                     });
                 if let Err(e) = spawned {
                     let err = PluginError::runtime(format!("worker: cannot start a thread: {e}"));
-                    replier.send(id, Err(err.into()));
+                    replier.send(id, Err(err));
                 }
             }
             (Call::Trainer(c), _, Some(queue)) => {
@@ -103,7 +102,7 @@ pub(super) fn serve(
                     "{role} worker got the call `{}` of another role",
                     call.name()
                 ));
-                replier.send(id, Err(err.into()));
+                replier.send(id, Err(err));
             }
         }
     }
@@ -119,7 +118,7 @@ fn trainer_thread(
         .spawn(move || {
             for (id, call) in rx {
                 let result = call.dispatch(&mut trainer).map(Reply::Trainer);
-                replier.send(id, result.map_err(Into::into));
+                replier.send(id, result);
             }
         })
         .map_err(|source| RuntimeError::Io {
