@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tandem_plugin_api::{LossConfig, LossKind, RVec, TrainBatch, TrainSequence};
+use tandem_runtime::registry::Registry;
 
 /// The `tandem` binary under test.
 pub fn tandem() -> Command {
@@ -125,4 +127,50 @@ pub fn process_scratch(name: &str) -> PathBuf {
     let dir = base.join(format!("{prefix}{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Writes a model with `tandem model init --preset <preset> --seed <seed> --out <out>`.
+pub fn init_model(preset: &str, seed: u64, out: &Path) {
+    let o = run(tandem()
+        .args(["model", "init", "--preset", preset, "--seed"])
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(out));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The plugins found in `dir`.
+pub fn discover(dir: &Path) -> Registry {
+    Registry::discover(&[dir.to_path_buf()]).unwrap()
+}
+
+/// A training sequence with no advantage and no old or reference log-probs.
+pub fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
+    TrainSequence {
+        tokens: tokens.to_vec().into(),
+        prompt_len,
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
+}
+
+/// The tests' loss: `kind` at learning rate `lr`, clip 0.2 both sides, no KL, grad clip 1.
+pub fn loss(kind: LossKind, lr: f32) -> LossConfig {
+    LossConfig {
+        kind,
+        clip_eps_low: 0.2,
+        clip_eps_high: 0.2,
+        kl_coef: 0.0,
+        learning_rate: lr,
+        grad_clip: 1.0,
+    }
+}
+
+/// A batch of `seqs` under [`loss`]`(kind, lr)`.
+pub fn batch_of(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch {
+    TrainBatch {
+        sequences: seqs.into(),
+        loss: loss(kind, lr),
+    }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, GenerateRequest, LossConfig, LossKind, PauseMode, RString, RVec,
+    ComponentConfig, EngineBox, GenerateRequest, LossKind, PauseMode, RString, RVec,
     SamplingParams, TrainBatch, TrainSequence, TrainerBox, WeightUpdate, WhichWeights,
 };
 use tandem_runtime::registry::Registry;
@@ -32,10 +32,7 @@ pub(crate) fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "5", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
+        init_model("tiny", 5, &model);
         let fsdp = cdylib("tandem_fsdp");
         let vllm = target_profile_dir().join("libtandem_vllm.so");
         let mut libs = vec![(fsdp.as_path(), "libtandem_fsdp.so")];
@@ -53,7 +50,7 @@ pub(crate) fn fixture() -> &'static Fixture {
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+    R.get_or_init(|| discover(fixture().plugins.path()))
 }
 
 pub(crate) fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
@@ -93,28 +90,8 @@ pub(crate) fn native_engine() -> EngineBox {
         .unwrap()
 }
 
-pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
 pub(crate) fn batch(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: seqs.into(),
-        loss: LossConfig {
-            kind,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
+    batch_of(seqs, kind, lr)
 }
 
 /// Sequences of different lengths (an odd count, so the two ranks get unequal shares).

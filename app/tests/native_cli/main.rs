@@ -264,9 +264,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let _serial = IN_PROCESS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    use tandem_plugin_api::{
-        LossConfig, LossKind, TrainBatch, UpdateKind, UpdatePayload, WhichWeights,
-    };
+    use tandem_plugin_api::{LossKind, TrainBatch, UpdateKind, UpdatePayload, WhichWeights};
     let run_dir = tempfile::tempdir().expect("tempdir");
     let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu("trainer")));
     let registry = Registry::discover(&[]).expect("registry");
@@ -287,14 +285,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let tokens = [1u32, 40, 41, 42, 43, 44, 45, 2];
     let batch = TrainBatch {
         sequences: vec![seq(&tokens, 3)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-3,
-            grad_clip: 1.0,
-        },
+        loss: loss(LossKind::Sft, 1e-3),
     };
     let lp0 = ok(trainer.compute_logprobs(batch.clone(), WhichWeights::Current));
     assert_eq!(lp0[0].len(), tokens.len() - 3);
@@ -371,7 +362,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
 
 #[test]
 fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_error() {
-    use tandem_plugin_api::{LossConfig, LossKind, TrainBatch, UpdateKind, WhichWeights};
+    use tandem_plugin_api::{LossKind, TrainBatch, UpdateKind, WhichWeights};
     let run_dir = tempfile::tempdir().expect("tempdir");
     let registry = Registry::discover(&[]).expect("registry");
     let config = |options: &str| ComponentConfig {
@@ -406,14 +397,7 @@ fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_er
     let tokens = [1u32, 40, 41, 42, 43, 44, 2];
     let batch = TrainBatch {
         sequences: vec![seq(&tokens, 2)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-2,
-            grad_clip: 1.0,
-        },
+        loss: loss(LossKind::Sft, 1e-2),
     };
     for _ in 0..3 {
         ok(trainer.train_step(batch.clone()));

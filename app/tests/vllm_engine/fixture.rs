@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, GenerateRequest, GenerateResponse, LossConfig, LossKind, PauseMode,
-    RString, RVec, SamplingParams, TrainBatch, TrainSequence, UpdateKind, WeightUpdate,
+    ComponentConfig, EngineBox, GenerateRequest, GenerateResponse, LossKind, PauseMode, RString,
+    RVec, SamplingParams, TrainBatch, UpdateKind, WeightUpdate,
 };
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
@@ -33,10 +33,7 @@ pub(crate) fn fixture() -> &'static Fixture {
     F.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
+        init_model("tiny", 3, &model);
         let so = cdylib("tandem_vllm");
         let plugins = plugin_dir(&[(&so, "libtandem_vllm.so")]);
         let run_dir = dir.path().join("run");
@@ -51,7 +48,7 @@ pub(crate) fn fixture() -> &'static Fixture {
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+    R.get_or_init(|| discover(fixture().plugins.path()))
 }
 
 pub(crate) fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
@@ -177,28 +174,8 @@ pub(crate) fn first(r: &GenerateResponse) -> (Vec<u32>, Vec<f32>) {
     (c.tokens.to_vec(), c.logprobs.to_vec())
 }
 
-pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
 pub(crate) fn sft(tokens: &[u32], lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: vec![seq(tokens, 2)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
+    batch_of(vec![seq(tokens, 2)], LossKind::Sft, lr)
 }
 
 /// A native trainer (`options`) trained a few SFT steps, and its export of `kind`.
