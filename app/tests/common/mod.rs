@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use tandem_plugin_api::{LossConfig, LossKind, RVec, TrainBatch, TrainSequence};
+use tandem_plugin_api::{
+    ComponentConfig, LossConfig, LossKind, Metric, RVec, TrainBatch, TrainSequence,
+};
 use tandem_runtime::registry::Registry;
 
 /// The `tandem` binary under test.
@@ -173,4 +175,58 @@ pub fn batch_of(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch
         sequences: seqs.into(),
         loss: loss(kind, lr),
     }
+}
+
+/// A tiny model (`tandem model init`, `<dir>/m`) in a scratch directory, and a plugin directory.
+pub struct ModelFixture {
+    /// The scratch directory (the model, and whatever the tests write next to it).
+    pub dir: tempfile::TempDir,
+    /// The model directory.
+    pub model: PathBuf,
+    /// The plugin directory.
+    pub plugins: tempfile::TempDir,
+}
+
+/// The tiny preset at `seed`, with the plugin libraries `libs` (as in [`plugin_dir`]).
+pub fn model_fixture(seed: u64, libs: &[(&Path, &str)]) -> ModelFixture {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    init_model("tiny", seed, &model);
+    let plugins = plugin_dir(libs);
+    ModelFixture {
+        dir,
+        model,
+        plugins,
+    }
+}
+
+/// A single-rank CPU configuration of `component` on `model`, running in `run_dir`.
+pub fn cpu_config(component: &str, model: &Path, options: &str, run_dir: &Path) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: run_dir.display().to_string().into(),
+    }
+}
+
+/// The value of the metric `name`; panics naming it when it is missing.
+pub fn metric_value(metrics: &[Metric], name: &str) -> f64 {
+    metrics
+        .iter()
+        .find(|m| m.name.as_str() == name)
+        .unwrap_or_else(|| panic!("no metric {name} in {metrics:?}"))
+        .value
+}
+
+/// The largest absolute difference of two equally long slices.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

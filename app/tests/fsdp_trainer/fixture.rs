@@ -19,32 +19,18 @@ pub(crate) fn python() -> String {
     python_env("fsdp_trainer")
 }
 
-pub(crate) struct Fixture {
-    pub(crate) dir: tempfile::TempDir,
-    pub(crate) model: PathBuf,
-    pub(crate) plugins: tempfile::TempDir,
-}
-
 /// Tiny model (`tandem model init`) + a plugin dir holding `libtandem_fsdp.so` and, when
 /// built, `libtandem_vllm.so`.
-pub(crate) fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
+pub(crate) fn fixture() -> &'static ModelFixture {
+    static F: OnceLock<ModelFixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("m");
-        init_model("tiny", 5, &model);
         let fsdp = cdylib("tandem_fsdp");
         let vllm = target_profile_dir().join("libtandem_vllm.so");
         let mut libs = vec![(fsdp.as_path(), "libtandem_fsdp.so")];
         if vllm.exists() {
             libs.push((vllm.as_path(), "libtandem_vllm.so"));
         }
-        let plugins = plugin_dir(&libs);
-        Fixture {
-            dir,
-            model,
-            plugins,
-        }
+        model_fixture(5, &libs)
     })
 }
 
@@ -54,15 +40,8 @@ pub(crate) fn registry() -> &'static Registry {
 }
 
 pub(crate) fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: fixture().model.display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: fixture().dir.path().join(run).display().to_string().into(),
-    }
+    let f = fixture();
+    cpu_config(component, &f.model, options, &f.dir.path().join(run))
 }
 
 pub(crate) fn fsdp(options: &str, run: &str) -> TrainerBox {
@@ -112,21 +91,6 @@ pub(crate) fn probe_batch(prompt_len: u32) -> TrainBatch {
 
 pub(crate) fn flat(rows: &[RVec<f32>]) -> Vec<f32> {
     rows.iter().flat_map(|r| r.iter().copied()).collect()
-}
-
-pub(crate) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-pub(crate) fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
-    m.iter()
-        .find(|x| x.name.as_str() == name)
-        .unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
-        .value
 }
 
 pub(crate) fn logprobs(t: &mut TrainerBox, b: &TrainBatch, which: WhichWeights) -> Vec<f32> {

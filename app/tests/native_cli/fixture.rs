@@ -54,3 +54,8 @@ pub(crate) fn rss_shmem() -> u64 {
         .expect("RssShmem")
         * 1024
 }
+
+/// Σ (now − before) over the tokens: how much a step raised a sequence's logprobs.
+pub(crate) fn summed_change(now: &[f32], before: &[f32]) -> f32 {
+    now.iter().zip(before).map(|(n, o)| n - o).sum()
+}
