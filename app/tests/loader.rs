@@ -7,23 +7,16 @@
 mod common;
 
 use common::*;
+use std::path::Path;
 use tandem_plugin_api::{
-    ComponentConfig, ErrorCode, GenerateRequest, RResult, RString, RVec, SamplingParams,
+    ComponentConfig, ErrorCode, GenerateRequest, RResult, RVec, SamplingParams,
 };
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
 
 fn config(component: &str, options_json: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: RString::new(),
-        options_json: options_json.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: RString::new(),
-    }
+    cpu_config(component, Path::new(""), options_json, Path::new(""))
 }
 
 fn alpha_beta_dir() -> tempfile::TempDir {
@@ -31,6 +24,17 @@ fn alpha_beta_dir() -> tempfile::TempDir {
         (&cdylib("fixture_alpha"), "libtandem_fixture_alpha.so"),
         (&cdylib("fixture_beta"), "libtandem_fixture_beta.so"),
     ])
+}
+
+/// Asserts that `err` is a plugin's error with `code` and a message containing `text`.
+fn assert_plugin_error(err: &RuntimeError, code: ErrorCode, text: &str) {
+    match err {
+        RuntimeError::Plugin { source, .. } => {
+            assert_eq!(source.code, code);
+            assert!(source.message.contains(text), "{err}");
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
 }
 
 #[test]
@@ -99,13 +103,7 @@ fn constructor_error_is_reported_with_the_plugins_message() {
         )
         .err()
         .expect("constructor must fail");
-    match &err {
-        RuntimeError::Plugin { source, .. } => {
-            assert_eq!(source.code, ErrorCode::InvalidInput);
-            assert!(source.message.contains("told to fail"), "{err}");
-        }
-        other => panic!("unexpected error {other:?}"),
-    }
+    assert_plugin_error(&err, ErrorCode::InvalidInput, "told to fail");
     let line = err.to_string();
     assert!(!line.contains('\n'), "one line: {line}");
     assert!(line.contains("fixture-alpha") && line.contains("libtandem_fixture_alpha.so"));
@@ -124,13 +122,7 @@ fn constructor_panic_is_caught_and_the_host_survives() {
         )
         .err()
         .expect("constructor must fail");
-    match &err {
-        RuntimeError::Plugin { source, .. } => {
-            assert_eq!(source.code, ErrorCode::Panicked);
-            assert!(source.message.contains("told to panic"), "{err}");
-        }
-        other => panic!("unexpected error {other:?}"),
-    }
+    assert_plugin_error(&err, ErrorCode::Panicked, "told to panic");
     // The host (this process) is still alive and the same plugin still constructs.
     let mut trainer = registry
         .new_trainer(config("fixture-beta", "{}"), host.handle())

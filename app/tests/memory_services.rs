@@ -3,13 +3,14 @@
 //! sharing is tested with a real second process (this test binary re-executed).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::metric_value;
 use std::process::Command;
 
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::abi_stable::std_types::{RResult, RString, RVec};
-use tandem_plugin_api::{
-    DType, ErrorCode, HostBox, Metric, PluginError, RegionInfo, RegionRequest,
-};
+use tandem_plugin_api::{DType, ErrorCode, HostBox, PluginError, RegionInfo, RegionRequest};
 use tandem_services::{ATTACHED_ID_BASE, Services};
 
 const KEY_ENV: &str = "TANDEM_MEMORY_SERVICES_KEY";
@@ -47,14 +48,6 @@ fn tags(t: &[&str]) -> RVec<RString> {
     t.iter().map(|s| RString::from(*s)).collect()
 }
 
-fn metric(stats: &RVec<Metric>, name: &str) -> f64 {
-    stats
-        .iter()
-        .find(|m| m.name.as_str() == name)
-        .unwrap_or_else(|| panic!("no metric {name} in {stats:?}"))
-        .value
-}
-
 fn pattern(i: usize, salt: u8) -> u8 {
     (i.wrapping_mul(131) >> 3) as u8 ^ salt
 }
@@ -80,20 +73,23 @@ fn a_plugin_allocates_pauses_and_resumes_a_region_bit_exact() {
 
     ok(h.pause_tags(tags(&["weights", "kv_cache"])));
     let s = ok(h.memory_stats());
-    assert_eq!(metric(&s, "paused_bytes.weights"), SIZE as f64);
-    assert_eq!(metric(&s, "paused_bytes.kv_cache"), SIZE as f64);
-    assert_eq!(metric(&s, "backup_bytes.weights"), SIZE as f64);
-    assert_eq!(metric(&s, "backup_bytes.kv_cache"), 0.0);
-    assert_eq!(metric(&s, "resident_bytes"), 0.0);
-    assert!(metric(&s, "allocated_bytes") < (SIZE / 100) as f64, "{s:?}");
+    assert_eq!(metric_value(&s, "paused_bytes.weights"), SIZE as f64);
+    assert_eq!(metric_value(&s, "paused_bytes.kv_cache"), SIZE as f64);
+    assert_eq!(metric_value(&s, "backup_bytes.weights"), SIZE as f64);
+    assert_eq!(metric_value(&s, "backup_bytes.kv_cache"), 0.0);
+    assert_eq!(metric_value(&s, "resident_bytes"), 0.0);
+    assert!(
+        metric_value(&s, "allocated_bytes") < (SIZE / 100) as f64,
+        "{s:?}"
+    );
     let e = err(h.pause_tags(tags(&["weights"])));
     assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
     assert!(e.message.contains("already paused"), "{e}");
 
     ok(h.resume_tags(tags(&["weights", "kv_cache"])));
     let s = ok(h.memory_stats());
-    assert_eq!(metric(&s, "resident_bytes.weights"), SIZE as f64);
-    assert_eq!(metric(&s, "paused_bytes"), 0.0);
+    assert_eq!(metric_value(&s, "resident_bytes.weights"), SIZE as f64);
+    assert_eq!(metric_value(&s, "paused_bytes"), 0.0);
     let back = bytes(&w);
     assert!(back.iter().enumerate().all(|(i, &b)| b == pattern(i, 7)));
     assert!(
@@ -106,7 +102,7 @@ fn a_plugin_allocates_pauses_and_resumes_a_region_bit_exact() {
     ok(h.free_region(w.id));
     ok(h.free_region(kv.id));
     let s = ok(h.memory_stats());
-    assert_eq!(metric(&s, "regions"), 0.0);
+    assert_eq!(metric_value(&s, "regions"), 0.0);
     let e = err(h.free_region(w.id));
     assert_eq!(e.code, ErrorCode::InvalidInput, "{e}");
 }
@@ -190,9 +186,12 @@ fn another_process_attaches_by_key_and_sees_the_owners_writes() {
     let again = ok(h.attach_region(w.key.clone()));
     assert!(again.id >= ATTACHED_ID_BASE && again.addr != w.addr);
     assert_eq!(bytes(&again)[0], pattern(0, 3));
-    assert_eq!(metric(&ok(h.memory_stats()), "attached_bytes"), SIZE as f64);
+    assert_eq!(
+        metric_value(&ok(h.memory_stats()), "attached_bytes"),
+        SIZE as f64
+    );
     ok(h.free_region(again.id));
-    assert_eq!(metric(&ok(h.memory_stats()), "attached_regions"), 0.0);
+    assert_eq!(metric_value(&ok(h.memory_stats()), "attached_regions"), 0.0);
 
     // once the owner frees it, the key no longer resolves
     let key = w.key.clone();
@@ -218,7 +217,7 @@ fn child_attaches_by_key() {
             .all(|(i, &x)| x == pattern(i, 3))
     );
     b[SIZE - 1] = 0xC4;
-    assert_eq!(metric(&ok(h.memory_stats()), "attached_regions"), 1.0);
+    assert_eq!(metric_value(&ok(h.memory_stats()), "attached_regions"), 1.0);
     ok(h.free_region(r.id));
     println!("child-saw-owner-bytes");
 }

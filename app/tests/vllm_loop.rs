@@ -77,27 +77,15 @@ impl Scratch {
     /// path lies under it), from /proc.
     fn servers(&self) -> Vec<i32> {
         let root = self.dir.to_string_lossy().into_owned();
-        let mut pids = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                continue;
-            };
-            let args: Vec<String> = cmd
-                .split(|b| *b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            if args
-                .iter()
-                .any(|a| a == "vllm.entrypoints.openai.api_server")
-                && args.iter().any(|a| a.starts_with(&root))
-            {
-                pids.push(pid);
-            }
-        }
-        pids
+        rl_common::processes()
+            .into_iter()
+            .filter(|(_, args)| {
+                args.iter()
+                    .any(|a| a == "vllm.entrypoints.openai.api_server")
+                    && args.iter().any(|a| a.starts_with(&root))
+            })
+            .map(|(pid, _)| pid)
+            .collect()
     }
 
     /// Every process whose command line names this scratch dir (servers, their engine-core
@@ -105,20 +93,11 @@ impl Scratch {
     fn assert_no_leftovers(&self, limit: Duration) {
         let root = self.dir.to_string_lossy().into_owned();
         let find = || -> Vec<(i32, String)> {
-            let mut v = Vec::new();
-            for e in std::fs::read_dir("/proc").unwrap().flatten() {
-                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                    continue;
-                };
-                let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                    continue;
-                };
-                let text = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                if text.contains(&root) {
-                    v.push((pid, text));
-                }
-            }
-            v
+            rl_common::processes()
+                .into_iter()
+                .map(|(pid, args)| (pid, args.join(" ")))
+                .filter(|(_, text)| text.contains(&root))
+                .collect()
         };
         let start = Instant::now();
         while start.elapsed() < limit {

@@ -5,6 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use tandem_plugin_api::{
+    ComponentConfig, LossConfig, LossKind, Metric, RVec, TrainBatch, TrainSequence,
+};
+use tandem_runtime::registry::Registry;
 
 /// The `tandem` binary under test.
 pub fn tandem() -> Command {
@@ -125,4 +129,104 @@ pub fn process_scratch(name: &str) -> PathBuf {
     let dir = base.join(format!("{prefix}{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Writes a model with `tandem model init --preset <preset> --seed <seed> --out <out>`.
+pub fn init_model(preset: &str, seed: u64, out: &Path) {
+    let o = run(tandem()
+        .args(["model", "init", "--preset", preset, "--seed"])
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(out));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The plugins found in `dir`.
+pub fn discover(dir: &Path) -> Registry {
+    Registry::discover(&[dir.to_path_buf()]).unwrap()
+}
+
+/// A training sequence with no advantage and no old or reference log-probs.
+pub fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
+    TrainSequence {
+        tokens: tokens.to_vec().into(),
+        prompt_len,
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
+}
+
+/// The tests' loss: `kind` at learning rate `lr`, clip 0.2 both sides, no KL, grad clip 1.
+pub fn loss(kind: LossKind, lr: f32) -> LossConfig {
+    LossConfig {
+        kind,
+        clip_eps_low: 0.2,
+        clip_eps_high: 0.2,
+        kl_coef: 0.0,
+        learning_rate: lr,
+        grad_clip: 1.0,
+    }
+}
+
+/// A batch of `seqs` under [`loss`]`(kind, lr)`.
+pub fn batch_of(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch {
+    TrainBatch {
+        sequences: seqs.into(),
+        loss: loss(kind, lr),
+    }
+}
+
+/// A tiny model (`tandem model init`, `<dir>/m`) in a scratch directory, and a plugin directory.
+pub struct ModelFixture {
+    /// The scratch directory (the model, and whatever the tests write next to it).
+    pub dir: tempfile::TempDir,
+    /// The model directory.
+    pub model: PathBuf,
+    /// The plugin directory.
+    pub plugins: tempfile::TempDir,
+}
+
+/// The tiny preset at `seed`, with the plugin libraries `libs` (as in [`plugin_dir`]).
+pub fn model_fixture(seed: u64, libs: &[(&Path, &str)]) -> ModelFixture {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m");
+    init_model("tiny", seed, &model);
+    let plugins = plugin_dir(libs);
+    ModelFixture {
+        dir,
+        model,
+        plugins,
+    }
+}
+
+/// A single-rank CPU configuration of `component` on `model`, running in `run_dir`.
+pub fn cpu_config(component: &str, model: &Path, options: &str, run_dir: &Path) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: run_dir.display().to_string().into(),
+    }
+}
+
+/// The value of the metric `name`; panics naming it when it is missing.
+pub fn metric_value(metrics: &[Metric], name: &str) -> f64 {
+    metrics
+        .iter()
+        .find(|m| m.name.as_str() == name)
+        .unwrap_or_else(|| panic!("no metric {name} in {metrics:?}"))
+        .value
+}
+
+/// The largest absolute difference of two equally long slices.
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, GenerateRequest, LossConfig, LossKind, PauseMode, RString, RVec,
+    ComponentConfig, EngineBox, GenerateRequest, LossKind, PauseMode, RString, RVec,
     SamplingParams, TrainBatch, TrainSequence, TrainerBox, WeightUpdate, WhichWeights,
 };
 use tandem_runtime::registry::Registry;
@@ -19,53 +19,29 @@ pub(crate) fn python() -> String {
     python_env("fsdp_trainer")
 }
 
-pub(crate) struct Fixture {
-    pub(crate) dir: tempfile::TempDir,
-    pub(crate) model: PathBuf,
-    pub(crate) plugins: tempfile::TempDir,
-}
-
 /// Tiny model (`tandem model init`) + a plugin dir holding `libtandem_fsdp.so` and, when
 /// built, `libtandem_vllm.so`.
-pub(crate) fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
+pub(crate) fn fixture() -> &'static ModelFixture {
+    static F: OnceLock<ModelFixture> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "5", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
         let fsdp = cdylib("tandem_fsdp");
         let vllm = target_profile_dir().join("libtandem_vllm.so");
         let mut libs = vec![(fsdp.as_path(), "libtandem_fsdp.so")];
         if vllm.exists() {
             libs.push((vllm.as_path(), "libtandem_vllm.so"));
         }
-        let plugins = plugin_dir(&libs);
-        Fixture {
-            dir,
-            model,
-            plugins,
-        }
+        model_fixture(5, &libs)
     })
 }
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+    R.get_or_init(|| discover(fixture().plugins.path()))
 }
 
 pub(crate) fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: fixture().model.display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: fixture().dir.path().join(run).display().to_string().into(),
-    }
+    let f = fixture();
+    cpu_config(component, &f.model, options, &f.dir.path().join(run))
 }
 
 pub(crate) fn fsdp(options: &str, run: &str) -> TrainerBox {
@@ -93,28 +69,8 @@ pub(crate) fn native_engine() -> EngineBox {
         .unwrap()
 }
 
-pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
 pub(crate) fn batch(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: seqs.into(),
-        loss: LossConfig {
-            kind,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
+    batch_of(seqs, kind, lr)
 }
 
 /// Sequences of different lengths (an odd count, so the two ranks get unequal shares).
@@ -135,21 +91,6 @@ pub(crate) fn probe_batch(prompt_len: u32) -> TrainBatch {
 
 pub(crate) fn flat(rows: &[RVec<f32>]) -> Vec<f32> {
     rows.iter().flat_map(|r| r.iter().copied()).collect()
-}
-
-pub(crate) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-pub(crate) fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
-    m.iter()
-        .find(|x| x.name.as_str() == name)
-        .unwrap_or_else(|| panic!("no metric {name} in {m:?}"))
-        .value
 }
 
 pub(crate) fn logprobs(t: &mut TrainerBox, b: &TrainBatch, which: WhichWeights) -> Vec<f32> {

@@ -44,10 +44,10 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
         LossKind::Sft,
         1e-2,
     );
-    let first = metric(&ok(t.train_step(train.clone())), "loss");
+    let first = metric_value(&ok(t.train_step(train.clone())), "loss");
     let mut last = first;
     for _ in 0..4 {
-        last = metric(&ok(t.train_step(train.clone())), "loss");
+        last = metric_value(&ok(t.train_step(train.clone())), "loss");
     }
     assert!(
         last < first * 0.8,
@@ -75,8 +75,8 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
         s.ref_logprobs = r;
     }
     let m = ok(t.train_step(g));
-    assert!(metric(&m, "kl") > 0.0, "{m:?}");
-    assert_eq!(metric(&m, "applied"), 1.0);
+    assert!(metric_value(&m, "kl") > 0.0, "{m:?}");
+    assert_eq!(metric_value(&m, "applied"), 1.0);
 
     // The checkpoint export, served by the native engine: same logprobs.
     let update = ok(t.export_weight_update(UpdateKind::CheckpointDir));
@@ -166,7 +166,7 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
     let mut lp_before = Vec::new();
     for _ in 0..6 {
         let m = ok(t.train_step(train.clone()));
-        lp_before.push(metric(&m, "nll"));
+        lp_before.push(metric_value(&m, "nll"));
     }
     let newer = ok(t.export_weight_update(UpdateKind::Adapter));
     let UpdatePayload::Adapter {

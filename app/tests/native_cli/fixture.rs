@@ -5,17 +5,13 @@
 use super::common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use tandem_plugin_api::RVec;
 
 /// One tiny model shared by the tests (written once by `tandem model init`).
 pub(crate) fn model_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = process_scratch("native-cli-model").join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(&dir));
-        assert!(out.status.success(), "{}", stderr(&out));
+        init_model("tiny", 3, &dir);
         dir
     })
 }
@@ -59,12 +55,7 @@ pub(crate) fn rss_shmem() -> u64 {
         * 1024
 }
 
-pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> tandem_plugin_api::TrainSequence {
-    tandem_plugin_api::TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
+/// Σ (now − before) over the tokens: how much a step raised a sequence's logprobs.
+pub(crate) fn summed_change(now: &[f32], before: &[f32]) -> f32 {
+    now.iter().zip(before).map(|(n, o)| n - o).sum()
 }

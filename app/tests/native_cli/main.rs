@@ -15,8 +15,8 @@ use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::ModelConfig;
 use tandem_native_core::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
 use tandem_plugin_api::{
-    ComponentConfig, ErrorCode, GenerateRequest, Metric, PauseMode, PluginError, ROption, RResult,
-    RString, RVec, SamplingParams,
+    ErrorCode, GenerateRequest, PauseMode, PluginError, ROption, RResult, RString, RVec,
+    SamplingParams,
 };
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
@@ -170,14 +170,6 @@ fn ok<T>(r: RResult<T, PluginError>) -> T {
     }
 }
 
-fn metric(stats: &RVec<Metric>, name: &str) -> f64 {
-    stats
-        .iter()
-        .find(|m| m.name.as_str() == name)
-        .unwrap_or_else(|| panic!("no metric {name}"))
-        .value
-}
-
 #[test]
 fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     let _serial = IN_PROCESS
@@ -186,15 +178,8 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu("test")));
     let host = services.handle();
     let registry = Registry::discover(&[]).expect("registry");
-    let config = ComponentConfig {
-        component: "native".into(),
-        model_path: model_dir().display().to_string().into(),
-        options_json: r#"{"max_batch": 2, "max_seq_len": 64}"#.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: RString::new(),
-    };
+    let options = r#"{"max_batch": 2, "max_seq_len": 64}"#;
+    let config = cpu_config("native", model_dir(), options, Path::new(""));
     let engine = registry.new_engine(config, host.clone()).expect("engine");
     let request = GenerateRequest {
         prompts: vec![RVec::from(vec![1u32, 50, 60]), RVec::from(vec![1u32, 7])].into(),
@@ -211,16 +196,20 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
     let before = ok(engine.generate(request.clone()));
     assert_eq!(before.completions.len(), 2);
     let stats = ok(host.memory_stats());
-    let size = metric(&stats, "size_bytes.weights") + metric(&stats, "size_bytes.kv_cache");
-    assert!(metric(&stats, "size_bytes.weights") > 10e6, "{stats:?}");
-    let resident = metric(&stats, "resident_bytes");
+    let size =
+        metric_value(&stats, "size_bytes.weights") + metric_value(&stats, "size_bytes.kv_cache");
+    assert!(
+        metric_value(&stats, "size_bytes.weights") > 10e6,
+        "{stats:?}"
+    );
+    let resident = metric_value(&stats, "resident_bytes");
     let shmem = rss_shmem();
 
     ok(engine.pause_generation(PauseMode::Wait));
     let tags: RVec<RString> = vec![RString::from("kv_cache"), RString::from("weights")].into();
     ok(engine.release_memory(tags.clone()));
     let released = ok(host.memory_stats());
-    assert_eq!(metric(&released, "resident_bytes"), resident - size);
+    assert_eq!(metric_value(&released, "resident_bytes"), resident - size);
     let freed = shmem.saturating_sub(rss_shmem()) as f64;
     assert!(
         freed >= 0.9 * size,
@@ -235,7 +224,10 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
         RResult::ROk(_) => panic!("generate while paused must fail"),
     }
     ok(engine.resume_memory(tags));
-    assert_eq!(metric(&ok(host.memory_stats()), "resident_bytes"), resident);
+    assert_eq!(
+        metric_value(&ok(host.memory_stats()), "resident_bytes"),
+        resident
+    );
     ok(engine.continue_generation());
     let after = ok(engine.generate(request.clone()));
     ok(engine.pause_generation(PauseMode::Abort));
@@ -255,7 +247,7 @@ fn released_regions_free_memory_and_generation_is_identical_after_resume() {
         }
     }
     let stats = ok(engine.stats());
-    assert_eq!(metric(&stats.metrics, "host_regions"), 1.0);
+    assert_eq!(metric_value(&stats.metrics, "host_regions"), 1.0);
     assert_eq!(stats.state.as_str(), "serving");
 }
 
@@ -264,21 +256,11 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let _serial = IN_PROCESS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    use tandem_plugin_api::{
-        LossConfig, LossKind, TrainBatch, UpdateKind, UpdatePayload, WhichWeights,
-    };
+    use tandem_plugin_api::{LossKind, TrainBatch, UpdateKind, UpdatePayload, WhichWeights};
     let run_dir = tempfile::tempdir().expect("tempdir");
     let services = Services::with_memory(MemoryManager::new(ManagerConfig::cpu("trainer")));
     let registry = Registry::discover(&[]).expect("registry");
-    let config = ComponentConfig {
-        component: "native".into(),
-        model_path: model_dir().display().to_string().into(),
-        options_json: RString::new(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: run_dir.path().display().to_string().into(),
-    };
+    let config = cpu_config("native", model_dir(), "", run_dir.path());
     let mut trainer = registry
         .new_trainer(config.clone(), services.handle())
         .expect("trainer");
@@ -287,14 +269,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let tokens = [1u32, 40, 41, 42, 43, 44, 45, 2];
     let batch = TrainBatch {
         sequences: vec![seq(&tokens, 3)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-3,
-            grad_clip: 1.0,
-        },
+        loss: loss(LossKind::Sft, 1e-3),
     };
     let lp0 = ok(trainer.compute_logprobs(batch.clone(), WhichWeights::Current));
     assert_eq!(lp0[0].len(), tokens.len() - 3);
@@ -302,7 +277,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     let mut losses = Vec::new();
     for _ in 0..4 {
         let m = ok(trainer.train_step(batch.clone()));
-        losses.push(metric(&m, "loss"));
+        losses.push(metric_value(&m, "loss"));
     }
     assert!(losses[3] < losses[0], "SFT loss did not fall: {losses:?}");
     let lp_ref = ok(trainer.compute_logprobs(batch.clone(), WhichWeights::Snapshot("ref".into())));
@@ -313,11 +288,7 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
         );
     }
     let lp_now = ok(trainer.compute_logprobs(batch.clone(), WhichWeights::Current));
-    let gain: f32 = lp_now[0]
-        .iter()
-        .zip(lp0[0].iter())
-        .map(|(n, o)| n - o)
-        .sum();
+    let gain = summed_change(&lp_now[0], &lp0[0]);
     assert!(
         gain > 0.0,
         "current weights are the trained ones: {lp_now:?}"
@@ -356,13 +327,9 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
     grpo.sequences[0].advantage = 1.0;
     grpo.sequences[0].old_logprobs = lp_now[0].clone();
     let m = ok(trainer.train_step(grpo.clone()));
-    assert_eq!(metric(&m, "applied"), 1.0);
+    assert_eq!(metric_value(&m, "applied"), 1.0);
     let lp_grpo = ok(trainer.compute_logprobs(grpo, WhichWeights::Current));
-    let up: f32 = lp_grpo[0]
-        .iter()
-        .zip(lp_now[0].iter())
-        .map(|(n, o)| n - o)
-        .sum();
+    let up = summed_change(&lp_grpo[0], &lp_now[0]);
     assert!(
         up > 0.0,
         "GRPO with advantage +1 lowered the logprobs: {up}"
@@ -371,18 +338,10 @@ fn trainer_sft_snapshot_export_and_engine_update_agree() {
 
 #[test]
 fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_error() {
-    use tandem_plugin_api::{LossConfig, LossKind, TrainBatch, UpdateKind, WhichWeights};
+    use tandem_plugin_api::{LossKind, TrainBatch, UpdateKind, WhichWeights};
     let run_dir = tempfile::tempdir().expect("tempdir");
     let registry = Registry::discover(&[]).expect("registry");
-    let config = |options: &str| ComponentConfig {
-        component: "native".into(),
-        model_path: model_dir().display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: run_dir.path().display().to_string().into(),
-    };
+    let config = |options: &str| cpu_config("native", model_dir(), options, run_dir.path());
     let err = registry
         .new_engine(
             config(r#"{"max_batch": 2, "max_sequence": 9}"#),
@@ -406,14 +365,7 @@ fn lora_trainer_exports_an_adapter_the_engine_applies_and_bad_options_are_one_er
     let tokens = [1u32, 40, 41, 42, 43, 44, 2];
     let batch = TrainBatch {
         sequences: vec![seq(&tokens, 2)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-2,
-            grad_clip: 1.0,
-        },
+        loss: loss(LossKind::Sft, 1e-2),
     };
     for _ in 0..3 {
         ok(trainer.train_step(batch.clone()));

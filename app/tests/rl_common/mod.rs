@@ -310,22 +310,30 @@ pub fn worker_pid(run_dir: &Path, role: &str, rank: u32) -> Option<i32> {
         .join("workers")
         .join(format!("{role}-{rank}.json"));
     let spec = spec.to_str().unwrap().to_string();
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+    processes()
+        .into_iter()
+        .find(|(_, args)| args.iter().any(|a| a == "worker") && args.contains(&spec))
+        .map(|(pid, _)| pid)
+}
+
+/// Every process's pid and command line (split at its NULs, so the last item is empty), from
+/// /proc; processes gone before their command line is read are left out.
+pub fn processes() -> Vec<(i32, Vec<String>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        let args: Vec<String> = cmd
+        let args = cmd
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "worker") && args.contains(&spec) {
-            return Some(pid);
-        }
+        out.push((pid, args));
     }
-    None
+    out
 }
 
 /// SIGKILL.

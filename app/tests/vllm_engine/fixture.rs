@@ -3,12 +3,12 @@
 #![allow(dead_code)]
 
 use super::common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 use tandem_plugin_api::{
-    ComponentConfig, EngineBox, GenerateRequest, GenerateResponse, LossConfig, LossKind, PauseMode,
-    RString, RVec, SamplingParams, TrainBatch, TrainSequence, UpdateKind, WeightUpdate,
+    ComponentConfig, EngineBox, GenerateRequest, GenerateResponse, LossKind, PauseMode, RString,
+    RVec, SamplingParams, TrainBatch, UpdateKind, WeightUpdate,
 };
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
@@ -20,50 +20,20 @@ pub(crate) fn python() -> String {
     python_env("vllm_engine")
 }
 
-pub(crate) struct Fixture {
-    pub(crate) _dir: tempfile::TempDir,
-    pub(crate) model: PathBuf,
-    pub(crate) run_dir: PathBuf,
-    pub(crate) plugins: tempfile::TempDir,
-}
-
-/// Tiny model (`tandem model init`) + a plugin dir holding only `libtandem_vllm.so`.
-pub(crate) fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("m");
-        let out = run(tandem()
-            .args(["model", "init", "--preset", "tiny", "--seed", "3", "--out"])
-            .arg(&model));
-        assert!(out.status.success(), "{}", stderr(&out));
-        let so = cdylib("tandem_vllm");
-        let plugins = plugin_dir(&[(&so, "libtandem_vllm.so")]);
-        let run_dir = dir.path().join("run");
-        Fixture {
-            _dir: dir,
-            model,
-            run_dir,
-            plugins,
-        }
-    })
+/// Tiny model (`tandem model init`) + a plugin dir holding only `libtandem_vllm.so`; the
+/// components' run directory is `<dir>/run`.
+pub(crate) fn fixture() -> &'static ModelFixture {
+    static F: OnceLock<ModelFixture> = OnceLock::new();
+    F.get_or_init(|| model_fixture(3, &[(&cdylib("tandem_vllm"), "libtandem_vllm.so")]))
 }
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry::discover(&[fixture().plugins.path().to_path_buf()]).unwrap())
+    R.get_or_init(|| discover(fixture().plugins.path()))
 }
 
 pub(crate) fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
-    ComponentConfig {
-        component: component.into(),
-        model_path: model.display().to_string().into(),
-        options_json: options.into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: fixture().run_dir.display().to_string().into(),
-    }
+    cpu_config(component, model, options, &fixture().dir.path().join("run"))
 }
 
 /// Options of the shared server configuration.
@@ -164,41 +134,13 @@ pub(crate) fn native_generate(extra: &[&str]) -> (Vec<u32>, Vec<f32>, Vec<f32>) 
     )
 }
 
-pub(crate) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 pub(crate) fn first(r: &GenerateResponse) -> (Vec<u32>, Vec<f32>) {
     let c = &r.completions[0];
     (c.tokens.to_vec(), c.logprobs.to_vec())
 }
 
-pub(crate) fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
 pub(crate) fn sft(tokens: &[u32], lr: f32) -> TrainBatch {
-    TrainBatch {
-        sequences: vec![seq(tokens, 2)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: lr,
-            grad_clip: 1.0,
-        },
-    }
+    batch_of(vec![seq(tokens, 2)], LossKind::Sft, lr)
 }
 
 /// A native trainer (`options`) trained a few SFT steps, and its export of `kind`.
@@ -232,12 +174,7 @@ pub(crate) fn native_engine_with(
 }
 
 pub(crate) fn metric(e: &EngineBox, name: &str) -> f64 {
-    ok(e.stats())
-        .metrics
-        .iter()
-        .find(|m| m.name.as_str() == name)
-        .map(|m| m.value)
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    metric_value(&ok(e.stats()).metrics, name)
 }
 
 pub(crate) fn start_error(model: &Path, options: &str) -> String {

@@ -2,42 +2,35 @@
 //! with its way to fix it as data ([`CliError::help`]) and its exit code.
 
 use tandem_rl::RlError;
-use tandem_runtime::{Message, RuntimeError};
+use tandem_runtime::RuntimeError;
 
 /// Errors of a `tandem` subcommand.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// A job, the loop or a model tool failed.
+    /// A job, the loop or a model tool failed; also the command's own bad arguments, failures
+    /// and I/O errors ([`RlError::Usage`], [`RlError::Failed`], [`RlError::Io`]).
     #[error(transparent)]
     Rl(#[from] RlError),
     /// The runtime failed (plugins, workers, the control plane).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// Bad arguments.
-    #[error("{0}")]
-    Usage(Message),
-    /// A failure while running a command.
-    #[error("{0}")]
-    Failed(Message),
-    /// I/O failure with context.
-    #[error("{context}: {source}")]
-    Io {
-        /// What the command was doing.
-        context: String,
-        /// The error.
-        source: std::io::Error,
-    },
 }
 
 impl CliError {
     /// Bad arguments.
     pub fn usage(text: impl Into<String>) -> Self {
-        CliError::Usage(Message::from(text.into()))
+        RlError::usage(text).into()
     }
 
     /// A failure while running.
     pub fn failed(text: impl Into<String>) -> Self {
-        CliError::Failed(Message::from(text.into()))
+        RlError::failed(text).into()
+    }
+
+    /// I/O failure while doing `context`.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Self {
+        let io = RlError::io(context);
+        move |source| io(source).into()
     }
 
     /// Wraps a plugin error with what the command was doing.
@@ -45,32 +38,28 @@ impl CliError {
         CliError::Runtime(RuntimeError::plugin(context, source))
     }
 
-    /// Attaches how to fix it (to [`CliError::Usage`] and [`CliError::Failed`]).
+    /// Attaches how to fix it (to the command's own usage errors and failures).
     #[must_use]
-    pub fn with_help(mut self, help: impl Into<String>) -> Self {
-        if let CliError::Usage(m) | CliError::Failed(m) = &mut self {
-            m.help = Some(help.into());
+    pub fn with_help(self, help: impl Into<String>) -> Self {
+        match self {
+            CliError::Rl(e) => e.with_help(help).into(),
+            other => other,
         }
-        self
     }
 
     /// How to fix it, when there is something to say.
     pub fn help(&self) -> Option<String> {
         match self {
-            CliError::Usage(m) | CliError::Failed(m) => m.help.clone(),
             CliError::Rl(e) => e.help(),
             CliError::Runtime(e) => e.help(),
-            CliError::Io { .. } => None,
         }
     }
 
     /// Process exit code: 2 for user errors, 1 for runtime failures.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage(_) => 2,
             CliError::Rl(e) => e.exit_code(),
             CliError::Runtime(e) => e.exit_code(),
-            CliError::Failed(_) | CliError::Io { .. } => 1,
         }
     }
 

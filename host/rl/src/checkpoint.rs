@@ -30,10 +30,6 @@ pub struct LoopState {
     pub weight_version: u64,
 }
 
-fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
-    move |source| RlError::Io { context, source }
-}
-
 /// The checkpoints directory of a run.
 pub fn dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints")
@@ -47,7 +43,7 @@ pub fn save(
     metrics: &StepMetrics,
 ) -> Result<PathBuf, RlError> {
     let root = dir(run_dir);
-    std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
+    std::fs::create_dir_all(&root).map_err(RlError::io(format!("creating {}", root.display())))?;
     let name = format!("step-{:06}", state.step);
     let tmp = root.join(format!(".{name}.tmp"));
     let done = root.join(&name);
@@ -56,17 +52,18 @@ pub fn save(
     let text = serde_json::to_string_pretty(state)
         .map_err(|e| RlError::failed(format!("encoding the loop state: {e}")))?;
     let path = tmp.join(LOOP_STATE);
-    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    std::fs::write(&path, text).map_err(RlError::io(format!("writing {}", path.display())))?;
     let path = tmp.join(STEP_METRICS);
     let text = serde_json::to_string(metrics)
         .map_err(|e| RlError::failed(format!("encoding the step metrics: {e}")))?;
-    std::fs::write(&path, text).map_err(io(format!("writing {}", path.display())))?;
+    std::fs::write(&path, text).map_err(RlError::io(format!("writing {}", path.display())))?;
     sync_tree(&tmp)?;
     if done.exists() {
         // The same step saved again after a resume: replace it as a whole.
-        std::fs::remove_dir_all(&done).map_err(io(format!("replacing {}", done.display())))?;
+        std::fs::remove_dir_all(&done)
+            .map_err(RlError::io(format!("replacing {}", done.display())))?;
     }
-    std::fs::rename(&tmp, &done).map_err(io(format!("publishing {}", done.display())))?;
+    std::fs::rename(&tmp, &done).map_err(RlError::io(format!("publishing {}", done.display())))?;
     sync_dir(&root)?;
     Ok(done)
 }
@@ -74,11 +71,12 @@ pub fn save(
 fn sync_dir(dir: &Path) -> Result<(), RlError> {
     std::fs::File::open(dir)
         .and_then(|f| f.sync_all())
-        .map_err(io(format!("syncing {}", dir.display())))
+        .map_err(RlError::io(format!("syncing {}", dir.display())))
 }
 
 fn sync_tree(dir: &Path) -> Result<(), RlError> {
-    let entries = std::fs::read_dir(dir).map_err(io(format!("reading {}", dir.display())))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(RlError::io(format!("reading {}", dir.display())))?;
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -86,7 +84,7 @@ fn sync_tree(dir: &Path) -> Result<(), RlError> {
         } else {
             std::fs::File::open(&p)
                 .and_then(|f| f.sync_all())
-                .map_err(io(format!("syncing {}", p.display())))?;
+                .map_err(RlError::io(format!("syncing {}", p.display())))?;
         }
     }
     sync_dir(dir)

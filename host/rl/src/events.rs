@@ -40,10 +40,7 @@ impl EventLog {
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|source| RlError::Io {
-                context: format!("opening {}", path.display()),
-                source,
-            })?;
+            .map_err(RlError::io(format!("opening {}", path.display())))?;
         Ok(EventLog {
             out: Mutex::new(BufWriter::new(file)),
             start: Instant::now(),

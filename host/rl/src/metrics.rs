@@ -56,10 +56,6 @@ pub struct MetricsLog {
     pub steps: Vec<StepMetrics>,
 }
 
-fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
-    move |source| RlError::Io { context, source }
-}
-
 impl MetricsLog {
     /// A new, empty log at `path` (an existing file is an error: runs never overwrite).
     pub fn create(path: &Path) -> Result<MetricsLog, RlError> {
@@ -67,7 +63,7 @@ impl MetricsLog {
             .create_new(true)
             .write(true)
             .open(path)
-            .map_err(io(format!("creating {}", path.display())))?;
+            .map_err(RlError::io(format!("creating {}", path.display())))?;
         Ok(MetricsLog {
             path: path.to_path_buf(),
             steps: Vec::new(),
@@ -100,8 +96,9 @@ impl MetricsLog {
             body.push_str(&serde_json::to_string(m).unwrap_or_default());
             body.push('\n');
         }
-        std::fs::write(&tmp, body).map_err(io(format!("writing {}", tmp.display())))?;
-        std::fs::rename(&tmp, path).map_err(io(format!("replacing {}", path.display())))?;
+        std::fs::write(&tmp, body).map_err(RlError::io(format!("writing {}", tmp.display())))?;
+        std::fs::rename(&tmp, path)
+            .map_err(RlError::io(format!("replacing {}", path.display())))?;
         Ok(MetricsLog {
             path: path.to_path_buf(),
             steps,
@@ -113,10 +110,10 @@ impl MetricsLog {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.path)
-            .map_err(io(format!("opening {}", self.path.display())))?;
+            .map_err(RlError::io(format!("opening {}", self.path.display())))?;
         let line = serde_json::to_string(&m)
             .map_err(|e| RlError::failed(format!("encoding metrics: {e}")))?;
-        writeln!(f, "{line}").map_err(io(format!("writing {}", self.path.display())))?;
+        writeln!(f, "{line}").map_err(RlError::io(format!("writing {}", self.path.display())))?;
         self.steps.push(m);
         Ok(())
     }

@@ -17,10 +17,7 @@ fn err(path: &Path) -> impl Fn(String) -> RlError + '_ {
 pub fn draw(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), RlError> {
     let tmp = path.with_extension("tmp.png");
     draw_to(&tmp, title, steps).map_err(err(path))?;
-    std::fs::rename(&tmp, path).map_err(|source| RlError::Io {
-        context: format!("writing {}", path.display()),
-        source,
-    })
+    std::fs::rename(&tmp, path).map_err(RlError::io(format!("writing {}", path.display())))
 }
 
 /// The drawing area one chart is drawn on.
@@ -49,6 +46,9 @@ fn points(steps: &[StepMetrics], f: fn(&StepMetrics) -> f64) -> Vec<(f64, f64)> 
         .collect()
 }
 
+/// One line of a chart: its points, line style, legend label and legend style.
+type Series<'a> = (Vec<(f64, f64)>, ShapeStyle, &'a str, ShapeStyle);
+
 /// Exact-answer rate, mean reward and its 10-step average.
 fn reward_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Result<(), String> {
     let mut reward = ChartBuilder::on(area)
@@ -64,30 +64,33 @@ fn reward_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Resul
         .y_desc("reward")
         .draw()
         .map_err(|e| e.to_string())?;
-    reward
-        .draw_series(LineSeries::new(
+    let series: [Series<'_>; 3] = [
+        (
             points(steps, |m| m.exact_frac),
             GREEN.mix(0.5).stroke_width(1),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("exact answers")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], GREEN));
-    reward
-        .draw_series(LineSeries::new(
+            "exact answers",
+            GREEN.into(),
+        ),
+        (
             points(steps, |m| m.reward_mean),
             BLUE.mix(0.35).stroke_width(1),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("mean reward")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.mix(0.35)));
-    reward
-        .draw_series(LineSeries::new(
+            "mean reward",
+            BLUE.mix(0.35).into(),
+        ),
+        (
             moving_average(&points(steps, |m| m.reward_mean), 10),
             BLUE.stroke_width(3),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("mean reward, 10-step average")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(3)));
+            "mean reward, 10-step average",
+            BLUE.stroke_width(3),
+        ),
+    ];
+    for (line, style, label, key) in series {
+        reward
+            .draw_series(LineSeries::new(line, style))
+            .map_err(|e| e.to_string())?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], key));
+    }
     reward
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))

@@ -61,10 +61,6 @@ fn call<T>(r: PResult<T>, what: &str) -> Result<T, RlError> {
     r.into_result().map_err(|e| RlError::plugin(what, e))
 }
 
-fn io(context: String) -> impl FnOnce(std::io::Error) -> RlError {
-    move |source| RlError::Io { context, source }
-}
-
 /// A sibling path of `target` for staging (`.<name>.tmp-<pid>`).
 fn staging_dir(target: &Path) -> PathBuf {
     let name = target
@@ -115,7 +111,8 @@ pub fn ensure_model(
         ));
     };
     if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+        std::fs::create_dir_all(parent)
+            .map_err(RlError::io(format!("creating {}", parent.display())))?;
     }
     let init_dir = staging_dir(target).with_extension("init");
     let _ = std::fs::remove_dir_all(&init_dir);
@@ -138,13 +135,30 @@ pub fn ensure_model(
             );
         })
     } else {
-        std::fs::rename(&init_dir, target).map_err(io(format!(
+        std::fs::rename(&init_dir, target).map_err(RlError::io(format!(
             "moving the new model into {}",
             target.display()
         )))
     };
     let _ = std::fs::remove_dir_all(&init_dir);
     result.map(|()| true)
+}
+
+/// A single-rank CPU configuration of `component` on the model at `model`, no run directory.
+pub(crate) fn cpu_config(
+    component: &str,
+    model: &Path,
+    options: &serde_json::Value,
+) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
+        model_path: model.display().to_string().into(),
+        options_json: options.to_string().into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: "".into(),
+    }
 }
 
 /// Writes the preset model `preset` into `dir` (absent or empty) through [`MODEL_TOOL`]'s
@@ -155,17 +169,8 @@ pub fn create_preset(
     preset: &str,
     seed: u64,
 ) -> Result<TrainerInfo, RlError> {
-    let config = ComponentConfig {
-        component: MODEL_TOOL.into(),
-        model_path: dir.display().to_string().into(),
-        options_json: serde_json::json!({"init_preset": preset, "init_seed": seed})
-            .to_string()
-            .into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: "".into(),
-    };
+    let options = serde_json::json!({"init_preset": preset, "init_seed": seed});
+    let config = cpu_config(MODEL_TOOL, dir, &options);
     let problems = registry.validate_config(ComponentKind::Trainer, config.clone())?;
     if let Some(p) = problems.into_iter().flatten().next() {
         let e = RlError::usage(format!("preset `{preset}`: {}", p.message));
@@ -199,15 +204,8 @@ pub fn sft(
     let stage = staging_dir(out);
     let _ = std::fs::remove_dir_all(&stage);
     let services = Services::new();
-    let config = ComponentConfig {
-        component: "native".into(),
-        model_path: model.display().to_string().into(),
-        options_json: "{}".into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: stage.display().to_string().into(),
-    };
+    let mut config = cpu_config("native", model, &serde_json::json!({}));
+    config.run_dir = stage.display().to_string().into();
     let mut trainer: TrainerBox = registry.new_trainer(config, services.handle())?;
     call(trainer.init(), "sft: init")?;
     let loss = LossConfig {
@@ -246,12 +244,16 @@ pub fn sft(
     for f in ["tokenizer.json", "generation_config.json"] {
         let src = model.join(f);
         if src.is_file() {
-            std::fs::copy(&src, stage.join(f)).map_err(io(format!("copying {}", src.display())))?;
+            std::fs::copy(&src, stage.join(f))
+                .map_err(RlError::io(format!("copying {}", src.display())))?;
         }
     }
     drop(trainer);
     let accuracy = greedy_accuracy(registry, &stage, task, &codec, 64)?;
-    std::fs::rename(&stage, out).map_err(io(format!("moving the model into {}", out.display())))?;
+    std::fs::rename(&stage, out).map_err(RlError::io(format!(
+        "moving the model into {}",
+        out.display()
+    )))?;
     Ok(SftReport {
         first_loss: first,
         last_loss: last,
@@ -292,17 +294,8 @@ pub fn greedy_accuracy(
     n: u64,
 ) -> Result<f64, RlError> {
     let services = Services::new();
-    let config = ComponentConfig {
-        component: "native".into(),
-        model_path: model.display().to_string().into(),
-        options_json: serde_json::json!({"max_batch": n, "max_seq_len": 128})
-            .to_string()
-            .into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: "".into(),
-    };
+    let options = serde_json::json!({"max_batch": n, "max_seq_len": 128});
+    let config = cpu_config("native", model, &options);
     let engine = registry.new_engine(config, services.handle())?;
     let problems: Vec<_> = (0..n).map(|i| task.problem(u64::MAX - i)).collect();
     let prompts = problems

@@ -39,10 +39,7 @@ fn rt(what: &str) -> impl Fn(String) -> CliError + '_ {
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> CliError {
-    move |source| CliError::Io {
-        context: format!("tandem bench bridges: {what}"),
-        source,
-    }
+    CliError::io(format!("tandem bench bridges: {what}"))
 }
 
 /// Runs the benchmark (tiny and small with `quick`, plus the big model otherwise).

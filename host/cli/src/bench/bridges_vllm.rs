@@ -94,10 +94,10 @@ pub fn run(cli_dirs: &[PathBuf], native: &[Figure]) -> Result<VllmRows, CliError
     };
     let scratch =
         std::env::temp_dir().join(format!("tandem-bench-bridges-vllm-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).map_err(|source| CliError::Io {
-        context: format!("tandem bench bridges: creating {}", scratch.display()),
-        source,
-    })?;
+    std::fs::create_dir_all(&scratch).map_err(CliError::io(format!(
+        "tandem bench bridges: creating {}",
+        scratch.display()
+    )))?;
     let out = run_in(&scratch, &dirs, native);
     let _ = std::fs::remove_dir_all(&scratch);
     out.map(VllmRows::Figures)

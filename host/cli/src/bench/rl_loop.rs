@@ -52,10 +52,7 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
     let steps = if quick { 6 } else { 20 };
     let tmp = std::env::temp_dir().join(format!("tandem-bench-loop-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(|source| CliError::Io {
-        context: format!("creating {}", tmp.display()),
-        source,
-    })?;
+    std::fs::create_dir_all(&tmp).map_err(CliError::io(format!("creating {}", tmp.display())))?;
     let result = run_in(&tmp, steps);
     let _ = std::fs::remove_dir_all(&tmp);
     result
@@ -70,10 +67,8 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, CliError> {
         let text = JOB
             .replace("STEPS", &steps.to_string())
             .replace("BRIDGE", bridge);
-        std::fs::write(&job_path, text).map_err(|source| CliError::Io {
-            context: format!("writing {}", job_path.display()),
-            source,
-        })?;
+        std::fs::write(&job_path, text)
+            .map_err(CliError::io(format!("writing {}", job_path.display())))?;
         let job = LoadedJob::read(&job_path)?;
         let plan = tandem_rl::config::validate(&job, &registry)?;
         let run_dir = tmp.join(format!("run-{bridge}"));

@@ -90,16 +90,15 @@ fn rewards_exact_and_partial() {
 
 #[test]
 fn bad_options_are_one_line_errors() {
-    let e = build(&section("arithmetic", "max_operand = 0"), 0)
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("max_operand"), "{e}");
-    let e = build(&section("arithmetic", "bogus = 1"), 0).err().unwrap();
-    assert!(e.to_string().contains("bogus"), "{e}");
-    let e = build(&section("arithmetic", "ops = [\"*\"]"), 0)
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains('*'), "{e}");
+    let cases = [
+        ("max_operand = 0", "max_operand"),
+        ("bogus = 1", "bogus"),
+        ("ops = [\"*\"]", "*"),
+    ];
+    for (options, named) in cases {
+        let e = build(&section("arithmetic", options), 0).err().unwrap();
+        assert!(e.to_string().contains(named), "{e}");
+    }
     let e = build(&section("nope", ""), 0).err().unwrap();
     assert!(e.to_string().contains("unknown task `nope`"), "{e}");
     assert!(!e.to_string().contains('\n'));

@@ -140,13 +140,7 @@ fn layer_backward(
     let c = &model.cfg;
     let w = model.w();
     let o = &model.offs.layers[l];
-    let (n, d, qd, kvd, ff) = (
-        al.n,
-        c.hidden_size,
-        c.q_dim(),
-        c.kv_dim(),
-        c.intermediate_size,
-    );
+    let n = al.n;
     let (h, kv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let [
         x_in,
@@ -174,44 +168,33 @@ fn layer_backward(
     let [dres, d2, tq, tk, tv, hq, hk, hv, f1, f2, f3, lr] = al.scratch(scratch)?;
     let lranges = |t: Target| lora.and_then(|ad| ad.offs[l][t as usize].as_ref());
     let lp = |t: Target| lora_op(lora, l, t);
+    // Backward of projection `t` over the `n` rows (x·Aᵀ saved in `xa`).
+    let mut pb = |grads: &mut Grads<'_>,
+                  (dx, acc): (&mut [f32], bool),
+                  dy: &[f32],
+                  (x, xa): (&[f32], &[f32]),
+                  t: Target| {
+        let (wr, br) = o.proj(t);
+        let (k, m) = t.dims(c);
+        let lora = (lp(t), lranges(t), xa, &mut *lr);
+        proj_bwd(
+            dx,
+            acc,
+            dy,
+            x,
+            &w[wr.clone()],
+            (n, k, m),
+            grads,
+            wr,
+            br,
+            lora,
+        );
+    };
     // MLP: next = x_mid + down(swiglu(gate(h2), up(h2)))
-    proj_bwd(
-        f3,
-        false,
-        dres,
-        a,
-        &w[o.down.clone()],
-        (n, ff, d),
-        grads,
-        &o.down,
-        &None,
-        (lp(Target::Down), lranges(Target::Down), ld, lr),
-    );
+    pb(grads, (f3, false), dres, (a, ld), Target::Down);
     swiglu_backward(f1, f2, f3, g, u);
-    proj_bwd(
-        d2,
-        false,
-        f1,
-        h2,
-        &w[o.gate.clone()],
-        (n, d, ff),
-        grads,
-        &o.gate,
-        &None,
-        (lp(Target::Gate), lranges(Target::Gate), lg, lr),
-    );
-    proj_bwd(
-        d2,
-        true,
-        f2,
-        h2,
-        &w[o.up.clone()],
-        (n, d, ff),
-        grads,
-        &o.up,
-        &None,
-        (lp(Target::Up), lranges(Target::Up), lu, lr),
-    );
+    pb(grads, (d2, false), f1, (h2, lg), Target::Gate);
+    pb(grads, (d2, true), f2, (h2, lu), Target::Up);
     let eps_w = &w[o.ln2.clone()];
     rmsnorm_backward(
         dres,
@@ -223,18 +206,7 @@ fn layer_backward(
         true,
     );
     // Attention: x_mid = x_in + o_proj(att)
-    proj_bwd(
-        tq,
-        false,
-        dres,
-        att,
-        &w[o.o.clone()],
-        (n, qd, d),
-        grads,
-        &o.o,
-        &o.o_b,
-        (lp(Target::O), lranges(Target::O), lo, lr),
-    );
+    pb(grads, (tq, false), dres, (att, lo), Target::O);
     let dims_q = (al.b, al.t, h, hd);
     let dims_kv = (al.b, al.t, kv, hd);
     to_head_major(hq, tq, dims_q, None, 0);
@@ -256,42 +228,9 @@ fn layer_backward(
     from_head_major(hq, tq, dims_q);
     from_head_major(tk, hk, dims_kv);
     from_head_major(tv, hv, dims_kv);
-    proj_bwd(
-        d2,
-        false,
-        hq,
-        h1,
-        &w[o.q.clone()],
-        (n, d, qd),
-        grads,
-        &o.q,
-        &o.q_b,
-        (lp(Target::Q), lranges(Target::Q), lq, lr),
-    );
-    proj_bwd(
-        d2,
-        true,
-        tk,
-        h1,
-        &w[o.k.clone()],
-        (n, d, kvd),
-        grads,
-        &o.k,
-        &o.k_b,
-        (lp(Target::K), lranges(Target::K), lk, lr),
-    );
-    proj_bwd(
-        d2,
-        true,
-        tv,
-        h1,
-        &w[o.v.clone()],
-        (n, d, kvd),
-        grads,
-        &o.v,
-        &o.v_b,
-        (lp(Target::V), lranges(Target::V), lv, lr),
-    );
+    pb(grads, (d2, false), hq, (h1, lq), Target::Q);
+    pb(grads, (d2, true), tk, (h1, lk), Target::K);
+    pb(grads, (d2, true), tv, (h1, lv), Target::V);
     rmsnorm_backward(
         dres,
         sub(&mut grads.base, &o.ln1),

@@ -236,13 +236,7 @@ fn layer_forward(
     let c = &model.cfg;
     let w = model.w();
     let o = &model.offs.layers[l];
-    let (n, d, qd, kvd, ff) = (
-        al.n,
-        c.hidden_size,
-        c.q_dim(),
-        c.kv_dim(),
-        c.intermediate_size,
-    );
+    let n = al.n;
     let (h, kv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let eps = c.rms_norm_eps as f32;
     let [
@@ -269,40 +263,26 @@ fn layer_forward(
         ld,
     ] = al.layer(cur)?;
     let [d1, _d2, tq, tk, tv, hq, _hk, _hv, _f1, _f2, _f3, _lr] = al.scratch(scratch)?;
+    // Projection `t` of this layer over the `n` rows, x·Aᵀ saved in `xa`.
+    let pj = |(y, xa): (&mut [f32], &mut [f32]), x: &[f32], t: Target| {
+        let (wr, br) = o.proj(t);
+        let (k, m) = t.dims(c);
+        proj(
+            y,
+            x,
+            &w[wr.clone()],
+            bias_of(w, br),
+            n,
+            k,
+            m,
+            lora_op(lora, l, t),
+            xa,
+        );
+    };
     rmsnorm(h1, r1, x_in, &w[o.ln1.clone()], eps);
-    proj(
-        tq,
-        h1,
-        &w[o.q.clone()],
-        bias_of(w, &o.q_b),
-        n,
-        d,
-        qd,
-        lora_op(lora, l, Target::Q),
-        lq,
-    );
-    proj(
-        tk,
-        h1,
-        &w[o.k.clone()],
-        bias_of(w, &o.k_b),
-        n,
-        d,
-        kvd,
-        lora_op(lora, l, Target::K),
-        lk,
-    );
-    proj(
-        tv,
-        h1,
-        &w[o.v.clone()],
-        bias_of(w, &o.v_b),
-        n,
-        d,
-        kvd,
-        lora_op(lora, l, Target::V),
-        lv,
-    );
+    pj((tq, lq), h1, Target::Q);
+    pj((tk, lk), h1, Target::K);
+    pj((tv, lv), h1, Target::V);
     to_head_major(q, tq, (al.b, al.t, h, hd), Some(&model.rope), 0);
     to_head_major(k, tk, (al.b, al.t, kv, hd), Some(&model.rope), 0);
     to_head_major(v, tv, (al.b, al.t, kv, hd), None, 0);
@@ -315,55 +295,15 @@ fn layer_forward(
     };
     attention(hq, p, q, k, v, shape);
     from_head_major(att, hq, (al.b, al.t, h, hd));
-    proj(
-        d1,
-        att,
-        &w[o.o.clone()],
-        bias_of(w, &o.o_b),
-        n,
-        qd,
-        d,
-        lora_op(lora, l, Target::O),
-        lo,
-    );
+    pj((d1, lo), att, Target::O);
     for ((m, x), y) in x_mid.iter_mut().zip(x_in.iter()).zip(d1.iter()) {
         *m = x + y;
     }
     rmsnorm(h2, r2, x_mid, &w[o.ln2.clone()], eps);
-    proj(
-        g,
-        h2,
-        &w[o.gate.clone()],
-        None,
-        n,
-        d,
-        ff,
-        lora_op(lora, l, Target::Gate),
-        lg,
-    );
-    proj(
-        u,
-        h2,
-        &w[o.up.clone()],
-        None,
-        n,
-        d,
-        ff,
-        lora_op(lora, l, Target::Up),
-        lu,
-    );
+    pj((g, lg), h2, Target::Gate);
+    pj((u, lu), h2, Target::Up);
     swiglu(a, g, u);
-    proj(
-        d1,
-        a,
-        &w[o.down.clone()],
-        None,
-        n,
-        ff,
-        d,
-        lora_op(lora, l, Target::Down),
-        ld,
-    );
+    pj((d1, ld), a, Target::Down);
     for ((out, m), y) in next.iter_mut().zip(x_mid.iter()).zip(d1.iter()) {
         *out = m + y;
     }

@@ -9,6 +9,7 @@ use std::ops::Range;
 
 use crate::config::ModelConfig;
 use crate::error::{NativeError, Result};
+use crate::lora::Target;
 
 /// One named tensor in a flat buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,6 +184,21 @@ pub struct LayerOffsets {
     pub up: Range<usize>,
     /// down_proj weight `[d, ff]`.
     pub down: Range<usize>,
+}
+
+impl LayerOffsets {
+    /// Weight and bias ranges of projection `t` (the MLP's have no bias).
+    pub fn proj(&self, t: Target) -> (&Range<usize>, &Option<Range<usize>>) {
+        match t {
+            Target::Q => (&self.q, &self.q_b),
+            Target::K => (&self.k, &self.k_b),
+            Target::V => (&self.v, &self.v_b),
+            Target::O => (&self.o, &self.o_b),
+            Target::Gate => (&self.gate, &None),
+            Target::Up => (&self.up, &None),
+            Target::Down => (&self.down, &None),
+        }
+    }
 }
 
 /// Ranges of every tensor of the model (the lm_head range equals the embedding's when tied).

@@ -2,16 +2,17 @@
 //! tokenizer, SFT it on text, and generate — the generated text follows the trained pattern.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::ModelConfig;
 use tandem_native_core::engine::{Engine, EngineConfig, GenRequest};
 use tandem_native_core::init::{Preset, init_preset};
 use tandem_native_core::loss::Loss;
 use tandem_native_core::model::Model;
-use tandem_native_core::optim::AdamW;
 use tandem_native_core::sampling::SamplingParams;
 use tandem_native_core::tokenizer;
-use tandem_native_core::trainer::{Batch, Trainer};
+use tandem_native_core::trainer::Batch;
 
 #[test]
 fn init_load_sft_generate_from_disk() {
@@ -36,17 +37,7 @@ fn init_load_sft_generate_from_disk() {
     let mask: Vec<f32> = (0..t)
         .map(|j| if j >= prompt_len { 1.0 } else { 0.0 })
         .collect();
-    let mut tr = Trainer::new(
-        model,
-        None,
-        AdamW {
-            lr: 1e-2,
-            weight_decay: 0.0,
-            ..Default::default()
-        },
-        &mut p,
-    )
-    .unwrap();
+    let mut tr = common::trainer(model, None, 1e-2, &mut p);
     let batch = Batch {
         tokens: &ids,
         b: 1,

@@ -8,29 +8,21 @@ use common::{random_model, tokens};
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::Arch;
 use tandem_native_core::lora::{LoraAdapter, LoraConfig, Target};
-use tandem_native_core::loss::{Loss, PolicyLossConfig};
-use tandem_native_core::optim::AdamW;
+use tandem_native_core::loss::{Loss, LossStats, PolicyLossConfig};
 use tandem_native_core::trainer::{Batch, Trainer};
 
 const B: usize = 4;
 const T: usize = 8;
 
-#[test]
-fn sft_full_finetune_memorises_a_batch() {
-    let mut p = VecProvider::new();
-    let model = random_model(common::tiny_cfg(Arch::Qwen2, false), 1, &mut p);
-    let mut tr = Trainer::new(
-        model,
-        None,
-        AdamW {
-            lr: 1e-2,
-            weight_decay: 0.0,
-            ..Default::default()
-        },
-        &mut p,
-    )
-    .unwrap();
-    let toks = tokens(B * T, 13, 3);
+/// SFT on `B` sequences of `T` tokens (salt `salt`, none masked), `1 + steps` times: the
+/// losses of the first and the last step.
+fn sft_steps(
+    tr: &mut Trainer,
+    salt: u64,
+    steps: usize,
+    p: &mut VecProvider,
+) -> (LossStats, LossStats) {
+    let toks = tokens(B * T, 13, salt);
     let mask = vec![1.0; B * T];
     let batch = Batch {
         tokens: &toks,
@@ -38,11 +30,20 @@ fn sft_full_finetune_memorises_a_batch() {
         t: T,
         mask: &mask,
     };
-    let (first, _) = tr.train_step(&batch, &Loss::Sft, &mut p).unwrap();
+    let first = tr.train_step(&batch, &Loss::Sft, p).unwrap().0;
     let mut last = first;
-    for _ in 0..60 {
-        last = tr.train_step(&batch, &Loss::Sft, &mut p).unwrap().0;
+    for _ in 0..steps {
+        last = tr.train_step(&batch, &Loss::Sft, p).unwrap().0;
     }
+    (first, last)
+}
+
+#[test]
+fn sft_full_finetune_memorises_a_batch() {
+    let mut p = VecProvider::new();
+    let model = random_model(common::tiny_cfg(Arch::Qwen2, false), 1, &mut p);
+    let mut tr = common::trainer(model, None, 1e-2, &mut p);
+    let (first, last) = sft_steps(&mut tr, 3, 60, &mut p);
     assert!(
         first.loss > 2.0,
         "random init should be near ln(13): {}",
@@ -86,30 +87,8 @@ fn lora_mode_trains_only_the_adapter() {
     };
     let mut ad = LoraAdapter::new(&model.cfg, lc, &mut p).unwrap();
     ad.init_a(9);
-    let mut tr = Trainer::new(
-        model,
-        Some(ad),
-        AdamW {
-            lr: 2e-2,
-            weight_decay: 0.0,
-            ..Default::default()
-        },
-        &mut p,
-    )
-    .unwrap();
-    let toks = tokens(B * T, 13, 4);
-    let mask = vec![1.0; B * T];
-    let batch = Batch {
-        tokens: &toks,
-        b: B,
-        t: T,
-        mask: &mask,
-    };
-    let first = tr.train_step(&batch, &Loss::Sft, &mut p).unwrap().0;
-    let mut last = first;
-    for _ in 0..40 {
-        last = tr.train_step(&batch, &Loss::Sft, &mut p).unwrap().0;
-    }
+    let mut tr = common::trainer(model, Some(ad), 2e-2, &mut p);
+    let (first, last) = sft_steps(&mut tr, 4, 40, &mut p);
     assert!(
         last.loss < 0.8 * first.loss,
         "loss {} -> {}",
@@ -136,17 +115,7 @@ fn lora_mode_trains_only_the_adapter() {
 fn policy_loss_moves_logprobs_with_the_advantage_sign() {
     let mut p = VecProvider::new();
     let model = random_model(common::tiny_cfg(Arch::Qwen2, true), 3, &mut p);
-    let mut tr = Trainer::new(
-        model,
-        None,
-        AdamW {
-            lr: 3e-3,
-            weight_decay: 0.0,
-            ..Default::default()
-        },
-        &mut p,
-    )
-    .unwrap();
+    let mut tr = common::trainer(model, None, 3e-3, &mut p);
     tr.max_grad_norm = Some(1.0);
     let toks = tokens(B * T, 13, 5);
     let mask: Vec<f32> = (0..B * T)

@@ -5,7 +5,7 @@
 use super::issues::Issues;
 use crate::config::plan::absolute;
 use std::path::Path;
-use tandem_plugin_api::{ComponentConfig, ComponentKind};
+use tandem_plugin_api::ComponentKind;
 use tandem_runtime::registry::Registry;
 
 /// The model directory must be usable by the run: a Hugging Face directory whose config and
@@ -75,17 +75,8 @@ pub(super) fn check(
 /// Asks the model tool's trainer (`warmstart::MODEL_TOOL`) whether it can create `preset`.
 fn preset_check(issues: &mut Issues<'_>, registry: &Registry, model_path: &Path, preset: &str) {
     let tool = crate::warmstart::MODEL_TOOL;
-    let config = ComponentConfig {
-        component: tool.into(),
-        model_path: absolute(model_path).to_string_lossy().as_ref().into(),
-        options_json: serde_json::json!({ "init_preset": preset })
-            .to_string()
-            .into(),
-        rank: 0,
-        world_size: 1,
-        device: "cpu".into(),
-        run_dir: "".into(),
-    };
+    let options = serde_json::json!({ "init_preset": preset });
+    let config = crate::warmstart::cpu_config(tool, &absolute(model_path), &options);
     match registry.validate_config(ComponentKind::Trainer, config) {
         Ok(Some(problems)) => {
             for p in problems {

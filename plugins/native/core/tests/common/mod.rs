@@ -3,7 +3,10 @@
 
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::{Arch, ModelConfig};
+use tandem_native_core::lora::LoraAdapter;
 use tandem_native_core::model::Model;
+use tandem_native_core::optim::AdamW;
+use tandem_native_core::trainer::Trainer;
 
 /// A very small config (fast in debug builds).
 pub fn tiny_cfg(arch: Arch, tie: bool) -> ModelConfig {
@@ -63,4 +66,14 @@ pub fn tokens(n: usize, vocab: usize, salt: u64) -> Vec<u32> {
         .iter()
         .map(|x| (((x + 1.0) * 0.5 * vocab as f32) as usize).min(vocab - 1) as u32)
         .collect()
+}
+
+/// A trainer of `model` (and `lora`) under AdamW at learning rate `lr`, no weight decay.
+pub fn trainer(model: Model, lora: Option<LoraAdapter>, lr: f32, p: &mut VecProvider) -> Trainer {
+    let opt = AdamW {
+        lr,
+        weight_decay: 0.0,
+        ..Default::default()
+    };
+    Trainer::new(model, lora, opt, p).unwrap()
 }

@@ -8,194 +8,18 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod fixture;
 
-use common::*;
+use fixture::*;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use tandem_control::Role;
 use tandem_plugin_api::{
-    GenerateRequest, LossConfig, LossKind, PauseMode, RVec, SamplingParams, TrainBatch,
-    TrainSequence, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
+    GenerateRequest, PauseMode, RVec, SamplingParams, UpdateKind, UpdatePayload,
 };
 use tandem_rl::bridge::BridgeDriver;
-use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
-use tandem_runtime::worker::WorkerSpec;
-
-/// A model written once by `tandem model init` (per preset and seed).
-fn model(preset: &str, seed: u64) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let root = DIR.get_or_init(|| process_scratch("bridges-models"));
-    let out = root.join(format!("{preset}-{seed}"));
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    if !out.join("config.json").exists() {
-        let o = run(tandem()
-            .args(["model", "init", "--preset", preset, "--seed"])
-            .arg(seed.to_string())
-            .arg("--out")
-            .arg(&out));
-        assert!(o.status.success(), "{}", stderr(&o));
-    }
-    out
-}
-
-fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> WorkerSpec {
-    WorkerSpec {
-        role,
-        rank: 0,
-        world_size: 1,
-        component: "native".into(),
-        model_path: model.to_path_buf(),
-        options_json: options.into(),
-        device: "cpu".into(),
-        run_dir: run_dir.to_path_buf(),
-        plugin_dirs: vec![],
-    }
-}
-
-struct Rig {
-    _dir: tempfile::TempDir,
-    run_dir: PathBuf,
-    launcher: LocalLauncher,
-    trainer: RemoteTrainer,
-    engines: Vec<RemoteEngine>,
-}
-
-fn rig(trainer_model: &Path, engine_model: &Path, trainer_options: &str) -> Rig {
-    let dir = tempfile::tempdir().unwrap();
-    let run_dir = dir.path().to_path_buf();
-    let mut opts = LaunchOptions::new(&run_dir);
-    opts.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
-    let mut launcher = LocalLauncher::new(opts).unwrap();
-    let engine_opts = r#"{"max_batch": 2, "max_seq_len": 64}"#;
-    let engines = launcher
-        .spawn_engines(&[spec(Role::Engine, engine_model, engine_opts, &run_dir)])
-        .unwrap();
-    let mut trainers = launcher
-        .spawn_trainers(&[spec(
-            Role::Trainer,
-            trainer_model,
-            trainer_options,
-            &run_dir,
-        )])
-        .unwrap();
-    let trainer = trainers.pop().unwrap();
-    trainer.init().unwrap();
-    Rig {
-        _dir: dir,
-        run_dir,
-        launcher,
-        trainer,
-        engines,
-    }
-}
-
-fn seq(tokens: &[u32], prompt_len: u32) -> TrainSequence {
-    TrainSequence {
-        tokens: tokens.to_vec().into(),
-        prompt_len,
-        advantage: 0.0,
-        old_logprobs: RVec::new(),
-        ref_logprobs: RVec::new(),
-    }
-}
-
-fn batch(tokens: &[u32]) -> TrainBatch {
-    TrainBatch {
-        sequences: vec![seq(tokens, 1)].into(),
-        loss: LossConfig {
-            kind: LossKind::Sft,
-            clip_eps_low: 0.2,
-            clip_eps_high: 0.2,
-            kl_coef: 0.0,
-            learning_rate: 1e-2,
-            grad_clip: 1.0,
-        },
-    }
-}
-
-const TRAIN: [u32; 8] = [1, 40, 41, 42, 43, 44, 45, 2];
-const PROBE: [u32; 6] = [1, 50, 51, 52, 53, 54];
-
-impl Rig {
-    /// Pauses the engines, trains one step (engines never run while the trainer writes).
-    fn train_step(&self) {
-        self.pause();
-        let m = self.trainer.train_step(batch(&TRAIN)).unwrap();
-        assert!(
-            m.iter()
-                .any(|x| x.name.as_str() == "applied" && x.value == 1.0)
-        );
-    }
-
-    fn resume(&self) {
-        for e in &self.engines {
-            e.continue_generation().unwrap();
-        }
-    }
-
-    /// Pauses the engines (updates, the ipc setup included, are applied to paused engines).
-    fn pause(&self) {
-        for e in &self.engines {
-            e.pause_generation(PauseMode::Wait).unwrap();
-        }
-    }
-
-    /// The trainer's logprobs of the probe's tokens after the first (what `score` returns).
-    fn trainer_probe(&self) -> Vec<f32> {
-        let lp = self
-            .trainer
-            .compute_logprobs(batch(&PROBE), WhichWeights::Current)
-            .unwrap();
-        lp[0].clone()
-    }
-
-    fn engine_probe(&self, i: usize) -> Vec<f32> {
-        self.engines[i].score(vec![PROBE.to_vec()]).unwrap()[0].clone()
-    }
-
-    fn generate(&self, adapter: Option<String>) -> (Vec<u32>, u64) {
-        let out = self.engines[0]
-            .generate(GenerateRequest {
-                prompts: vec![RVec::from(vec![1u32, 40, 41])].into(),
-                sampling: SamplingParams {
-                    temperature: 0.0,
-                    max_tokens: 4,
-                    ..SamplingParams::default()
-                },
-                adapter: adapter.map(|a| a.into()).into(),
-            })
-            .unwrap();
-        (out.completions[0].tokens.to_vec(), out.weight_version)
-    }
-
-    /// Trains a step and exports a checkpoint (not applied): the update and its directory.
-    fn train_and_export_checkpoint(&self) -> (WeightUpdate, PathBuf) {
-        self.train_step();
-        let update = self
-            .trainer
-            .export_weight_update(UpdateKind::CheckpointDir)
-            .unwrap();
-        let UpdatePayload::CheckpointDir { dir } = &update.payload else {
-            panic!("{update:?}")
-        };
-        let dir = PathBuf::from(dir.as_str());
-        (update, dir)
-    }
-
-    fn version(&self) -> u64 {
-        self.engines[0].health().unwrap().weight_version
-    }
-}
-
-fn no_options() -> toml::Table {
-    toml::Table::new()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine};
 
 #[test]
 fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
@@ -270,9 +94,7 @@ fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
     r.trainer.onload(&d.trainer_offload_tags()).unwrap();
     r.resume();
     assert_eq!(bits(&r.engine_probe(0)), bits(&r.trainer_probe()));
-    r.launcher
-        .shutdown(std::time::Duration::from_secs(10))
-        .unwrap();
+    r.shutdown();
 }
 
 #[test]
@@ -472,9 +294,7 @@ fn checkpoint_restarts_the_engine_on_an_atomic_checkpoint() {
     let rec = d.sync(&r.trainer, &mut r.engines, &mut r.launcher).unwrap();
     assert_eq!(rec.version, 2);
     assert_eq!(bits(&r.engine_probe(0)), bits(&r.trainer_probe()));
-    r.launcher
-        .shutdown(std::time::Duration::from_secs(10))
-        .unwrap();
+    r.shutdown();
 }
 
 #[test]
@@ -630,25 +450,4 @@ fn worker_components_get_host_regions_that_release_really_frees() {
             .to_vec(),
         before
     );
-}
-
-/// Summed Pss (bytes) of the memfd-backed mappings of `pid`, from `/proc/<pid>/smaps`.
-fn region_pss(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    let mut in_memfd = false;
-    let mut kb = 0u64;
-    for line in text.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            in_memfd = line.contains("/memfd:");
-        } else if in_memfd && line.starts_with("Pss:") {
-            kb += line
-                .split_whitespace()
-                .nth(1)
-                .unwrap()
-                .parse::<u64>()
-                .unwrap();
-        }
-    }
-    kb * 1024
 }
