@@ -54,6 +54,16 @@ impl Padded {
         })
     }
 
+    /// The core's view of this batch.
+    pub fn batch(&self) -> tandem_native_core::trainer::Batch<'_> {
+        tandem_native_core::trainer::Batch {
+            tokens: &self.tokens,
+            b: self.b,
+            t: self.t,
+            mask: &self.mask,
+        }
+    }
+
     /// Completion slices of a token-aligned `[b·t]` array, one vector per sequence.
     pub fn completions(&self, aligned: &[f32]) -> Vec<Vec<f32>> {
         self.spans

@@ -30,6 +30,13 @@ fn strs(v: &[&str]) -> tandem_plugin_api::RVec<RString> {
     v.iter().map(|s| RString::from(*s)).collect()
 }
 
+/// The update kinds both native components speak (the engine applies, the trainer exports).
+const UPDATE_KINDS: [UpdateKind; 3] = [
+    UpdateKind::SharedRegion,
+    UpdateKind::CheckpointDir,
+    UpdateKind::Adapter,
+];
+
 impl Plugin for NativePlugin {
     fn manifest() -> PluginManifest {
         let engine = ComponentDecl {
@@ -38,12 +45,7 @@ impl Plugin for NativePlugin {
             description: "Llama/Qwen2 CPU engine: batched KV-cache decode, LoRA, host regions"
                 .into(),
             caps: Capabilities {
-                update_kinds: vec![
-                    UpdateKind::SharedRegion,
-                    UpdateKind::CheckpointDir,
-                    UpdateKind::Adapter,
-                ]
-                .into(),
+                update_kinds: UPDATE_KINDS.to_vec().into(),
                 releasable_tags: strs(&engine::RELEASABLE),
                 pause_modes: vec![PauseMode::Abort, PauseMode::Wait].into(),
                 hidden_states: true,
@@ -61,12 +63,7 @@ impl Plugin for NativePlugin {
             name: "native".into(),
             description: "Llama/Qwen2 CPU trainer: SFT and GRPO, AdamW, full or LoRA".into(),
             caps: Capabilities {
-                update_kinds: vec![
-                    UpdateKind::SharedRegion,
-                    UpdateKind::CheckpointDir,
-                    UpdateKind::Adapter,
-                ]
-                .into(),
+                update_kinds: UPDATE_KINDS.to_vec().into(),
                 releasable_tags: strs(&trainer::OFFLOADABLE),
                 pause_modes: Default::default(),
                 hidden_states: false,

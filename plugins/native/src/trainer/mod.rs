@@ -13,7 +13,7 @@ use tandem_native_core::lora::{LoraAdapter, LoraConfig};
 use tandem_native_core::loss::{Loss, PolicyLossConfig};
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
-use tandem_native_core::trainer::{Batch, Trainer};
+use tandem_native_core::trainer::Trainer;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
@@ -123,12 +123,7 @@ impl NativeTrainer {
     fn logprobs_current(&mut self, batch: &TrainBatch) -> Result<Vec<RVec<f32>>> {
         let (tr, p) = self.ready("compute_logprobs")?;
         let pad = Padded::new(&batch.sequences, tr.model.cfg.vocab_size)?;
-        let b = Batch {
-            tokens: &pad.tokens,
-            b: pad.b,
-            t: pad.t,
-            mask: &pad.mask,
-        };
+        let b = pad.batch();
         let lp = tr.logprobs(&b, p).ctx("compute_logprobs")?;
         Ok(pad.completions(&lp).into_iter().map(RVec::from).collect())
     }
@@ -143,12 +138,7 @@ impl NativeTrainer {
         }
         let (tr, p) = self.ready("train_step")?;
         let pad = Padded::new(&batch.sequences, tr.model.cfg.vocab_size)?;
-        let b = Batch {
-            tokens: &pad.tokens,
-            b: pad.b,
-            t: pad.t,
-            mask: &pad.mask,
-        };
+        let b = pad.batch();
         tr.opt.lr = lc.learning_rate;
         tr.max_grad_norm = (lc.grad_clip > 0.0).then_some(lc.grad_clip);
         let seqs = &batch.sequences;

@@ -134,17 +134,25 @@ mod tests {
         m
     }
 
+    /// Writes `m`'s weights to `path` and checks that they load back bit for bit.
+    fn write_and_check_bit_exact(m: &tandem_native_core::model::Model, path: &std::path::Path) {
+        super::write(path, &m.layout, m.w(), false).unwrap();
+        let mut back = vec![0f32; m.layout.total_len()];
+        st_io::load_into(&[path.to_path_buf()], &m.layout, &mut back, &|n| {
+            Some(n.to_string())
+        })
+        .unwrap();
+        let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
+        let b: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
+        assert!(a == b);
+    }
+
     #[test]
     fn streamed_file_loads_back_bit_exact() {
         let m = tiny(5);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("model.safetensors");
-        super::write(&path, &m.layout, m.w(), false).unwrap();
-        let mut back = vec![0f32; m.layout.total_len()];
-        st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
-        let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
-        let b: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
-        assert!(a == b);
+        write_and_check_bit_exact(&m, &path);
     }
 
     #[test]
@@ -154,12 +162,7 @@ mod tests {
         let path = dir.path().join("model.safetensors");
         let longer = vec![0x7fu8; m.layout.total_len() * 4 + 100_000];
         std::fs::write(&path, &longer).unwrap();
-        super::write(&path, &m.layout, m.w(), false).unwrap();
-        let mut back = vec![0f32; m.layout.total_len()];
-        st_io::load_into(&[path], &m.layout, &mut back, &|n| Some(n.to_string())).unwrap();
-        let a: Vec<u32> = m.w().iter().map(|x| x.to_bits()).collect();
-        let b: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
-        assert!(a == b);
+        write_and_check_bit_exact(&m, &path);
     }
 
     #[test]

@@ -376,20 +376,9 @@ impl Engine {
         for (bi, &(ri, _)) in group.iter().enumerate() {
             tokens[bi * t..bi * t + len(bi)].copy_from_slice(&reqs[ri].prompt);
         }
+        let al = ActLayout::for_inference(&c, b, t, adapter.map(|i| &self.adapters[i].1.cfg));
+        self.prefill_buf(&al, provider)?;
         let lora = adapter.map(|i| &self.adapters[i].1);
-        let al = ActLayout::for_inference(&c, b, t, lora.map(|l| &l.cfg));
-        if self
-            .prefill
-            .as_ref()
-            .is_none_or(|p| p.len() < al.total_len())
-        {
-            self.prefill = None;
-            self.prefill = Some(provider.alloc(
-                BufferTag::Activations,
-                "activations/prefill",
-                al.total_len(),
-            )?);
-        }
         let buf = self
             .prefill
             .as_mut()
