@@ -4,9 +4,9 @@
 //!
 //! ```text
 //! # `#` starts a comment; blank lines are ignored.
-//! layer host: tandem-host tandem-services
+//! layer host: tandem-rl tandem-services
 //! layer plugin: tandem-plugin-native
-//! tandem-host -> tandem-services tandem-plugin-api
+//! tandem-rl -> tandem-services tandem-plugin-api
 //! tandem-plugin-native -> tandem-plugin-api
 //! ```
 //!
