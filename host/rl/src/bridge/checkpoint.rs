@@ -96,10 +96,15 @@ impl Checkpoint {
             return Err(r.failed(rank, why));
         }
         let t = Instant::now();
-        let new = shipment
-            .launcher
-            .respawn_engine(rank, r.dir)
-            .map_err(|e| r.failed(rank, e))?;
+        let new = shipment.launcher.respawn_engine(rank, r.dir).map_err(|e| {
+            // The launcher's help (e.g. why a new worker was not ready) stays data.
+            let help = e.help();
+            let failed = r.failed(rank, e);
+            match help {
+                Some(h) => failed.with_help(h),
+                None => failed,
+            }
+        })?;
         let started = t.elapsed();
         shipment.meter.add(new.pid());
         if let Some(h) = self.hook.as_mut() {
