@@ -99,17 +99,7 @@ struct Ctx<'a> {
 }
 
 fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> WorkerSpec {
-    WorkerSpec {
-        role,
-        rank: 0,
-        world_size: 1,
-        component: "native".into(),
-        model_path: model.to_path_buf(),
-        options_json: options.into(),
-        device: "cpu".into(),
-        run_dir: run_dir.to_path_buf(),
-        plugin_dirs: vec![],
-    }
+    WorkerSpec::single_cpu(role, "native", model, options, run_dir, vec![])
 }
 
 fn metric(s: &ComponentStats, name: &str) -> f64 {

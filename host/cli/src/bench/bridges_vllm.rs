@@ -194,17 +194,14 @@ struct Session {
 
 impl Ctx<'_> {
     fn spec(&self, role: Role, component: &str, options: &str, run_dir: &Path) -> WorkerSpec {
-        WorkerSpec {
+        WorkerSpec::single_cpu(
             role,
-            rank: 0,
-            world_size: 1,
-            component: component.into(),
-            model_path: self.model.to_path_buf(),
-            options_json: options.into(),
-            device: "cpu".into(),
-            run_dir: run_dir.to_path_buf(),
-            plugin_dirs: self.dirs.to_vec(),
-        }
+            component,
+            self.model,
+            options,
+            run_dir,
+            self.dirs.to_vec(),
+        )
     }
 
     fn session(&self, name: &str, engine: &str, trainer: &str) -> Result<Session, CliError> {

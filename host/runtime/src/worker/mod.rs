@@ -78,6 +78,29 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    /// The spec of a one-rank component on the CPU (benches, tests, one-off tools); plugins
+    /// from `plugin_dirs` besides the built-ins.
+    pub fn single_cpu(
+        role: Role,
+        component: &str,
+        model_path: &Path,
+        options_json: &str,
+        run_dir: &Path,
+        plugin_dirs: Vec<PathBuf>,
+    ) -> WorkerSpec {
+        WorkerSpec {
+            role,
+            rank: 0,
+            world_size: 1,
+            component: component.into(),
+            model_path: model_path.to_path_buf(),
+            options_json: options_json.into(),
+            device: "cpu".into(),
+            run_dir: run_dir.to_path_buf(),
+            plugin_dirs,
+        }
+    }
+
     /// The constructor argument for the component.
     pub fn component_config(&self) -> ComponentConfig {
         ComponentConfig {
