@@ -1,0 +1,13 @@
+//! `tandem-model`: model directories in the Hugging Face layout — importing a GGUF file
+//! (`tandem model import`), keeping every directory Tandem writes complete (tokenizer,
+//! generation config, chat template of the model it came from), and merging a PEFT LoRA
+//! adapter into its base (`tandem model merge-lora`).
+//!
+//! Pure file work: no plugin, no compute core. Every writer builds its output in a sibling
+//! temporary directory and renames it into place, so a failure leaves nothing at the target.
+
+#![forbid(unsafe_code)]
+
+pub mod error;
+
+pub use error::ModelError;
