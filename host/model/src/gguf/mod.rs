@@ -10,6 +10,8 @@
 mod arch;
 mod dequant;
 mod reader;
+#[cfg(test)]
+mod tests;
 mod tokenizer;
 
 pub use arch::{ARCHITECTURES, Hparams};
@@ -121,7 +123,10 @@ pub fn import(src: &Path, out: &Path) -> Result<ImportSummary> {
 
     let dir = writer.dir();
     crate::write::safetensors_f32(&dir.join("model.safetensors"), &tensors)?;
-    write_json(&dir.join("config.json"), &hp.config_json(tok.bos, tok.eos, tok.pad))?;
+    write_json(
+        &dir.join("config.json"),
+        &hp.config_json(tok.bos, tok.eos, tok.pad),
+    )?;
     let generation = serde_json::json!({
         "bos_token_id": tok.bos,
         "eos_token_id": tok.eos,

@@ -52,7 +52,10 @@ fn strings<'a>(g: &'a Gguf, key: &str) -> Result<Vec<&'a str>, String> {
         .and_then(Value::as_array)
         .ok_or(format!("metadata `{key}` is missing or not an array"))?;
     a.iter()
-        .map(|v| v.as_str().ok_or(format!("metadata `{key}` holds a non-string")))
+        .map(|v| {
+            v.as_str()
+                .ok_or(format!("metadata `{key}` holds a non-string"))
+        })
         .collect()
 }
 
@@ -61,7 +64,9 @@ fn id(g: &Gguf, key: &str, vocab: usize) -> Result<Option<u32>, String> {
         None => Ok(None),
         Some(v) => match v.as_u64() {
             Some(i) if (i as usize) < vocab => Ok(Some(i as u32)),
-            _ => Err(format!("metadata `{key}` = {v:?} is not a token id below {vocab}")),
+            _ => Err(format!(
+                "metadata `{key}` = {v:?} is not a token id below {vocab}"
+            )),
         },
     }
 }
@@ -80,6 +85,12 @@ fn byte_alphabet() -> HashMap<u8, char> {
         }
     }
     map
+}
+
+/// The 256 characters of the byte alphabet (tests build vocabularies from them).
+#[cfg(test)]
+pub(super) fn byte_alphabet_for_tests() -> Vec<char> {
+    byte_alphabet().into_values().collect()
 }
 
 fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper, String> {
@@ -145,7 +156,9 @@ pub fn build(g: &Gguf, vocab: usize) -> Result<TokenizerFiles, String> {
         .map(|m| {
             m.split_once(' ')
                 .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or(format!("merge {m:?} is not two tokens separated by a space"))
+                .ok_or(format!(
+                    "merge {m:?} is not two tokens separated by a space"
+                ))
         })
         .collect::<Result<_, _>>()?;
     let bpe = BPE::builder()
@@ -188,9 +201,7 @@ pub fn build(g: &Gguf, vocab: usize) -> Result<TokenizerFiles, String> {
     let unk = id(g, "tokenizer.ggml.unknown_token_id", n)?;
     let pad = id(g, "tokenizer.ggml.padding_token_id", n)?;
     let text = |i: Option<u32>| i.map(|i| tokens[i as usize].to_owned());
-    let flag = |key: &str| {
-        matches!(g.meta.get(key), Some(Value::Bool(true)))
-    };
+    let flag = |key: &str| matches!(g.meta.get(key), Some(Value::Bool(true)));
     let chat_template = g
         .meta
         .get("tokenizer.chat_template")
