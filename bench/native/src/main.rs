@@ -27,14 +27,20 @@ use error::BenchError;
 use run::Selection;
 
 const USAGE: &str = "usage: tandem-bench-native [--json] [--quick] [tiny|small|big]... \
-                     [decode|train]...";
+                     [--model DIR]... [decode|train]...";
 
 /// The selection and output form from the command line.
 fn parse(args: &[String]) -> Result<(Selection, bool), BenchError> {
     let (mut json, mut quick, mut decode, mut train) = (false, false, false, false);
     let mut presets = Vec::new();
-    for a in args {
+    let mut models = Vec::new();
+    let mut args = args.iter();
+    while let Some(a) = args.next() {
         match a.as_str() {
+            "--model" => match args.next() {
+                Some(dir) => models.push(std::path::PathBuf::from(dir)),
+                None => return Err(BenchError::Usage("--model needs a directory".into())),
+            },
             "--json" => json = true,
             "--quick" => quick = true,
             "decode" => decode = true,
@@ -46,12 +52,13 @@ fn parse(args: &[String]) -> Result<(Selection, bool), BenchError> {
             },
         }
     }
-    if presets.is_empty() {
+    if presets.is_empty() && models.is_empty() {
         presets = vec![Preset::Tiny, Preset::Small];
     }
     let both = !decode && !train;
     let sel = Selection {
         presets,
+        models,
         decode: decode || both,
         train: train || both,
         quick,

@@ -26,6 +26,8 @@ pub const TRAIN_T: usize = 64;
 pub struct Selection {
     /// Presets to measure, in order.
     pub presets: Vec<Preset>,
+    /// Model directories (Hugging Face layout) to measure after the presets.
+    pub models: Vec<PathBuf>,
     /// Measure decode.
     pub decode: bool,
     /// Measure the train step.
@@ -56,6 +58,14 @@ pub fn run(sel: &Selection) -> Result<Vec<Figure>, BenchError> {
     for &preset in &sel.presets {
         figures.extend(one_preset(preset, sel, &lim)?);
     }
+    for dir in &sel.models {
+        let name = dir
+            .file_name()
+            .map_or_else(|| "model".into(), |n| n.to_string_lossy().into_owned());
+        let mut p = VecProvider::new();
+        let model = Model::load(dir, &mut p).map_err(native("load model"))?;
+        figures.extend(one_model(&name, dir, model, &mut p, sel, &lim)?);
+    }
     if !cfg!(feature = "candle") {
         eprintln!(
             "candle not included; to time candle 0.11 on the same models: \
@@ -67,23 +77,35 @@ pub fn run(sel: &Selection) -> Result<Vec<Figure>, BenchError> {
 
 fn one_preset(preset: Preset, sel: &Selection, lim: &Limits) -> Result<Vec<Figure>, BenchError> {
     let name = preset.name();
-    let new_tokens = if sel.quick { 16 } else { 64 };
-    let steps = if sel.quick { 2 } else { 5 };
     let dir = Scratch(
         std::env::temp_dir().join(format!("tandem-bench-native-{}-{name}", std::process::id())),
     );
     eprintln!("{name}: writing the init preset to {}", dir.0.display());
     let mut p = VecProvider::new();
     let model = init_preset(preset, &dir.0, 7, &mut p).map_err(native("init preset"))?;
+    one_model(name, &dir.0, model, &mut p, sel, lim)
+}
+
+/// Decode and train-step figures of the model in `dir` (already loaded as `model`).
+fn one_model(
+    name: &str,
+    dir: &Path,
+    model: Model,
+    p: &mut VecProvider,
+    sel: &Selection,
+    lim: &Limits,
+) -> Result<Vec<Figure>, BenchError> {
+    let new_tokens = if sel.quick { 16 } else { 64 };
+    let steps = if sel.quick { 2 } else { 5 };
     let mut figures = Vec::new();
     #[cfg(feature = "candle")]
-    figures.extend(crate::candle::check(name, &dir.0, &model)?);
+    figures.extend(crate::candle::check(name, dir, &model)?);
     if sel.decode {
         eprintln!("{name}: decode at batch {BATCHES:?}, {new_tokens} new tokens");
         let decode =
-            measure::decode(model, &mut p, &BATCHES, new_tokens, lim).map_err(native("decode"))?;
+            measure::decode(model, p, &BATCHES, new_tokens, lim).map_err(native("decode"))?;
         #[cfg(feature = "candle")]
-        let limits: Vec<(f64, &str, &str)> = crate::candle::decode(&dir.0, new_tokens)?
+        let limits: Vec<(f64, &str, &str)> = crate::candle::decode(dir, new_tokens)?
             .into_iter()
             .map(|c| (c, "candle 0.11", ">= 1.0"))
             .collect();
@@ -110,7 +132,7 @@ fn one_preset(preset: Preset, sel: &Selection, lim: &Limits) -> Result<Vec<Figur
     }
     if sel.train {
         eprintln!("{name}: train step b{TRAIN_B}x{TRAIN_T}, {steps} timed steps");
-        figures.push(train(name, &dir.0, &mut p, steps, lim)?);
+        figures.push(train(name, dir, p, steps, lim)?);
     }
     Ok(figures)
 }
