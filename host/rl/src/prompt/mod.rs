@@ -187,4 +187,4 @@ fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

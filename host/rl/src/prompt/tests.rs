@@ -31,7 +31,7 @@ fn byte_chars() -> Vec<char> {
 
 /// A model directory with a byte-level tokenizer whose ids 0, 1, 2 are `<|endoftext|>`,
 /// `<|im_start|>`, `<|im_end|>` (as SmolLM2's), plus `files` (name, JSON).
-fn model_dir(files: &[(&str, serde_json::Value)]) -> tempfile::TempDir {
+pub(crate) fn model_dir(files: &[(&str, serde_json::Value)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
     let mut vocab = serde_json::Map::new();
@@ -75,7 +75,7 @@ fn model_dir(files: &[(&str, serde_json::Value)]) -> tempfile::TempDir {
     dir
 }
 
-fn chatml_config() -> (&'static str, serde_json::Value) {
+pub(crate) fn chatml_config() -> (&'static str, serde_json::Value) {
     (
         "tokenizer_config.json",
         json!({"chat_template": CHATML, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}),

@@ -21,6 +21,9 @@ mod plugin_options;
 mod task;
 mod transport;
 
+#[cfg(test)]
+mod tests;
+
 use super::plan::{Overrides, ResolvedPlan};
 use super::{ConfigError, LoadedJob};
 use issues::Issues;
