@@ -1,7 +1,7 @@
 //! Held-out evaluation end to end: `tandem run` with `[eval]` logs the greedy accuracy before
 //! the first step, every `every` steps and after the last (also across `--resume`);
-//! `tandem eval --job` on the run's checkpoints prints the same accuracy as the metrics line
-//! of that step; a run trains the same with and without `[eval]`; bad input to `tandem eval`
+//! `tandem eval --job` on the run's checkpoints (full weights, or a LoRA adapter over the
+//! job's model) prints the same accuracy and answers as the run's evaluation of that step; a run trains the same with and without `[eval]`; bad input to `tandem eval`
 //! is one line with how to fix it.
 
 #![allow(clippy::unwrap_used)]
@@ -147,6 +147,28 @@ fn eval_is_logged_every_n_steps_and_reproduced_by_tandem_eval() {
         line.starts_with("accuracy ") && line.contains("/8) on the held-out set of arithmetic"),
         "{line}"
     );
+
+    // A LoRA run's checkpoint is an adapter: `tandem eval` applies it to the job's model.
+    let lora = t.job(&JobOpts {
+        steps: 2,
+        learning_rate: 2e-2,
+        bridge: "lora".into(),
+        extra_trainer: "[trainer.options.lora]\nrank = 8\nalpha = 16\n".into(),
+        task_options: SMALL.into(),
+        extra_sections: EVAL.into(),
+        ..JobOpts::default()
+    });
+    let lora_run = t.dir.join("run-lora");
+    let out = t.run(&lora, &["--output-dir", lora_run.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let checkpoint = lora_run.join("checkpoints/step-000002");
+    assert!(checkpoint.join("adapter_config.json").is_file());
+    let last = std::fs::read_to_string(lora_run.join("eval.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 2);
+    let (got, shown) = tandem_eval(&t, &checkpoint, &lora);
+    assert_eq!(got, last["accuracy"].as_f64().unwrap());
+    assert_eq!(shown, last["answers"]);
 
     // Stopped after step 2 and resumed to 4: step 0 is not evaluated again, 4 is.
     let resumed = t.dir.join("run-resumed");

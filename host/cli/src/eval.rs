@@ -7,8 +7,9 @@
 //! and ranks: rank `r`'s share is asked as one request, exactly as the run asks its engine
 //! rank `r`, so the same weights give the same answers and the run's `eval_accuracy` is
 //! reproduced. A run's checkpoint (`checkpoints/step-N`) holds weights and config only; its
-//! tokenizer (and chat template) then come from the job's `[model] path`. Without `--job`:
-//! `--task`, `--task-options`, `--chat`, `--system`, one engine rank.
+//! tokenizer (and chat template) then come from the job's `[model] path`, and a LoRA run's
+//! checkpoint (a PEFT adapter) is applied to that model as the run's engines applied it.
+//! Without `--job`: `--task`, `--task-options`, `--chat`, `--system`, one engine rank.
 
 use crate::error::CliError;
 use clap::Args;
@@ -170,18 +171,14 @@ fn text_dir(model: &Path, s: &Settings) -> Result<PathBuf, CliError> {
 
 pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> {
     let dir = &args.model;
-    if !dir.join("config.json").is_file() {
-        let what = if dir.exists() {
-            "has no config.json"
-        } else {
-            "does not exist"
-        };
+    if !dir.is_dir() {
         return Err(
-            CliError::usage(format!("model directory {} {what}", dir.display()))
+            CliError::usage(format!("model directory {} does not exist", dir.display()))
                 .with_help("give a Hugging Face model directory or a run's checkpoints/step-N"),
         );
     }
     let s = settings(&args)?;
+    let (weights, adapter) = weights(dir, &s)?;
     let what = format!("{}", dir.display());
     let codec = PromptCodec::load_with(&text_dir(dir, &s)?, s.task.chat, s.task.system.as_deref())?;
     let task = tandem_rl::task::build(&s.task, s.seed)
@@ -195,11 +192,16 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
             "max_seq_len": set.longest_prompt() + s.max_tokens as usize + 1,
         })
     });
-    let engine = construct(cli_dirs, &s.job_dirs, dir, &options)?;
+    let engine = construct(cli_dirs, &s.job_dirs, &weights, &options)?;
+    if let Some(a) = &adapter {
+        let path = RString::from(a.display().to_string());
+        super::generate::call(engine.load_adapter(ADAPTER.into(), path), &what)?;
+    }
+    let adapter = adapter.map(|_| ADAPTER);
     let ranks = s.ranks as usize;
     let mut replies: Vec<Option<GenerateResponse>> = Vec::with_capacity(ranks);
     for rank in 0..ranks {
-        replies.push(match set.request(rank, ranks, None) {
+        replies.push(match set.request(rank, ranks, adapter) {
             Some(r) => Some(super::generate::call(engine.generate(r), &what)?),
             None => None,
         });
@@ -235,6 +237,33 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
         out.task
     );
     Ok(())
+}
+
+/// The name the adapter of a LoRA checkpoint is loaded under.
+const ADAPTER: &str = "eval";
+
+/// The weights to serve and the adapter to apply: a model directory as it is, or (with
+/// `--job`) a LoRA run's checkpoint — a PEFT adapter — over the job's `[model] path`, as the
+/// run's engines served it.
+fn weights(dir: &Path, s: &Settings) -> Result<(PathBuf, Option<PathBuf>), CliError> {
+    if dir.join("config.json").is_file() {
+        return Ok((dir.to_path_buf(), None));
+    }
+    if dir.join("adapter_config.json").is_file() {
+        return match &s.job_model {
+            Some(m) if m.join("config.json").is_file() => Ok((m.clone(), Some(dir.to_path_buf()))),
+            _ => Err(CliError::usage(format!(
+                "{} is a LoRA adapter without its base model",
+                dir.display()
+            ))
+            .with_help("pass --job JOB.toml: the adapter is applied to its [model] path")),
+        };
+    }
+    Err(CliError::usage(format!(
+        "model directory {} has no config.json",
+        dir.display()
+    ))
+    .with_help("give a Hugging Face model directory or a run's checkpoints/step-N"))
 }
 
 fn construct(
