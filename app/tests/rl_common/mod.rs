@@ -34,6 +34,8 @@ pub struct JobOpts {
     pub extra_algorithm: String,
     pub task_options: String,
     pub model: Option<PathBuf>,
+    /// Sections after `[task.options]` (e.g. `[eval]`).
+    pub extra_sections: String,
 }
 
 impl Default for JobOpts {
@@ -56,6 +58,7 @@ impl Default for JobOpts {
             // Partial credit: even a random model's rollouts carry signal, so steps train.
             task_options: "max_operand = 3\nreward = \"partial\"\n".into(),
             model: None,
+            extra_sections: String::new(),
         }
     }
 }
@@ -165,6 +168,7 @@ kind = "arithmetic"
 
 [task.options]
 {task_options}
+{extra_sections}
 "#,
             steps = o.steps,
             save_every = o.save_every,
@@ -182,6 +186,7 @@ kind = "arithmetic"
             lr = o.learning_rate,
             extra_algorithm = o.extra_algorithm,
             task_options = o.task_options,
+            extra_sections = o.extra_sections,
         );
         let path = self.dir.join("job.toml");
         std::fs::write(&path, text).unwrap();

@@ -67,7 +67,7 @@ struct Output {
 }
 
 /// Plugin errors about the user's files or arguments are usage errors (exit 2).
-fn user_error(e: CliError) -> CliError {
+pub(crate) fn user_error(e: CliError) -> CliError {
     match e {
         CliError::Runtime(RuntimeError::Plugin { context, source })
             if matches!(
@@ -81,7 +81,7 @@ fn user_error(e: CliError) -> CliError {
     }
 }
 
-fn call<T>(r: PResult<T>, what: &str) -> Result<T, CliError> {
+pub(crate) fn call<T>(r: PResult<T>, what: &str) -> Result<T, CliError> {
     r.into_result()
         .map_err(|e| user_error(CliError::plugin(what, e)))
 }

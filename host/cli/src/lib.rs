@@ -7,6 +7,7 @@
 pub mod bench;
 mod check;
 pub mod error;
+mod eval;
 mod generate;
 mod logging;
 mod model;
@@ -79,6 +80,8 @@ pub enum Command {
     },
     /// One-shot generation with the native engine.
     Generate(generate::GenerateArgs),
+    /// Greedy accuracy of a model on a task's held-out set (the run's `[eval]`, reproduced).
+    Eval(eval::EvalArgs),
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
     #[command(hide = true)]
     Worker(tandem_runtime::worker::WorkerArgs),
@@ -114,6 +117,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
+        Command::Eval(args) => eval::run(&cli.plugin_dirs, args),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),
     }
 }

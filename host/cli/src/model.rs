@@ -102,6 +102,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             let section = TaskSection {
                 kind: task,
                 options,
+                ..TaskSection::default()
             };
             let task = tandem_rl::task::build(&section, seed)
                 .map_err(|e| CliError::from(e.into_error("--task")))?;

@@ -66,6 +66,8 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
             "last_step": summary.last_step,
             "first_reward": summary.first_reward,
             "final_reward": summary.final_reward,
+            "first_eval": summary.first_eval.map(|(step, accuracy)| serde_json::json!({"step": step, "accuracy": accuracy})),
+            "last_eval": summary.last_eval.map(|(step, accuracy)| serde_json::json!({"step": step, "accuracy": accuracy})),
             "run_dir": run_dir,
             "metrics": files.metrics,
             "plot": files.plot,
@@ -77,6 +79,13 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
             "done: {} steps, mean reward {:.3} at the start -> {:.3} over the last steps",
             summary.last_step, summary.first_reward, summary.final_reward
         );
+        if let (Some((s0, a0)), Some((s1, a1))) = (summary.first_eval, summary.last_eval) {
+            println!(
+                "  held-out accuracy {:.1}% at step {s0} -> {:.1}% at step {s1}",
+                a0 * 100.0,
+                a1 * 100.0
+            );
+        }
         println!("  metrics    {}", files.metrics.display());
         println!("  plot       {}", files.plot.display());
         println!("  events     {}", files.events.display());

@@ -7,7 +7,8 @@
 //!   staged onload with the sync, record — and shutdown), [`phases`] (drained offload /
 //!   staged onload across all engines, each engine's state machine checked first),
 //!   [`rollout`], [`grpo`], [`checkpoint`], [`warmstart`] (preset model + supervised warm
-//!   start), [`prompt`], and what a run writes and shows: [`events`], [`metrics`], [`plot`],
+//!   start), [`prompt`] (plain or chat-template prompts), [`eval`] (held-out accuracy, shared
+//!   with `tandem eval`), and what a run writes and shows: [`events`], [`metrics`], [`plot`],
 //!   [`progress`].
 //! - [`bridge`]: the weight-bridge driver (`ipc`, `lora`, `checkpoint`).
 //! - [`task`]: built-in verifiable tasks and rewards.
@@ -19,6 +20,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod eval;
 pub mod events;
 pub mod grpo;
 pub mod metrics;

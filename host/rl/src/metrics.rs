@@ -1,8 +1,13 @@
 //! Per-step metrics: one JSON object per line in `<run_dir>/metrics.jsonl`, kept in memory
 //! for the plot. On resume the lines of steps after the checkpoint are dropped (they are run
 //! again), the others kept.
+//!
+//! With `[eval]`, the steps evaluated carry `eval_accuracy` and `eval_problems` (absent
+//! otherwise), and a line for step 0 — the model before training — holds only `step`,
+//! `weight_version` and those two: readers of rollout figures skip it (`step > 0`).
 
 use crate::error::RlError;
+use crate::eval::EvalResult;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// What one RL step measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StepMetrics {
     /// RL step (1-based).
     pub step: u32,
@@ -47,6 +53,20 @@ pub struct StepMetrics {
     pub rss: BTreeMap<String, u64>,
     /// Memory-ledger bytes reported by each worker (resident region bytes), by worker name.
     pub ledger: BTreeMap<String, u64>,
+    /// Greedy accuracy on the held-out set after this step (`[eval]` steps only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_accuracy: Option<f64>,
+    /// Size of the held-out set (`[eval]` steps only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_problems: Option<u32>,
+}
+
+impl StepMetrics {
+    /// Records an evaluation's figures.
+    pub fn set_eval(&mut self, result: &EvalResult) {
+        self.eval_accuracy = Some(result.accuracy());
+        self.eval_problems = Some(result.problems);
+    }
 }
 
 /// The metrics file and the steps so far.
@@ -90,15 +110,7 @@ impl MetricsLog {
         {
             steps.push(m);
         }
-        let tmp = path.with_extension("jsonl.tmp");
-        let mut body = String::new();
-        for m in &steps {
-            body.push_str(&serde_json::to_string(m).unwrap_or_default());
-            body.push('\n');
-        }
-        std::fs::write(&tmp, body).map_err(RlError::io(format!("writing {}", tmp.display())))?;
-        std::fs::rename(&tmp, path)
-            .map_err(RlError::io(format!("replacing {}", path.display())))?;
+        write_lines(path, &steps)?;
         Ok(MetricsLog {
             path: path.to_path_buf(),
             steps,
@@ -107,16 +119,72 @@ impl MetricsLog {
 
     /// Appends one step.
     pub fn push(&mut self, m: StepMetrics) -> Result<(), RlError> {
+        let line = serde_json::to_string(&m)
+            .map_err(|e| RlError::failed(format!("encoding metrics: {e}")))?;
+        self.append(&line)?;
+        self.steps.push(m);
+        Ok(())
+    }
+
+    /// Appends step 0's line: the evaluation before training.
+    pub fn push_before(&mut self, weight_version: u64, result: &EvalResult) -> Result<(), RlError> {
+        let mut m = StepMetrics {
+            step: 0,
+            weight_version,
+            ..StepMetrics::default()
+        };
+        m.set_eval(result);
+        self.append(&line_of(&m))?;
+        self.steps.push(m);
+        Ok(())
+    }
+
+    /// Adds an evaluation to the recorded line of `step` (rewriting the file).
+    pub fn amend_eval(&mut self, step: u32, result: &EvalResult) -> Result<(), RlError> {
+        for m in self.steps.iter_mut().filter(|m| m.step == step) {
+            m.set_eval(result);
+        }
+        write_lines(&self.path, &self.steps)
+    }
+
+    fn append(&self, line: &str) -> Result<(), RlError> {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.path)
             .map_err(RlError::io(format!("opening {}", self.path.display())))?;
-        let line = serde_json::to_string(&m)
-            .map_err(|e| RlError::failed(format!("encoding metrics: {e}")))?;
-        writeln!(f, "{line}").map_err(RlError::io(format!("writing {}", self.path.display())))?;
-        self.steps.push(m);
-        Ok(())
+        writeln!(f, "{line}").map_err(RlError::io(format!("writing {}", self.path.display())))
     }
+
+    /// The steps that ran a rollout (all but step 0's evaluation line).
+    pub fn rollout_steps(&self) -> impl Iterator<Item = &StepMetrics> {
+        self.steps.iter().filter(|m| m.step > 0)
+    }
+}
+
+/// The line of `m`: every figure, or for step 0 (no rollout) the evaluation's only.
+fn line_of(m: &StepMetrics) -> String {
+    if m.step == 0 {
+        let v = serde_json::json!({
+            "step": 0,
+            "weight_version": m.weight_version,
+            "eval_accuracy": m.eval_accuracy,
+            "eval_problems": m.eval_problems,
+        });
+        return v.to_string();
+    }
+    serde_json::to_string(m).unwrap_or_default()
+}
+
+/// Replaces `path` by `steps`, one line each (through a temporary file and a rename).
+fn write_lines(path: &Path, steps: &[StepMetrics]) -> Result<(), RlError> {
+    let tmp = path.with_extension("jsonl.tmp");
+    let mut body = String::new();
+    for m in steps {
+        body.push_str(&line_of(m));
+        body.push('\n');
+    }
+    std::fs::write(&tmp, body).map_err(RlError::io(format!("writing {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(RlError::io(format!("replacing {}", path.display())))
 }
 
 /// Resident set size of a process in bytes (`VmRSS` of `/proc/<pid>/status`), 0 if unknown.

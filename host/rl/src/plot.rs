@@ -1,5 +1,6 @@
 //! The run's plot (`<run_dir>/plot.png`): mean reward (and exact-answer rate) and loss per
-//! step, drawn with `plotters` onto a bitmap.
+//! step, drawn with `plotters` onto a bitmap; with `[eval]`, the held-out accuracy (greedy)
+//! as a series of its own on the reward chart, from step 0 (before training) on.
 
 use super::metrics::StepMetrics;
 use crate::error::RlError;
@@ -37,11 +38,12 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
     root.present().map_err(|e| e.to_string())
 }
 
-/// The points `(step, f(m))` where `f(m)` is finite.
+/// The points `(step, f(m))` of the steps with a rollout (not step 0's evaluation line)
+/// where `f(m)` is finite.
 fn points(steps: &[StepMetrics], f: fn(&StepMetrics) -> f64) -> Vec<(f64, f64)> {
     steps
         .iter()
-        .filter(|m| f(m).is_finite())
+        .filter(|m| m.step > 0 && f(m).is_finite())
         .map(|m| (f64::from(m.step), f(m)))
         .collect()
 }
@@ -90,6 +92,23 @@ fn reward_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Resul
             .map_err(|e| e.to_string())?
             .label(label)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], key));
+    }
+    let evals: Vec<(f64, f64)> = steps
+        .iter()
+        .filter_map(|m| m.eval_accuracy.map(|a| (f64::from(m.step), a)))
+        .collect();
+    if !evals.is_empty() {
+        let color = RGBColor(230, 120, 0);
+        reward
+            .draw_series(LineSeries::new(evals.clone(), color.stroke_width(3)))
+            .map_err(|e| e.to_string())?
+            .label("held-out accuracy (greedy)")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3))
+            });
+        reward
+            .draw_series(evals.into_iter().map(|p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| e.to_string())?;
     }
     reward
         .configure_series_labels()
@@ -171,6 +190,7 @@ mod tests {
                 reward_mean: f64::from(i) / 30.0,
                 exact_frac: f64::from(i) / 40.0,
                 loss: 0.1 / f64::from(i),
+                eval_accuracy: (i % 10 == 0).then_some(f64::from(i) / 35.0),
                 ..StepMetrics::default()
             })
             .collect();

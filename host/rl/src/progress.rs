@@ -37,7 +37,7 @@ impl Progress {
 
     /// Shows a step's figures.
     pub fn step(&self, m: &StepMetrics) {
-        let msg = format!(
+        let mut msg = format!(
             "reward {:.3} (exact {:.0}%)  loss {:+.4}  kl {:.4}  {:.2} s/step",
             m.reward_mean,
             m.exact_frac * 100.0,
@@ -45,6 +45,9 @@ impl Progress {
             m.kl,
             m.step_s
         );
+        if let (Some(a), Some(n)) = (m.eval_accuracy, m.eval_problems) {
+            msg.push_str(&format!("  eval {:.1}% of {n}", a * 100.0));
+        }
         match &self.bar {
             Some(bar) => {
                 bar.set_position(u64::from(m.step));

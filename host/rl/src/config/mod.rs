@@ -9,7 +9,7 @@ pub use plan::{
     Overrides, ResolvedBridge, ResolvedComponent, ResolvedPlan, device_of, options_json,
 };
 pub use schema::*;
-pub use validate::{validate, validate_with};
+pub use validate::{validate, validate_task_and_eval, validate_with};
 
 use std::fmt;
 use std::ops::Range;

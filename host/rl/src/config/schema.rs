@@ -32,6 +32,9 @@ pub struct JobFile {
     /// The task (prompts + reward).
     #[serde(default)]
     pub task: TaskSection,
+    /// Held-out evaluation during the run.
+    #[serde(default)]
+    pub eval: EvalSection,
     /// Memory-layer settings.
     #[serde(default)]
     pub memory: MemorySection,
@@ -225,6 +228,11 @@ impl Default for AlgorithmSection {
 pub struct TaskSection {
     /// Built-in task kind.
     pub kind: String,
+    /// Render each prompt through the model's chat template (a user message, after the
+    /// system message when `system` is set, with the assistant's turn opened).
+    pub chat: bool,
+    /// The system message of chat prompts (needs `chat = true`).
+    pub system: Option<String>,
     /// Free-form task options.
     pub options: toml::Table,
 }
@@ -233,8 +241,40 @@ impl Default for TaskSection {
     fn default() -> Self {
         TaskSection {
             kind: "arithmetic".into(),
+            chat: false,
+            system: None,
             options: toml::Table::new(),
         }
+    }
+}
+
+/// `[eval]`: greedy accuracy on a fixed held-out set of the task's problems, before the first
+/// step, every `every` steps and after the last one.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalSection {
+    /// Evaluate every N steps (0: no evaluation).
+    pub every: u32,
+    /// Size of the held-out set.
+    pub problems: u32,
+    /// Max new tokens per answer (default: `[algorithm] max_tokens`).
+    pub max_tokens: Option<u32>,
+}
+
+impl Default for EvalSection {
+    fn default() -> Self {
+        EvalSection {
+            every: 0,
+            problems: 64,
+            max_tokens: None,
+        }
+    }
+}
+
+impl EvalSection {
+    /// Whether the run evaluates.
+    pub fn enabled(&self) -> bool {
+        self.every > 0
     }
 }
 

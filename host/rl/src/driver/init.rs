@@ -4,6 +4,7 @@
 //! is set up; the metrics log opens; the staged onload (with a sync when the engines serve
 //! another version than the trainer's) brings the engines back.
 
+use super::eval::Evaluation;
 use super::launch::Launch;
 use super::trainer::Trainer;
 use super::{Cursor, Loop, Phases, RunFiles};
@@ -23,6 +24,7 @@ use tandem_runtime::launch::{LocalLauncher, RemoteTrainer};
 pub(super) struct Parts {
     pub task: Box<dyn Task>,
     pub codec: PromptCodec,
+    pub eval: Option<Evaluation>,
     pub launcher: LocalLauncher,
     pub bridge: BridgeDriver,
     pub events: EventLog,
@@ -72,6 +74,7 @@ impl<'a> Loop<'a> {
             files: parts.files,
             cursor,
             last_checkpoint: None,
+            eval: parts.eval,
         };
         l.first_onload()?;
         l.progress = Progress::new(l.cursor.first_step, l.cursor.total_steps, opts.progress);

@@ -2,15 +2,18 @@
 //! started and health-checked, the trainer spawned — each from the same component config
 //! validation gave the plugin's `validate_config`.
 
+use super::eval::Evaluation;
 use super::rundir::{self, RunFiles, absolute};
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
 use crate::checkpoint;
 use crate::config::{LoadedJob, PlacementMode, ResolvedPlan};
 use crate::error::RlError;
+use crate::eval::EvalSet;
 use crate::events::EventLog;
 use crate::phases::Engines;
 use crate::prompt::PromptCodec;
+use crate::task::HeldOut;
 use crate::warmstart;
 use tandem_control::protocol::Role;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
@@ -36,7 +39,7 @@ impl<'a> Loop<'a> {
         opts: &'a RunOptions,
     ) -> Result<Loop<'a>, RlError> {
         let j = &job.job;
-        let task = crate::task::build(&j.task, j.run.seed)
+        let task = crate::task::build_for_run(&j.task, j.run.seed, &j.eval)
             .map_err(|e| e.into_error(&job.path.display().to_string()))?;
         let bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
         rundir::prepare(job, opts)?;
@@ -47,7 +50,8 @@ impl<'a> Loop<'a> {
             seed: j.run.seed,
         };
         warmstart::ensure_model(registry, &model, task.as_ref())?;
-        let codec = PromptCodec::load(&plan.model_path)?;
+        let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
+        let eval = evaluation(job, &codec)?;
         let resume_from = if opts.resume {
             checkpoint::clean_partial(&opts.run_dir);
             checkpoint::newest(&opts.run_dir)?
@@ -64,6 +68,7 @@ impl<'a> Loop<'a> {
         let parts = super::init::Parts {
             task,
             codec,
+            eval,
             launcher,
             bridge,
             events,
@@ -71,6 +76,22 @@ impl<'a> Loop<'a> {
         };
         Loop::init(launch, parts, engines, trainer, resume_from)
     }
+}
+
+/// The run's evaluation (`[eval] every > 0`): the held-out set encoded as the rollouts'
+/// prompts are.
+fn evaluation(job: &LoadedJob, codec: &PromptCodec) -> Result<Option<Evaluation>, RlError> {
+    let j = &job.job;
+    if !j.eval.enabled() {
+        return Ok(None);
+    }
+    let held_out = HeldOut::new(&j.task, j.run.seed, j.eval.problems)
+        .map_err(|e| e.into_error(&job.path.display().to_string()))?;
+    let max_tokens = j.eval.max_tokens.unwrap_or(j.algorithm.max_tokens);
+    Ok(Some(Evaluation {
+        set: EvalSet::new(&held_out, codec, max_tokens)?,
+        every: j.eval.every,
+    }))
 }
 
 impl Launch<'_> {

@@ -15,9 +15,12 @@
 //!    trainer's export → offload the trainer's weights → the KV cache back → continue. The
 //!    trainer's weights stay resident through the sync because its half of the sync reads
 //!    them (with `ipc` they are the engines' weights and are never offloaded);
-//! 6. **record** — the step's metrics line, progress and plot (`record.rs`).
+//! 6. **eval** — with `[eval]`, on the steps it names (and before the first step): greedy
+//!    accuracy on the held-out set through the serving engines (`eval.rs`);
+//! 7. **record** — the step's metrics line, progress and plot (`record.rs`).
 
 mod dump;
+mod eval;
 mod init;
 mod launch;
 mod onload;
@@ -70,6 +73,10 @@ pub struct RunSummary {
     pub first_reward: f64,
     /// Mean reward over the last few steps.
     pub final_reward: f64,
+    /// Step and held-out accuracy of the first evaluation (`[eval]`).
+    pub first_eval: Option<(u32, f64)>,
+    /// Step and held-out accuracy of the last evaluation (`[eval]`).
+    pub last_eval: Option<(u32, f64)>,
     /// The run directory.
     pub run_dir: PathBuf,
     /// Newest checkpoint.
@@ -87,6 +94,7 @@ pub fn run(
 ) -> Result<RunSummary, RlError> {
     let mut l = Loop::launch(job, plan, registry, &opts)?;
     let result: Result<RunSummary, RlError> = (|| {
+        l.eval_at_start()?;
         for step in l.cursor.first_step..=l.cursor.total_steps {
             l.step(step)?;
         }
@@ -126,6 +134,7 @@ struct Loop<'a> {
     files: RunFiles,
     cursor: Cursor,
     last_checkpoint: Option<PathBuf>,
+    eval: Option<eval::Evaluation>,
 }
 
 /// Wall time of each phase of a step (s), by name.

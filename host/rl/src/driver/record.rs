@@ -122,14 +122,22 @@ impl Loop<'_> {
     /// The run's summary after its last step.
     pub(super) fn finish(&self) -> RunSummary {
         self.progress.finish();
-        let steps = &self.metrics.steps;
+        let steps: Vec<_> = self.metrics.rollout_steps().collect();
         let first_reward = steps.first().map(|m| m.reward_mean).unwrap_or(f64::NAN);
         let tail: Vec<f64> = steps.iter().rev().take(5).map(|m| m.reward_mean).collect();
         let final_reward = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
+        let evals: Vec<(u32, f64)> = self
+            .metrics
+            .steps
+            .iter()
+            .filter_map(|m| m.eval_accuracy.map(|a| (m.step, a)))
+            .collect();
         RunSummary {
             last_step: self.cursor.total_steps,
             first_reward,
             final_reward,
+            first_eval: evals.first().copied(),
+            last_eval: evals.last().copied(),
             run_dir: self.opts.run_dir.clone(),
             checkpoint: self.last_checkpoint.clone(),
         }

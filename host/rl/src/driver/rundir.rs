@@ -18,6 +18,8 @@ pub struct RunFiles {
     pub run_json: PathBuf,
     /// `rollouts.jsonl` (`[run] dump_rollouts`).
     pub rollouts: PathBuf,
+    /// `eval.jsonl` (`[eval]`: each evaluation's answers).
+    pub eval: PathBuf,
 }
 
 impl RunFiles {
@@ -29,6 +31,7 @@ impl RunFiles {
             plot: run_dir.join("plot.png"),
             run_json: run_dir.join("run.json"),
             rollouts: run_dir.join("rollouts.jsonl"),
+            eval: run_dir.join("eval.jsonl"),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! One RL step as a sequence of phases: rollout → drained offload → train → save → staged
-//! onload with the sync (`onload.rs`) → record (`record.rs`). Each phase is a method of
+//! onload with the sync (`onload.rs`) → eval on the steps `[eval]` names (`eval.rs`) →
+//! record (`record.rs`). Each phase is a method of
 //! [`Loop`]; what a step measures on the way travels in a [`StepLog`].
 
 use super::record::StepLog;
@@ -23,6 +24,10 @@ impl Loop<'_> {
         self.save(&mut log)?;
         let sync = self.cursor.weight_version != before;
         let record = self.staged_onload(step, sync, &mut log.phases)?;
+        if self.eval_due(step) {
+            let result = timed(&mut log.phases, "eval", || self.evaluate(step))?;
+            log.metrics.set_eval(&result);
+        }
         self.record(log, record.as_ref())
     }
 

@@ -8,12 +8,16 @@
 mod arithmetic;
 mod reverse;
 mod reward;
+pub mod split;
+mod word_problems;
 
 pub use arithmetic::Arithmetic;
 pub use reverse::Reverse;
-pub use reward::{RewardKind, score_answer};
+pub use reward::{RewardKind, last_integer, score_answer};
+pub use split::{HeldOut, TrainStream};
+pub use word_problems::{WordProblems, WordProblemsOptions};
 
-use crate::config::TaskSection;
+use crate::config::{EvalSection, TaskSection};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde::Deserialize;
@@ -79,7 +83,7 @@ impl TaskError {
 }
 
 /// The built-in task kinds.
-pub const KINDS: &[&str] = &["arithmetic", "reverse"];
+pub const KINDS: &[&str] = &["arithmetic", "reverse", "word_problems"];
 
 /// Builds the task of a `[task]` section; `seed` is the run's seed.
 pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskError> {
@@ -87,12 +91,27 @@ pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskErro
     match section.kind.as_str() {
         "arithmetic" => Ok(Box::new(Arithmetic::new(parse(options)?, seed)?)),
         "reverse" => Ok(Box::new(Reverse::new(parse(options)?, seed)?)),
+        "word_problems" => Ok(Box::new(WordProblems::new(parse(options)?, seed)?)),
         other => Err(TaskError::new(
             "kind",
             format!("unknown task `{other}`"),
             &format!("built-in tasks are {}", KINDS.join(", ")),
         )),
     }
+}
+
+/// The task a run trains on: `[task]`'s, with the held-out prompts of `[eval]` replaced when
+/// the run evaluates (see [`split`]).
+pub fn build_for_run(
+    section: &TaskSection,
+    seed: u64,
+    eval: &EvalSection,
+) -> Result<Box<dyn Task>, TaskError> {
+    if !eval.enabled() {
+        return build(section, seed);
+    }
+    let held_out = HeldOut::new(section, seed, eval.problems)?;
+    Ok(Box::new(TrainStream::new(section, seed, held_out)?))
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(options: toml::Value) -> Result<T, TaskError> {

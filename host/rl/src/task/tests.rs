@@ -8,6 +8,7 @@ fn section(kind: &str, options: &str) -> TaskSection {
     TaskSection {
         kind: kind.into(),
         options: toml::from_str(options).unwrap(),
+        ..TaskSection::default()
     }
 }
 
@@ -107,4 +108,133 @@ fn bad_options_are_one_line_errors() {
     assert!(help.contains("arithmetic, reverse"), "{help}");
     let e = e.into_error("job.toml");
     assert_eq!(e.help(), Some(help));
+}
+
+#[test]
+fn word_problems_are_deterministic_and_right() {
+    let t = build(&section("word_problems", "ops = [\"+\", \"-\", \"*\"]"), 3).unwrap();
+    let again = build(&section("word_problems", "ops = [\"+\", \"-\", \"*\"]"), 3).unwrap();
+    let mut distinct = std::collections::HashSet::new();
+    for i in 0..300 {
+        let p = t.problem(i);
+        assert_eq!(p, again.problem(i));
+        assert!(p.prompt.ends_with(" Answer with a number."), "{}", p.prompt);
+        assert!(!p.prompt.contains('{'), "{}", p.prompt);
+        // The story's two numbers give the answer under one of the operations.
+        let nums: Vec<i64> = p
+            .prompt
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(nums.len(), 2, "{}", p.prompt);
+        let answer: i64 = p.answer.parse().unwrap();
+        assert!(answer >= 0);
+        let (a, b) = (nums[0], nums[1]);
+        assert!(
+            [a + b, (a - b).abs(), a * b].contains(&answer),
+            "{} -> {answer}",
+            p.prompt
+        );
+        assert_eq!(t.reward(&p, &format!("The answer is {answer}.")), 1.0);
+        assert_eq!(
+            t.reward(&p, &format!("{answer} and then {}", answer + 1)),
+            0.0
+        );
+        distinct.insert(p.prompt);
+    }
+    assert!(distinct.len() > 290, "{}", distinct.len());
+    // Two-digit operands by default; `digits` widens them.
+    let p = build(&section("word_problems", "digits = 4\nops = [\"+\"]"), 0)
+        .unwrap()
+        .problem(0);
+    let sum: i64 = p.answer.parse().unwrap();
+    assert!((2000..=19998).contains(&sum), "{}", p.prompt);
+}
+
+#[test]
+fn word_problem_options_are_checked() {
+    for (options, named) in [
+        ("digits = 0", "digits"),
+        ("digits = 7", "digits"),
+        ("ops = []", "ops"),
+        ("ops = [\"/\"]", "/"),
+        ("reward = \"exact\"", "reward"),
+    ] {
+        let e = build(&section("word_problems", options), 0).err().unwrap();
+        assert!(e.to_string().contains(named), "{options}: {e}");
+    }
+}
+
+#[test]
+fn the_last_integer_is_extracted() {
+    for (text, want) in [
+        ("-5", Some(-5)),
+        ("1,234", Some(1234)),
+        ("no number here", None),
+        ("", None),
+        ("12 apples and 7 pears, so 19", Some(19)),
+        ("The answer is 57.", Some(57)),
+        ("x = -12", Some(-12)),
+        ("10-3", Some(3)),
+        ("2.5", None),
+        ("about 3.0", Some(3)),
+        ("1,234,567 coins", Some(1_234_567)),
+        ("a list: 1, 2, 3", Some(3)),
+        ("12 then 2.5", None),
+        ("99999999999999999999999", None),
+    ] {
+        assert_eq!(last_integer(text), want, "{text:?}");
+    }
+}
+
+#[test]
+fn held_out_prompts_never_reach_training() {
+    let eval = crate::config::EvalSection {
+        every: 1,
+        problems: 8,
+        max_tokens: None,
+    };
+    // A small space (16 problems): collisions happen and are replaced.
+    let small = section("arithmetic", "max_operand = 3");
+    let held = HeldOut::new(&small, 5, 8).unwrap();
+    let plain = build(&small, 5).unwrap();
+    let train = build_for_run(&small, 5, &eval).unwrap();
+    let mut replaced = 0;
+    for i in 0..2000 {
+        let p = train.problem(i);
+        assert!(!held.contains(&p.prompt), "{i}: {}", p.prompt);
+        assert_eq!(p.index, i);
+        let q = plain.problem(i);
+        if held.contains(&q.prompt) {
+            replaced += 1;
+        } else {
+            // Problems that do not collide are the plain task's.
+            assert_eq!(p, q);
+        }
+    }
+    assert!(replaced > 0);
+    // Word problems: the held-out set is fixed by (task, seed, size) and disjoint from the
+    // first training problems.
+    let words = section("word_problems", "");
+    let held = HeldOut::new(&words, 5, 64).unwrap();
+    assert_eq!(
+        held.problems(),
+        HeldOut::new(&words, 5, 64).unwrap().problems()
+    );
+    assert_ne!(
+        held.problems(),
+        HeldOut::new(&words, 6, 64).unwrap().problems()
+    );
+    let train = build_for_run(&words, 5, &eval).unwrap();
+    let plain = build(&words, 5).unwrap();
+    for i in 0..5000 {
+        let p = train.problem(i);
+        assert!(!held.contains(&p.prompt), "{i}");
+        assert_eq!(p, plain.problem(i), "no collision: the plain stream");
+    }
+    // Without [eval] the run trains on the plain task.
+    let off = crate::config::EvalSection::default();
+    let t = build_for_run(&small, 5, &off).unwrap();
+    assert_eq!(t.problem(3), build(&small, 5).unwrap().problem(3));
 }

@@ -5,14 +5,15 @@
 //!
 //! One module per section, run in this order: `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
-//! driver parses them, the update kind both components must declare), `model`, `task`,
-//! `algorithm`, `transport` (plan, timeout, `[memory]`), `plugin_options` (each plugin's
+//! driver parses them, the update kind both components must declare), `model`, `task` (with
+//! the chat template of a chat task), `eval`, `algorithm`, `transport` (plan, timeout, `[memory]`), `plugin_options` (each plugin's
 //! `validate_config` on its options, with rank 0's component config as the run builds it).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
 //! reported in file order (`issues`).
 
 mod algorithm;
 mod bridge;
+mod eval;
 mod issues;
 mod model;
 mod placement;
@@ -20,12 +21,28 @@ mod plugin_options;
 mod task;
 mod transport;
 
+#[cfg(test)]
+mod tests;
+
 use super::plan::{Overrides, ResolvedPlan};
 use super::{ConfigError, LoadedJob};
 use issues::Issues;
 use plugin_options::{Options, Site};
 use tandem_plugin_api::ComponentKind;
 use tandem_runtime::registry::Registry;
+
+/// The checks of `[task]` and `[eval]` that need no model and no plugin (what `tandem eval
+/// --job` reads of a job file).
+pub fn validate_task_and_eval(job: &LoadedJob) -> Result<(), ConfigError> {
+    let mut issues = Issues::new(job);
+    task::check(&mut issues, &job.job);
+    eval::check(&mut issues, &job.job);
+    if issues.is_empty() {
+        Ok(())
+    } else {
+        Err(issues.into_error())
+    }
+}
 
 /// Validates `job` against itself and `registry`, with the job's own run directory.
 pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, ConfigError> {
@@ -51,6 +68,8 @@ pub fn validate_with(
         j.model.init_preset.as_deref(),
     );
     task::check(&mut issues, j);
+    task::check_chat(&mut issues, j, &model_path);
+    eval::check(&mut issues, j);
     algorithm::check(&mut issues, &j.algorithm);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
     let output_dir = overrides

@@ -1,0 +1,107 @@
+//! Tests of the `[task]` and `[eval]` checks: each problem is one issue at its key and line.
+
+#![allow(clippy::unwrap_used)]
+
+use super::issues::Issues;
+use super::{eval, task};
+use crate::config::{ConfigError, ConfigIssue, LoadedJob, validate_task_and_eval};
+use std::path::Path;
+
+const HEAD: &str = "[model]\npath = \"m\"\n[engine]\nplugin = \"native\"\n[trainer]\nplugin = \"native\"\n[bridge]\nmode = \"ipc\"\n";
+
+fn job(tail: &str) -> LoadedJob {
+    LoadedJob::parse(Path::new("job.toml"), format!("{HEAD}{tail}")).unwrap()
+}
+
+fn issues(e: ConfigError) -> Vec<ConfigIssue> {
+    match e {
+        ConfigError::Invalid { issues } => issues,
+        other => panic!("{other}"),
+    }
+}
+
+/// The one issue of `tail`'s `[task]` / `[eval]`: its key, line and text.
+fn one(tail: &str) -> (String, usize, String) {
+    let found = issues(validate_task_and_eval(&job(tail)).unwrap_err());
+    assert_eq!(found.len(), 1, "{found:?}");
+    let i = &found[0];
+    (i.key.clone(), i.position.unwrap().0, i.to_string())
+}
+
+#[test]
+fn eval_and_task_problems_name_their_key() {
+    let words = "[task]\nkind = \"word_problems\"\n";
+    let (key, line, text) = one(&format!("{words}[eval]\nevery = 5\nproblems = 0\n"));
+    assert_eq!((key.as_str(), line), ("eval.problems", 13), "{text}");
+    let (key, line, _) = one(&format!("{words}[eval]\nevery = 5\nmax_tokens = 0\n"));
+    assert_eq!((key.as_str(), line), ("eval.max_tokens", 13));
+    let (key, line, text) = one("[task]\nsystem = \"Be brief.\"\n");
+    assert_eq!((key.as_str(), line), ("task.system", 10), "{text}");
+    assert!(text.contains("chat = true"), "{text}");
+    // 4 distinct problems cannot leave the training stream room for 64 held out.
+    let (key, _, text) = one(
+        "[task]\nkind = \"arithmetic\"\n[task.options]\nmax_operand = 1\n[eval]\nevery = 1\nproblems = 64\n",
+    );
+    assert_eq!(key, "eval.problems");
+    assert!(text.contains("too few distinct problems"), "{text}");
+    // Evaluation off: the split is not checked.
+    let off =
+        "[task]\nkind = \"arithmetic\"\n[task.options]\nmax_operand = 1\n[eval]\nproblems = 64\n";
+    assert!(validate_task_and_eval(&job(off)).is_ok());
+    let ok = "[task]\nkind = \"word_problems\"\nchat = true\n[eval]\nevery = 10\n";
+    assert!(validate_task_and_eval(&job(ok)).is_ok());
+    // Unknown keys are refused when the file is parsed.
+    let e = LoadedJob::parse(Path::new("job.toml"), format!("{HEAD}[eval]\nevry = 2\n"));
+    let text = e.unwrap_err().to_string();
+    assert!(text.contains("eval") && text.contains("evry"), "{text}");
+}
+
+/// The issues `check_chat` finds for `tail` with the model at `model`.
+fn chat_issues(tail: &str, model: &Path) -> Vec<ConfigIssue> {
+    let job = job(tail);
+    let mut found = Issues::new(&job);
+    task::check_chat(&mut found, &job.job, model);
+    eval::check(&mut found, &job.job);
+    if found.is_empty() {
+        return Vec::new();
+    }
+    issues(found.into_error())
+}
+
+#[test]
+fn chat_needs_the_models_template() {
+    let chat = "[task]\nkind = \"word_problems\"\nchat = true\n";
+    let with = crate::prompt::tests::model_dir(&[crate::prompt::tests::chatml_config()]);
+    assert!(chat_issues(chat, with.path()).is_empty());
+    let without = crate::prompt::tests::model_dir(&[]);
+    let found = chat_issues(chat, without.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "task.chat");
+    assert_eq!(found[0].position.unwrap().0, 11);
+    let text = found[0].to_string();
+    assert!(
+        text.contains(&without.path().display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("no chat template"), "{text}");
+    // A preset model (created by the run) has no template.
+    let mut job = job(chat);
+    job.job.model.init_preset = Some("tiny".into());
+    let mut found = Issues::new(&job);
+    task::check_chat(&mut found, &job.job, Path::new("/nonexistent/model"));
+    let found = issues(found.into_error());
+    assert_eq!(found[0].key, "task.chat");
+    assert!(found[0].message.contains("preset `tiny`"), "{:?}", found[0]);
+    // A template that fails on the task's prompt is reported at the key too.
+    let raising = crate::prompt::tests::model_dir(&[(
+        "chat_template.jinja",
+        serde_json::json!("{{ raise_exception('no user turns here') }}"),
+    )]);
+    let found = chat_issues(chat, raising.path());
+    assert_eq!(found[0].key, "task.chat");
+    assert!(
+        found[0].message.contains("no user turns here"),
+        "{:?}",
+        found[0]
+    );
+}

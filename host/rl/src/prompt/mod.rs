@@ -1,0 +1,190 @@
+//! Text ↔ token ids on the controller side: prompts get the model's BOS (plain text) or are
+//! rendered through the model's chat template (`[task] chat = true`, see [`template`]),
+//! generation stops at the model's EOS ids, and decoded completions drop special tokens.
+//!
+//! A chat prompt is `[system (when given), user: the problem]` with the assistant's turn
+//! opened, encoded without adding BOS (the template writes what the model expects) and with
+//! the tokenizer's added tokens (`<|im_start|>`, ...) matched as single ids.
+//!
+//! Stop ids are `eos_token_id` of `generation_config.json` when it has one (chat models list
+//! their end-of-turn token there), else of `config.json`; one id or a list.
+
+pub mod template;
+
+use crate::config::TaskSection;
+use crate::error::RlError;
+use std::path::Path;
+use template::{ChatTemplate, Message};
+use tokenizers::Tokenizer;
+
+/// How prompts are rendered: the chat template with an optional system message.
+#[derive(Debug, Clone)]
+struct Chat {
+    template: ChatTemplate,
+    system: Option<String>,
+}
+
+/// The model's tokenizer plus its BOS / EOS ids, and its chat template for chat prompts.
+pub struct PromptCodec {
+    tk: Tokenizer,
+    bos: Option<u32>,
+    eos: Vec<u32>,
+    chat: Option<Chat>,
+}
+
+impl PromptCodec {
+    /// Loads `config.json`, `generation_config.json` and `tokenizer.json` of a Hugging Face
+    /// model directory; prompts are plain text after BOS.
+    pub fn load(model: &Path) -> Result<PromptCodec, RlError> {
+        let (bos, eos) = special_ids(model)?;
+        let path = model.join("tokenizer.json");
+        let tk = Tokenizer::from_file(&path).map_err(|e| {
+            RlError::usage(format!(
+                "model {}: loading {}: {e}",
+                model.display(),
+                path.display()
+            ))
+            .with_help("the controller needs the model's tokenizer.json")
+        })?;
+        Ok(PromptCodec {
+            tk,
+            bos,
+            eos,
+            chat: None,
+        })
+    }
+
+    /// [`PromptCodec::load`], with prompts rendered through the model's chat template (with
+    /// `system` as the system message) when `chat` is set.
+    pub fn load_with(
+        model: &Path,
+        chat: bool,
+        system: Option<&str>,
+    ) -> Result<PromptCodec, RlError> {
+        let mut codec = PromptCodec::load(model)?;
+        if chat {
+            let template =
+                ChatTemplate::load(model, &codec.tk, codec.bos, codec.eos.first().copied())?;
+            codec.chat = Some(Chat {
+                template,
+                system: system.map(str::to_owned),
+            });
+        }
+        Ok(codec)
+    }
+
+    /// The codec of a job's `[task]` (`chat`, `system`).
+    pub fn for_task(model: &Path, task: &TaskSection) -> Result<PromptCodec, RlError> {
+        PromptCodec::load_with(model, task.chat, task.system.as_deref())
+    }
+
+    /// Whether prompts go through the chat template.
+    pub fn is_chat(&self) -> bool {
+        self.chat.is_some()
+    }
+
+    /// The prompt text as the model reads it: the rendered conversation (chat), or `text`.
+    pub fn render(&self, text: &str) -> Result<String, RlError> {
+        let Some(chat) = &self.chat else {
+            return Ok(text.to_owned());
+        };
+        let mut messages = Vec::with_capacity(2);
+        if let Some(system) = &chat.system {
+            messages.push(Message::new("system", system));
+        }
+        messages.push(Message::new("user", text));
+        chat.template.render(&messages)
+    }
+
+    /// Token ids of a prompt: the rendered conversation (chat), or BOS (when the model has
+    /// one) then the text.
+    pub fn prompt(&self, text: &str) -> Result<Vec<u32>, RlError> {
+        if self.chat.is_some() {
+            return self.encode(&self.render(text)?);
+        }
+        let mut ids: Vec<u32> = self.bos.into_iter().collect();
+        ids.extend(self.encode(text)?);
+        Ok(ids)
+    }
+
+    /// Token ids of a supervised completion: the text, then EOS.
+    pub fn completion(&self, text: &str) -> Result<Vec<u32>, RlError> {
+        let mut ids = self.encode(text)?;
+        ids.extend(self.eos.first().copied());
+        Ok(ids)
+    }
+
+    /// Stop tokens of generation.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Decoded text of completion ids (special tokens skipped).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, RlError> {
+        self.tk
+            .decode(ids, true)
+            .map_err(|e| RlError::failed(format!("decoding a completion: {e}")))
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, RlError> {
+        self.tk
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| RlError::failed(format!("encoding {text:?}: {e}")))
+    }
+}
+
+/// BOS id from `config.json`; EOS ids from `generation_config.json` when it names them, else
+/// from `config.json` (`eos_token_id` is one id or a list).
+pub fn special_ids(model: &Path) -> Result<(Option<u32>, Vec<u32>), RlError> {
+    let config = read_json(model, "config.json")?;
+    let generation = if model.join("generation_config.json").is_file() {
+        read_json(model, "generation_config.json")?
+    } else {
+        serde_json::Value::Null
+    };
+    let bos = ids(&config, "bos_token_id").first().copied();
+    let mut eos = ids(&generation, "eos_token_id");
+    if eos.is_empty() {
+        eos = ids(&config, "eos_token_id");
+    }
+    Ok((bos, eos))
+}
+
+/// A JSON object file of the model directory.
+fn read_json(model: &Path, file: &str) -> Result<serde_json::Value, RlError> {
+    let path = model.join(file);
+    let bad = |e: String| {
+        RlError::usage(format!(
+            "model {}: {}: {e}",
+            model.display(),
+            path.display()
+        ))
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if !v.is_object() {
+        return Err(bad("not a JSON object".into()));
+    }
+    Ok(v)
+}
+
+/// The ids under `key`: one id or a list.
+fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
+    match v.get(key) {
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .filter_map(|x| u32::try_from(x).ok())
+            .collect(),
+        Some(n) => n
+            .as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .into_iter()
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
