@@ -1,8 +1,9 @@
 //! Held-out evaluation end to end: `tandem run` with `[eval]` logs the greedy accuracy before
 //! the first step, every `every` steps and after the last (also across `--resume`);
 //! `tandem eval --job` on the run's checkpoints (full weights, or a LoRA adapter over the
-//! job's model) prints the same accuracy and answers as the run's evaluation of that step; a run trains the same with and without `[eval]`; bad input to `tandem eval`
-//! is one line with how to fix it.
+//! job's model) prints the same accuracy and answers as the run's evaluation of that step; a
+//! run trains the same with and without `[eval]`; bad input to `tandem eval` is one line with
+//! how to fix it.
 
 #![allow(clippy::unwrap_used)]
 

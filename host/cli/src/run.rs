@@ -27,6 +27,11 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// An evaluation of the summary as JSON.
+fn eval_json((step, accuracy): (u32, f64)) -> serde_json::Value {
+    serde_json::json!({"step": step, "accuracy": accuracy})
+}
+
 pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<(), CliError> {
     let job_path = match (&args.job, &args.resume) {
         (Some(j), _) => j.clone(),
@@ -66,8 +71,8 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
             "last_step": summary.last_step,
             "first_reward": summary.first_reward,
             "final_reward": summary.final_reward,
-            "first_eval": summary.first_eval.map(|(step, accuracy)| serde_json::json!({"step": step, "accuracy": accuracy})),
-            "last_eval": summary.last_eval.map(|(step, accuracy)| serde_json::json!({"step": step, "accuracy": accuracy})),
+            "first_eval": summary.first_eval.map(eval_json),
+            "last_eval": summary.last_eval.map(eval_json),
             "run_dir": run_dir,
             "metrics": files.metrics,
             "plot": files.plot,

@@ -7,10 +7,12 @@
 //! and every request carries its own seed, so a run trains the same with and without it.
 //! Step 0's figures are a line of their own in `metrics.jsonl` (`step`, `weight_version`,
 //! `eval_accuracy`, `eval_problems`); later ones go into their step's line. Every evaluation
-//! also appends its answers to `eval.jsonl` (what the model answered, problem by problem). On `--resume`
-//! the schedule goes on from the checkpoint's step: step 0 is not evaluated again, and when
-//! the checkpoint's own line lacks its evaluation (the run died between the save and the
-//! line) it is evaluated on the resumed weights — the checkpoint's — and the line amended.
+//! also appends its answers to `eval.jsonl` (what the model answered, problem by problem).
+//!
+//! On `--resume` the schedule goes on from the checkpoint's step: step 0 is not evaluated
+//! again, and when the checkpoint's own line lacks its evaluation (the run died between the
+//! save and the line) it is evaluated on the resumed weights — the checkpoint's — and the
+//! line amended; `eval.jsonl` loses the evaluations of the steps that run again.
 
 use super::Loop;
 use crate::error::RlError;
@@ -40,6 +42,15 @@ impl Loop<'_> {
         let Some(eval) = &self.eval else {
             return Err(RlError::failed("evaluation without an [eval] section"));
         };
+        // Generation is legal only on serving engines: checked on every machine first.
+        if let Some((rank, m)) =
+            (self.engines.machines.iter().enumerate()).find(|(_, m)| !m.can_generate())
+        {
+            return Err(RlError::failed(format!(
+                "evaluation at step {step}: engine rank {rank} is {:?}, not serving",
+                m.state()
+            )));
+        }
         let ranks = self.engines.remotes.len();
         let adapter = self.bridge.request_adapter();
         let replies: Vec<Result<Option<GenerateResponse>, RlError>> = std::thread::scope(|s| {

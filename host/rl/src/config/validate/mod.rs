@@ -6,8 +6,9 @@
 //! One module per section, run in this order: `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
 //! driver parses them, the update kind both components must declare), `model`, `task` (with
-//! the chat template of a chat task), `eval`, `algorithm`, `transport` (plan, timeout, `[memory]`), `plugin_options` (each plugin's
-//! `validate_config` on its options, with rank 0's component config as the run builds it).
+//! the chat template of a chat task), `eval`, `algorithm`, `transport` (plan, timeout,
+//! `[memory]`), `plugin_options` (each plugin's `validate_config` on its options, with rank
+//! 0's component config as the run builds it).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
 //! reported in file order (`issues`).
 
