@@ -8,6 +8,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod companion;
 pub mod error;
+pub mod merge;
 
 pub use error::ModelError;
