@@ -81,6 +81,12 @@ impl From<tandem_rl::config::ConfigError> for CliError {
     }
 }
 
+impl From<tandem_model::ModelError> for CliError {
+    fn from(err: tandem_model::ModelError) -> Self {
+        CliError::Rl(err.into())
+    }
+}
+
 impl From<tandem_control::ControlError> for CliError {
     fn from(err: tandem_control::ControlError) -> Self {
         CliError::Runtime(err.into())

@@ -2,10 +2,13 @@
 //! model with a locally trained tokenizer in the Hugging Face layout (native plugin's presets).
 //! `tandem model sft --model DIR --out DIR [--task KIND] [--steps N]`: supervised warm start
 //! on a built-in task (the same one `tandem run` does for `warm_start_steps`).
+//! `tandem model merge-lora --base DIR --adapter DIR --out DIR [--dtype base|f32]`: a PEFT
+//! LoRA adapter merged into its base as a full Hugging Face model (`tandem_model::merge`).
 
 use crate::error::CliError;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
+use tandem_model::merge::MergeOptions;
 use tandem_rl::config::TaskSection;
 use tandem_rl::warmstart::create_preset;
 use tandem_rl::warmstart::{SftOptions, sft};
@@ -53,6 +56,31 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Merge a PEFT LoRA adapter into its base model: a full Hugging Face model directory
+    /// (W + scale·B·A; config, tokenizer and generation config from the base).
+    MergeLora {
+        /// The base model directory (config.json + safetensors) the adapter was trained on.
+        #[arg(long)]
+        base: PathBuf,
+        /// The PEFT adapter directory (adapter_config.json + adapter_model.safetensors).
+        #[arg(long)]
+        adapter: PathBuf,
+        /// Output directory (must not exist, or be empty; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Tensor dtype of the output: `base` (each tensor's own) or `f32`.
+        #[arg(long, value_enum, default_value = "base")]
+        dtype: MergeDtype,
+    },
+}
+
+/// `--dtype` of `tandem model merge-lora`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MergeDtype {
+    /// Each tensor keeps the base model's dtype.
+    Base,
+    /// Every float tensor is stored as F32.
+    F32,
 }
 
 pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliError> {
@@ -95,7 +123,30 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             );
             Ok(())
         }
+        ModelCommand::MergeLora {
+            base,
+            adapter,
+            out,
+            dtype,
+        } => merge_lora(&base, &adapter, &out, dtype),
     }
+}
+
+fn merge_lora(base: &Path, adapter: &Path, out: &Path, dtype: MergeDtype) -> Result<(), CliError> {
+    let opts = MergeOptions {
+        to_f32: matches!(dtype, MergeDtype::F32),
+    };
+    let r = tandem_model::merge::merge_lora(base, adapter, out, &opts)?;
+    println!(
+        "wrote {}: {} weights merged (r = {}, scale {}), {} tensors in {} file(s)",
+        out.display(),
+        r.merged,
+        r.rank,
+        r.scale,
+        r.tensors,
+        r.files
+    );
+    Ok(())
 }
 
 fn init(registry: &Registry, preset: &str, out: &Path, seed: u64) -> Result<(), CliError> {

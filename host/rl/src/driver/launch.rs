@@ -38,7 +38,9 @@ impl<'a> Loop<'a> {
         let j = &job.job;
         let task = crate::task::build(&j.task, j.run.seed)
             .map_err(|e| e.into_error(&job.path.display().to_string()))?;
-        let bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        let mut bridge =
+            BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        bridge.set_source_model(&plan.model_path);
         rundir::prepare(job, opts)?;
         let model = warmstart::ModelPlan {
             target: &plan.model_path,
@@ -54,6 +56,11 @@ impl<'a> Loop<'a> {
         } else {
             None
         };
+        if let Some((dir, _)) = &resume_from {
+            // A checkpoint written before checkpoints carried them gets the job model's
+            // companion files (tokenizer, generation config) now.
+            tandem_model::companion::complete(&plan.model_path, dir)?;
+        }
         let mut options = LaunchOptions::new(absolute(&opts.run_dir));
         options.exe = opts.exe.clone();
         let mut launcher = LocalLauncher::new(options)?;
