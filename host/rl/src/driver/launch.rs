@@ -49,6 +49,15 @@ impl<'a> Loop<'a> {
             seed: j.run.seed,
         };
         warmstart::ensure_model(registry, &model, task.as_ref())?;
+        let lacking = tandem_model::companion::missing(&plan.model_path);
+        if !lacking.is_empty() {
+            tracing::warn!(
+                "model {} has no {}: neither will its checkpoints, so transformers or vLLM may \
+                 not load them as they are",
+                plan.model_path.display(),
+                lacking.join(", ")
+            );
+        }
         let codec = PromptCodec::load(&plan.model_path)?;
         let resume_from = if opts.resume {
             checkpoint::clean_partial(&opts.run_dir);
