@@ -194,3 +194,89 @@ pub(crate) fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin
     ok(e.continue_generation());
     report
 }
+
+/// Scores `ids` (logprob of every token after the first) with transformers'
+/// `AutoModelForCausalLM` on `dir` as it is, and encodes `text` with its `AutoTokenizer`.
+const HF_SCORE: &str = r#"
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d, ids, text = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
+tk = AutoTokenizer.from_pretrained(d)
+m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+with torch.no_grad():
+    lp = torch.log_softmax(m(torch.tensor([ids])).logits[0].float(), -1)
+print(json.dumps({"score": [lp[i - 1, ids[i]].item() for i in range(1, len(ids))],
+                  "text_ids": tk(text)["input_ids"], "bos": tk.bos_token_id,
+                  "eos": tk.eos_token_id}))
+"#;
+
+/// What transformers makes of a model directory ([`HF_SCORE`]).
+pub(crate) struct HfView {
+    pub score: Vec<f32>,
+    pub text_ids: Vec<u32>,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+}
+
+pub(crate) fn hf_view(dir: &Path, ids: &[u32], text: &str) -> HfView {
+    let out = run(std::process::Command::new(python())
+        .args(["-c", HF_SCORE])
+        .arg(dir)
+        .arg(serde_json::to_string(ids).unwrap())
+        .arg(text)
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TRANSFORMERS_OFFLINE", "1"));
+    assert!(out.status.success(), "transformers: {}", stderr(&out));
+    let line = stdout(&out);
+    let v: serde_json::Value = serde_json::from_str(line.lines().last().unwrap()).unwrap();
+    let nums = |k: &str| -> Vec<f64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    HfView {
+        score: nums("score").into_iter().map(|x| x as f32).collect(),
+        text_ids: nums("text_ids").into_iter().map(|x| x as u32).collect(),
+        bos: v["bos"].as_u64().map(|x| x as u32),
+        eos: v["eos"].as_u64().map(|x| x as u32),
+    }
+}
+
+/// `tandem generate --json <args>` on `model`.
+pub(crate) fn generate_on(model: &Path, args: &[&str]) -> serde_json::Value {
+    let out = run(tandem()
+        .args(["generate", "--json", "--greedy", "--max-tokens", "8"])
+        .arg("--model")
+        .arg(model)
+        .args(args));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_str(stdout(&out).trim()).unwrap()
+}
+
+/// A `u32` array of a `tandem generate` JSON object.
+pub(crate) fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The checkpoint of a one-step `tandem run` (native engine and trainer, tiny model) in a
+/// scratch directory kept for the process: a model directory exactly as Tandem writes it.
+pub(crate) fn tandem_run_checkpoint() -> std::path::PathBuf {
+    let t = super::rl_common::Scratch::new();
+    let job = t.job(&super::rl_common::JobOpts {
+        steps: 1,
+        ..Default::default()
+    });
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ck = t.dir.join("run/checkpoints/step-000001");
+    let keep = process_scratch("vllm-tandem-checkpoint").join("step-000001");
+    let _ = std::fs::remove_dir_all(&keep);
+    std::fs::rename(&ck, &keep).unwrap();
+    keep
+}

@@ -19,6 +19,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod fixture;
+#[path = "../rl_common/mod.rs"]
+mod rl_common;
 
 use common::*;
 use fixture::*;
@@ -206,18 +208,46 @@ fn d_checkpoint_reload_in_place_and_restart_both_serve_the_checkpoint() {
     assert!(d <= 1e-4, "reload in place serves other weights: {d}");
     // The shared server now serves the checkpoint: later tests get a fresh one.
     stop_shared(&mut slot);
-    // `restart`: a new server on the checkpoint.
+    // `restart`: a new server on the checkpoint. It first starts on the checkpoint of a
+    // `tandem run` as it is (the plugin takes the tokenizer from the model dir), which
+    // transformers loads too: vLLM, transformers and `tandem generate --score` score one
+    // sequence alike, and AutoTokenizer encodes a prompt as `tandem generate --prompt` does.
+    let ck = tandem_run_checkpoint();
+    let ids = PROMPT.map(|t| t.to_string()).join(",");
+    let g = generate_on(&ck, &["--prompt-ids", &ids, "--score"]);
+    let mut seq = PROMPT.to_vec();
+    seq.extend(ids_of(&g["tokens"]));
+    let n_score: Vec<f32> = g["score"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let text = "Q: 1+2=? A:";
+    let hf = hf_view(&ck, &seq, text);
+    let d_hf = max_diff(&hf.score, &n_score);
+    let prompt_ids = ids_of(&generate_on(&ck, &["--prompt", text])["prompt_ids"]);
+    assert_eq!(
+        hf.text_ids, prompt_ids,
+        "AutoTokenizer vs tandem generate --prompt"
+    );
+    assert_eq!((hf.bos, hf.eos), (Some(1), Some(EOS)));
     let opts = format!(
         r#"{{"python": "{}", "max_model_len": 1024, "checkpoint_apply": "restart"}}"#,
         python()
     );
     let e = registry()
-        .new_engine(
-            config("vllm", &fixture().model, &opts),
-            Services::new().handle(),
-        )
+        .new_engine(config("vllm", &ck, &opts), Services::new().handle())
         .unwrap();
     ok(e.start());
+    let v_score = ok(e.score(vec![RVec::from(seq.clone())].into()))[0].to_vec();
+    let d_vllm = max_diff(&v_score, &n_score);
+    eprintln!(
+        "vllm: a tandem run checkpoint as it is: max |Δscore| vs tandem generate: \
+         transformers {d_hf:e}, vLLM {d_vllm:e}"
+    );
+    assert!(d_hf <= 1e-4, "transformers scores differ by {d_hf}");
+    assert!(d_vllm <= 1e-4, "vLLM scores differ by {d_vllm}");
     let old_pid = metric(&e, "server_pid");
     let t = Instant::now();
     apply_paused(&e, update.clone());

@@ -14,9 +14,6 @@ pub enum CliError {
     /// The runtime failed (plugins, workers, the control plane).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// A model file is bad or could not be written (import, merge, fetch).
-    #[error(transparent)]
-    Model(#[from] tandem_model::ModelError),
 }
 
 impl CliError {
@@ -55,7 +52,6 @@ impl CliError {
         match self {
             CliError::Rl(e) => e.help(),
             CliError::Runtime(e) => e.help(),
-            CliError::Model(e) => e.help().map(str::to_owned),
         }
     }
 
@@ -64,8 +60,6 @@ impl CliError {
         match self {
             CliError::Rl(e) => e.exit_code(),
             CliError::Runtime(e) => e.exit_code(),
-            CliError::Model(tandem_model::ModelError::Invalid { .. }) => 2,
-            CliError::Model(tandem_model::ModelError::Io { .. }) => 1,
         }
     }
 
@@ -83,6 +77,12 @@ impl CliError {
 
 impl From<tandem_rl::config::ConfigError> for CliError {
     fn from(err: tandem_rl::config::ConfigError) -> Self {
+        CliError::Rl(err.into())
+    }
+}
+
+impl From<tandem_model::ModelError> for CliError {
+    fn from(err: tandem_model::ModelError) -> Self {
         CliError::Rl(err.into())
     }
 }

@@ -72,7 +72,8 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
-    /// Model files: `tandem model init` (preset models), `tandem model sft` (warm starts).
+    /// Model files: `tandem model init` (preset models), `tandem model sft` (warm starts),
+    /// `tandem model merge-lora` (an adapter merged into its base).
     Model {
         /// What to do.
         #[command(subcommand)]

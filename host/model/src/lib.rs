@@ -8,9 +8,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod companion;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod merge;
 pub mod write;
 
 pub use error::ModelError;

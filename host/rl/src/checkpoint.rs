@@ -1,8 +1,11 @@
 //! Checkpoints of a run and `--resume`.
 //!
 //! `save` asks the trainer to write `<run_dir>/checkpoints/.step-NNNNNN.tmp`, adds
-//! [`LOOP_STATE`] (step, data position, weight version), fsyncs, and renames the directory to
-//! `step-NNNNNN`: a directory with that name is complete by construction. `newest` finds the
+//! [`LOOP_STATE`] (step, data position, weight version) and the companion files of the job's
+//! model (tokenizer, generation config, chat template: `tandem_model::companion`), fsyncs,
+//! and renames the directory to `step-NNNNNN`: a directory with that name is complete by
+//! construction, and Hugging Face tools, vLLM and `tandem generate` load it as it is (a LoRA
+//! run's checkpoint is a PEFT adapter directory with the same companions). `newest` finds the
 //! highest complete one; half-written `.tmp` directories are ignored (and removed on resume).
 
 use crate::error::RlError;
@@ -35,10 +38,12 @@ pub fn dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoints")
 }
 
-/// Writes a complete checkpoint of `state`; returns its directory.
+/// Writes a complete checkpoint of `state` (companion files from `source_model`, the job's
+/// model); returns its directory.
 pub fn save(
     run_dir: &Path,
     trainer: &RemoteTrainer,
+    source_model: &Path,
     state: &LoopState,
     metrics: &StepMetrics,
 ) -> Result<PathBuf, RlError> {
@@ -57,6 +62,7 @@ pub fn save(
     let text = serde_json::to_string(metrics)
         .map_err(|e| RlError::failed(format!("encoding the step metrics: {e}")))?;
     std::fs::write(&path, text).map_err(RlError::io(format!("writing {}", path.display())))?;
+    tandem_model::companion::complete(source_model, &tmp)?;
     sync_tree(&tmp)?;
     if done.exists() {
         // The same step saved again after a resume: replace it as a whole.

@@ -20,6 +20,9 @@ pub enum RlError {
     /// A failure of the loop while running.
     #[error("{0}")]
     Failed(Message),
+    /// A model file or directory (completing a checkpoint, merging an adapter).
+    #[error(transparent)]
+    Model(#[from] tandem_model::ModelError),
     /// I/O failure with context.
     #[error("{context}: {source}")]
     Io {
@@ -67,6 +70,7 @@ impl RlError {
             RlError::Usage(m) | RlError::Failed(m) => m.help.clone(),
             RlError::Runtime(r) => r.help(),
             RlError::Config(c) => c.help(),
+            RlError::Model(m) => m.help().map(str::to_string),
             RlError::Io { .. } => None,
         }
     }
@@ -76,7 +80,8 @@ impl RlError {
         match self {
             RlError::Config(_) | RlError::Usage(_) => 2,
             RlError::Runtime(r) => r.exit_code(),
-            RlError::Failed(_) | RlError::Io { .. } => 1,
+            RlError::Model(tandem_model::ModelError::Invalid { .. }) => 2,
+            RlError::Failed(_) | RlError::Io { .. } | RlError::Model(_) => 1,
         }
     }
 }

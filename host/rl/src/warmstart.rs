@@ -241,13 +241,8 @@ pub fn sft(
         trainer.save_checkpoint(stage.display().to_string().into()),
         "sft: save_checkpoint",
     )?;
-    for f in ["tokenizer.json", "generation_config.json"] {
-        let src = model.join(f);
-        if src.is_file() {
-            std::fs::copy(&src, stage.join(f))
-                .map_err(RlError::io(format!("copying {}", src.display())))?;
-        }
-    }
+    // Tokenizer, generation config and chat template of the model it started from.
+    tandem_model::companion::complete(model, &stage)?;
     drop(trainer);
     let accuracy = greedy_accuracy(registry, &stage, task, &codec, 64)?;
     std::fs::rename(&stage, out).map_err(RlError::io(format!(

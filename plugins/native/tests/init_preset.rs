@@ -9,10 +9,11 @@ use tandem_plugin_api::sdk::module_of;
 use tandem_plugin_api::{ComponentConfig, ComponentKind, ConfigProblem};
 use tandem_plugin_native::NativePlugin;
 
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     "config.json",
     "model.safetensors",
     "tokenizer.json",
+    "tokenizer_config.json",
     "generation_config.json",
 ];
 

@@ -70,7 +70,8 @@ impl GgmlType {
     pub fn bytes_for(self, row: u64, elements: u64) -> Option<u64> {
         let (per, size) = self.block();
         let per = per as u64;
-        row.is_multiple_of(per).then(|| elements / per * size as u64)
+        row.is_multiple_of(per)
+            .then(|| elements / per * size as u64)
     }
 }
 

@@ -32,11 +32,12 @@ mod settings;
 pub use common::SyncRecord;
 pub use settings::{BridgeProblem, BridgeSettings, parse_settings};
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::error::RlError;
 use common::Common;
-use tandem_plugin_api::{BridgeMode, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{BridgeMode, UpdatePayload, UpdateReport, WeightUpdate};
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
 
 /// Called with each restarted engine before its health check (tests use it to kill the
@@ -104,6 +105,9 @@ trait Mode: Send {
 pub struct BridgeDriver {
     common: Common,
     mode: Box<dyn Mode>,
+    /// The model the trainer started from: a checkpoint dir the trainer exports gets its
+    /// companion files (tokenizer, generation config, chat template) before it is shipped.
+    source_model: Option<PathBuf>,
 }
 
 const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
@@ -131,7 +135,16 @@ impl BridgeDriver {
                 version: None,
             },
             mode: driver,
+            source_model: None,
         })
+    }
+
+    /// Sets the model the trainer started from: every checkpoint dir the trainer exports is
+    /// completed with its companion files before an engine sees it
+    /// (`tandem_model::companion`), so a restarted engine, Hugging Face tools and vLLM load
+    /// it as it is.
+    pub fn set_source_model(&mut self, dir: &Path) {
+        self.source_model = Some(dir.to_path_buf());
     }
 
     /// The mode's job-file name.
@@ -257,6 +270,13 @@ impl BridgeDriver {
         let restarted = self.restarts();
         let shipping = Instant::now();
         let bytes = common::shipped_bytes(&update, engines.len());
+        if let (UpdatePayload::CheckpointDir { dir }, Some(source)) =
+            (&update.payload, &self.source_model)
+            && Path::new(dir.as_str()).is_dir()
+        {
+            // (A vanished dir is the mode's to report: the engines keep their weights.)
+            tandem_model::companion::complete(source, Path::new(dir.as_str()))?;
+        }
         let shipment = Shipment {
             update: &update,
             engines: &mut *engines,

@@ -61,6 +61,7 @@ impl<'a> Loop<'a> {
         let mut l = Loop {
             job,
             opts,
+            model: &launch.plan.model_path,
             task: parts.task,
             codec: parts.codec,
             launcher: parts.launcher,

@@ -41,7 +41,9 @@ impl<'a> Loop<'a> {
         let j = &job.job;
         let task = crate::task::build_for_run(&j.task, j.run.seed, &j.eval)
             .map_err(|e| e.into_error(&job.path.display().to_string()))?;
-        let bridge = BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        let mut bridge =
+            BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        bridge.set_source_model(&plan.model_path);
         rundir::prepare(job, opts)?;
         let model = warmstart::ModelPlan {
             target: &plan.model_path,
@@ -50,6 +52,15 @@ impl<'a> Loop<'a> {
             seed: j.run.seed,
         };
         warmstart::ensure_model(registry, &model, task.as_ref())?;
+        let lacking = tandem_model::companion::missing(&plan.model_path);
+        if !lacking.is_empty() {
+            tracing::warn!(
+                "model {} has no {}: neither will its checkpoints, so transformers or vLLM may \
+                 not load them as they are",
+                plan.model_path.display(),
+                lacking.join(", ")
+            );
+        }
         let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
         let eval = evaluation(job, &codec)?;
         let resume_from = if opts.resume {
@@ -58,6 +69,11 @@ impl<'a> Loop<'a> {
         } else {
             None
         };
+        if let Some((dir, _)) = &resume_from {
+            // A checkpoint written before checkpoints carried them gets the job model's
+            // companion files (tokenizer, generation config) now.
+            tandem_model::companion::complete(&plan.model_path, dir)?;
+        }
         let mut options = LaunchOptions::new(absolute(&opts.run_dir));
         options.exe = opts.exe.clone();
         let mut launcher = LocalLauncher::new(options)?;

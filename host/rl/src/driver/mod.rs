@@ -41,7 +41,7 @@ use crate::progress::Progress;
 use crate::prompt::PromptCodec;
 use crate::task::Task;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tandem_runtime::launch::LocalLauncher;
 use tandem_runtime::registry::Registry;
@@ -122,6 +122,8 @@ struct Cursor {
 struct Loop<'a> {
     job: &'a JobFile,
     opts: &'a RunOptions,
+    /// The job's model directory: the source of every written model dir's companion files.
+    model: &'a Path,
     task: Box<dyn Task>,
     codec: PromptCodec,
     launcher: LocalLauncher,

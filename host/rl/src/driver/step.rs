@@ -149,7 +149,8 @@ impl Loop<'_> {
             ..log.metrics.clone()
         };
         let dir = timed(&mut log.phases, "save", || {
-            checkpoint::save(&self.opts.run_dir, &self.trainer.remote, &state, &partial)
+            let trainer = &self.trainer.remote;
+            checkpoint::save(&self.opts.run_dir, trainer, self.model, &state, &partial)
         })?;
         self.events
             .record(step, "trainer", "checkpoint", &dir.display().to_string());

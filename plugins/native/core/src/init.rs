@@ -1,6 +1,7 @@
 //! `init` presets: random-initialised Llama models plus a locally trained tokenizer, written
 //! as a Hugging Face directory (`config.json`, `model.safetensors`, `tokenizer.json`,
-//! `generation_config.json`).
+//! `tokenizer_config.json`, `generation_config.json`) that `AutoTokenizer` /
+//! `AutoModelForCausalLM.from_pretrained` and vLLM load as it is.
 
 use std::path::Path;
 
@@ -119,6 +120,22 @@ pub fn init_preset(
         json!({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": true});
     let path = out.join("generation_config.json");
     std::fs::write(&path, gen_cfg.to_string()).map_err(|e| NativeError::io(&path, e))?;
+    // Without it transformers loads tokenizer.json with no special tokens named (no BOS,
+    // EOS or pad). Encoding adds no special token, like the `tokenizers` crate's
+    // `encode(text, false)` Tandem uses: prompts get BOS from the caller.
+    let [pad, bos, eos] = tokenizer::SPECIAL_TOKENS;
+    let tk_cfg = json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": bos,
+        "eos_token": eos,
+        "pad_token": pad,
+        "add_bos_token": false,
+        "add_eos_token": false,
+        "clean_up_tokenization_spaces": false,
+        "model_max_length": model.cfg.max_position_embeddings,
+    });
+    let path = out.join("tokenizer_config.json");
+    std::fs::write(&path, tk_cfg.to_string()).map_err(|e| NativeError::io(&path, e))?;
     Ok(model)
 }
 
@@ -160,10 +177,15 @@ mod tests {
             "config.json",
             "model.safetensors",
             "tokenizer.json",
+            "tokenizer_config.json",
             "generation_config.json",
         ] {
             assert!(dir.path().join(f).exists(), "{f}");
         }
+        let text = std::fs::read_to_string(dir.path().join("tokenizer_config.json")).unwrap();
+        let tk_cfg: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(tk_cfg["bos_token"], tokenizer::SPECIAL_TOKENS[1]);
+        assert_eq!(tk_cfg["eos_token"], tokenizer::SPECIAL_TOKENS[2]);
         let back = Model::load(dir.path(), &mut p).unwrap();
         assert_eq!(back.w(), m.w());
         let tk = tokenizer::load(dir.path()).unwrap();

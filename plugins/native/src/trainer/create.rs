@@ -1,6 +1,6 @@
 //! The trainer's `init_preset` option: writes an init preset (config.json, model.safetensors,
-//! tokenizer.json, generation_config.json, exactly what [`init_preset`] writes) into an absent
-//! or empty model directory before the trainer loads it. The preset is written into a staging
+//! tokenizer.json, tokenizer_config.json, generation_config.json, exactly what
+//! [`init_preset`] writes) into an absent or empty model directory before the trainer loads it. The preset is written into a staging
 //! directory beside the target and renamed into place, so a reader (or a second trainer racing
 //! to create the same model) sees either no model or a whole one.
 
