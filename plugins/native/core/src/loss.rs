@@ -163,10 +163,9 @@ pub fn apply_loss(
                 return [0.0; 5];
             }
             let tok = tokens[i] as usize;
-            let mx = lg.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let s: f32 = lg.iter().map(|x| (x - mx).exp()).sum();
-            let lse = mx + s.ln();
-            let lp = lg[tok] - lse;
+            let lse64 = crate::sampling::log_sum_exp(lg);
+            let lse = lse64 as f32;
+            let lp = (f64::from(lg[tok]) - lse64) as f32;
             *lp_out = lp;
             if m == 0.0 {
                 lg.fill(0.0);

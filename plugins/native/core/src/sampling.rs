@@ -52,12 +52,20 @@ impl Default for SamplingParams {
     }
 }
 
-/// `log_softmax(logits)[token]`, rounded exactly like the loss (`logit − (max + ln Σ)`), so
-/// the engine's logprobs equal the trainer's bit for bit on the same weights.
-pub fn logprob_of(logits: &[f32], token: usize) -> f32 {
+/// `log Σ exp(logits)` of one row: the max in f32, the sum of `exp(x − max)` accumulated in
+/// f64 (a sequential f32 sum over a 49k-token vocabulary drifts by ~1e-4 — more than
+/// transformers' f32 `log_softmax` — and the result feeds every reported logprob).
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
     let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let s: f32 = logits.iter().map(|x| (x - m).exp()).sum();
-    logits[token] - (m + s.ln())
+    let s: f64 = logits.iter().map(|x| f64::from((x - m).exp())).sum();
+    f64::from(m) + s.ln()
+}
+
+/// `log_softmax(logits)[token]` = `logit − log_sum_exp` rounded once to f32, exactly as the
+/// loss computes it, so the engine's logprobs equal the trainer's bit for bit on the same
+/// weights.
+pub fn logprob_of(logits: &[f32], token: usize) -> f32 {
+    (f64::from(logits[token]) - log_sum_exp(logits)) as f32
 }
 
 /// Index of the largest logit (first on ties).
