@@ -1,6 +1,7 @@
 //! The benchmark output convention: `--json` prints one object per figure with the keys
 //! `bench`, `case`, `value`, `unit`, `limit`, `ratio`, and `ratio == value / limit`.
 //! (No timing is asserted: figures are for people, targets live in the printed table.)
+//! `tandem bench native --quick --json`: its five figures, well formed, without Python.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -43,4 +44,54 @@ fn bench_table_prints_value_beside_limit() {
         assert!(header.contains(col), "{header}");
     }
     assert!(text.contains("direct dyn call"));
+}
+
+#[test]
+fn bench_native_quick_json_prints_decode_and_step_figures() {
+    // --quick runs the tiny preset against the machine bounds: no Python is needed (and a
+    // Python named here would not be run).
+    let out = run(tandem()
+        .args(["bench", "native", "--quick", "--json"])
+        .env("TANDEM_PYTHON", "/nonexistent/python"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let cases: Vec<&str> = figures
+        .iter()
+        .map(|f| f["case"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        cases,
+        [
+            "tiny decode b1",
+            "tiny decode b8",
+            "tiny decode b64",
+            "tiny grpo step b8x64 full",
+            "tiny grpo step b8x64 lora",
+        ]
+    );
+    for f in &figures {
+        assert_eq!(f["bench"], "native");
+        let unit = if f["case"].as_str().unwrap().contains("decode") {
+            "tok/s"
+        } else {
+            "s"
+        };
+        assert_eq!(f["unit"], unit, "{f}");
+        let (value, limit, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["limit"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(value > 0.0 && limit > 0.0, "{f}");
+        assert!(
+            (ratio - value / limit).abs() < 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+        let name = f["limit_name"].as_str().unwrap();
+        assert!(name.contains("bound"), "{f}");
+    }
+    assert!(stderr(&out).contains("--quick"), "{}", stderr(&out));
 }

@@ -1,14 +1,18 @@
 //! Benchmark figures beside their limits — the physical or peer figure measured in the same
 //! run. [`table`] renders them as an aligned table; [`write_json_lines`] as one JSON object per
 //! figure, `{"bench", "case", "value", "unit", "limit", "ratio", "limit_name", "target"}` (a
-//! non-finite number is `null`). Shared by `tandem bench` and the bench crates.
+//! non-finite number is `null`). Shared by `tandem bench` and the bench crates, with the
+//! machine bounds ([`machine`]) a figure falls back to when its peer cannot run.
 
-#![forbid(unsafe_code)]
+// The one unsafe call (the GEMM of `machine`) allows it locally.
+#![deny(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 use std::io::Write;
 
 use serde::Serialize;
+
+pub mod machine;
 
 /// Why figures could not be printed.
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,10 @@ pub enum BenchName {
     /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size; with
     /// `$TANDEM_PYTHON` and the `vllm` plugin (`--plugin-dir`), vLLM rows beside the native ones.
     Bridges,
+    /// The native engine's decode tok/s (batch 1/8/64) and the native trainer's GRPO step
+    /// (full and LoRA) on SmolLM2-135M, beside vLLM's decode and torch's step on the same model
+    /// in the same run (`$TANDEM_PYTHON`), else the machine bounds; `--quick`: the tiny preset.
+    Native,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
@@ -36,6 +40,7 @@ pub fn run(
         BenchName::Transport => bench::transport::run(quick)?,
         BenchName::Control => crate::bench::control::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
+        BenchName::Native => bench::native::run(quick)?,
         BenchName::Bridges => {
             let mut figures = bench::bridges::run(quick)?;
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {

@@ -8,6 +8,8 @@ pub mod bridges_vllm;
 pub mod command;
 pub mod control;
 pub mod memory;
+pub mod native;
+pub mod native_ref;
 pub mod rl_loop;
 pub mod transport;
 
