@@ -153,9 +153,10 @@ fn from_job(path: &Path) -> Result<Settings, CliError> {
 }
 
 /// The directory whose tokenizer (and chat template) encodes the prompts: the model's own,
-/// else the job's model (a run's checkpoint has weights and config only).
+/// else the job's model (a LoRA checkpoint is an adapter: its base holds `config.json`; a
+/// checkpoint of an older run may have weights and config only).
 fn text_dir(model: &Path, s: &Settings) -> Result<PathBuf, CliError> {
-    if model.join("tokenizer.json").is_file() {
+    if model.join("tokenizer.json").is_file() && model.join("config.json").is_file() {
         return Ok(model.to_path_buf());
     }
     match &s.job_model {
