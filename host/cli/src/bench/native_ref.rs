@@ -89,7 +89,7 @@ pub fn vllm_decode(
     batches: &[usize],
     reps: usize,
 ) -> Result<DecodeRef, String> {
-    eprintln!("vLLM: loading the model (its first start on a machine compiles it: minutes)");
+    eprintln!("vLLM: loading and compiling the model (minutes, not timed)");
     let request = json!({
         "model": model,
         "prompts": prompts,
