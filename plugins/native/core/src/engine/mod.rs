@@ -447,3 +447,4 @@ impl Engine {
 }
 
 mod decode;
+pub mod draft;
