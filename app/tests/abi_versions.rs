@@ -1,8 +1,9 @@
 //! Plugins built against another version of `tandem-plugin-api`, or declaring an API level
 //! below the host's minimum, are refused with one line; a plugin built before the root
-//! module's appended `validate_config` (API level 1) still loads and its jobs validate. The
-//! plugins are real: the fixture is rebuilt against a copy of `plugin-api/` whose version is
-//! changed (or whose appended field is cut out), in a scratch workspace under
+//! module's appended `validate_config` (API level 1) still loads and its jobs validate; a
+//! plugin built before the role traits' appended hidden-state methods (API level 2) still
+//! loads. The plugins are real: the fixture is rebuilt against a copy of `plugin-api/` whose
+//! version is changed (or whose appended items are cut out), in a scratch workspace under
 //! `target/abi-skew` (incremental across runs).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
@@ -27,7 +28,7 @@ fn copy_dir(src: &Path, dst: &Path) {
 }
 
 /// Removes every `// abi-append:NAME:begin` … `// abi-append:NAME:end` block of a file
-/// (markers included), i.e. what API level 2 appended for `NAME`.
+/// (markers included), i.e. what a later API level appended for `NAME`.
 fn cut_appended(path: &Path, name: &str) {
     let text = std::fs::read_to_string(path).unwrap();
     let (begin, end) = (
@@ -59,17 +60,13 @@ fn cut_appended(path: &Path, name: &str) {
 /// Builds fixture-alpha against plugin-api stamped `api_version`, with an optional declared
 /// API level, and returns the library path (copied out of the scratch target dir).
 fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -> PathBuf {
-    build_fixture(api_version, api_level, false, out)
+    build_fixture(api_version, api_level, 3, out)
 }
 
-/// [`build_skewed_fixture`], optionally against the API as it was at level 1: without the
-/// root module's appended `validate_config` field (and its SDK shim).
-fn build_fixture(
-    api_version: &str,
-    api_level: Option<u32>,
-    level_1_api: bool,
-    out: &Path,
-) -> PathBuf {
+/// [`build_skewed_fixture`] against the API as it was at `api` (1, 2 or 3): level 2 lacks the
+/// role traits' appended `hidden_states` / `load_drafter` / `train_step_features` (and their
+/// SDK shims), level 1 also the root module's `validate_config`.
+fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path) -> PathBuf {
     let root = workspace_root();
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path();
@@ -90,15 +87,26 @@ fn build_fixture(
         1,
     );
     std::fs::write(&manifest, text).unwrap();
-    if level_1_api {
-        let src = w.join("plugin-api/src");
+    let src = w.join("plugin-api/src");
+    if api < 3 {
+        for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
+            cut_appended(&src.join(file), "hidden_states");
+        }
+    }
+    if api < 2 {
         cut_appended(&src.join("module.rs"), "validate_config");
         cut_appended(&src.join("sdk.rs"), "validate_config");
+    }
+    if api < 3 {
         let lib = src.join("lib.rs");
         let text = std::fs::read_to_string(&lib).unwrap();
-        let level_2 = "pub const API_LEVEL: u32 = api_level::VALIDATE;";
-        assert!(text.contains(level_2), "plugin-api/src/lib.rs: {level_2}");
-        let text = text.replace(level_2, "pub const API_LEVEL: u32 = api_level::BASE;");
+        let level_3 = "pub const API_LEVEL: u32 = api_level::HIDDEN;";
+        assert!(text.contains(level_3), "plugin-api/src/lib.rs: {level_3}");
+        let level = if api < 2 { "BASE" } else { "VALIDATE" };
+        let text = text.replace(
+            level_3,
+            &format!("pub const API_LEVEL: u32 = api_level::{level};"),
+        );
         std::fs::write(&lib, text).unwrap();
     }
     // `[workspace.dependencies]`: every registry dependency of the root workspace, so whatever
@@ -145,10 +153,9 @@ fn build_fixture(
     let status = cmd.status().expect("run cargo");
     assert!(status.success(), "building the skewed fixture failed");
     let lib = out.join(format!(
-        "libskewed_{}_{}{}.so",
+        "libskewed_{}_{}_api{api}.so",
         api_version.replace('.', "_"),
         api_level.unwrap_or(tandem_plugin_api::API_LEVEL),
-        if level_1_api { "_level1api" } else { "" }
     ));
     std::fs::copy(target.join("debug/libfixture_alpha.so"), &lib).unwrap();
     lib
@@ -204,7 +211,7 @@ fn plugins_built_against_other_api_versions_or_levels_are_refused_in_one_line() 
 #[test]
 fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
     let out_dir = tempfile::tempdir().unwrap();
-    let old = build_fixture("0.1.0", Some(1), true, out_dir.path());
+    let old = build_fixture("0.1.0", Some(1), 1, out_dir.path());
     let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
 
     let out = run(tandem()
@@ -246,7 +253,7 @@ fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
 
     // A plugin that claims level 2 without the field: the host reads the field as absent
     // (the library's own field count), it does not call past the end of the module.
-    let odd = build_fixture("0.1.0", Some(2), true, out_dir.path());
+    let odd = build_fixture("0.1.0", Some(2), 1, out_dir.path());
     let plugins = plugin_dir(&[(&odd, "libtandem_fixture_alpha.so")]);
     let out = run(tandem()
         .args(["check", "-vv", "--plugin-dir"])
@@ -258,4 +265,21 @@ fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_plugin_built_before_the_hidden_state_methods_still_loads() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build_fixture("0.1.0", None, 2, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["plugins", "--json", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let alpha = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|p| p["name"] == "fixture-alpha")
+        .unwrap_or_else(|| panic!("fixture-alpha listed: {}", stdout(&out)));
+    assert_eq!(alpha["api_level"], 2);
 }

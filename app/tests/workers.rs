@@ -35,6 +35,7 @@ fn spec(role: Role, rank: u32, component: &str, options: &str, plugins: &Path) -
         device: "cpu".into(),
         run_dir: "".into(),
         plugin_dirs: vec![plugins.to_path_buf()],
+        transport: None,
     }
 }
 

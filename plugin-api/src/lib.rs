@@ -21,6 +21,7 @@
 //! `R*` types of abi_stable and `#[repr(C)]`/`#[repr(u8)]` types deriving `StableAbi`.
 
 pub mod caps;
+pub mod compat;
 pub mod error;
 pub mod lifecycle;
 pub mod module;
@@ -44,7 +45,7 @@ pub use types::*;
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::VALIDATE;
+pub const API_LEVEL: u32 = api_level::HIDDEN;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -56,6 +57,10 @@ pub mod api_level {
     /// The root module's `validate_config`: a plugin checks its components' options before
     /// anything starts (`tandem check`). Plugins below this level are not asked.
     pub const VALIDATE: u32 = 2;
+    /// `InferenceEngine::hidden_states` / `load_drafter` and `Trainer::train_step_features`:
+    /// hidden states over the data plane and speculative decoding with a trained drafter.
+    /// Plugins below this level answer `NotSupported` to them.
+    pub const HIDDEN: u32 = 3;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

@@ -17,6 +17,10 @@ use crate::types::{
     Metric, PauseMode, RegionInfo, RegionRequest, TrainBatch, TrainerInfo, UpdateKind,
     UpdateReport, WeightUpdate, WhichWeights,
 };
+// abi-append:hidden_states:begin
+use crate::error::PluginError;
+use crate::types::{FeatureBatch, HiddenStatesReport, HiddenStatesRequest};
+// abi-append:hidden_states:end
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
 
@@ -56,6 +60,21 @@ pub trait InferenceEngine: Send + Sync {
     /// Self-reported statistics.
     #[sabi(last_prefix_field)]
     fn stats(&self) -> PResult<ComponentStats>;
+    // abi-append:hidden_states:begin (API level 3; app/tests/abi_versions.rs cuts it out)
+    /// Computes the per-position features of `request.layers` for each sequence and sends
+    /// them along `request.route` (API level [`HIDDEN`](crate::api_level::HIDDEN)). A plugin
+    /// built before this method answers `NotSupported` (the default runs in its place).
+    fn hidden_states(&self, request: HiddenStatesRequest) -> PResult<HiddenStatesReport> {
+        let _ = request;
+        Err(PluginError::not_supported("hidden_states", "this engine")).into()
+    }
+    /// Loads (or replaces) the draft model the engine speculates with, from a drafter
+    /// directory; on an error the engine keeps serving as it did.
+    fn load_drafter(&self, dir: RString) -> PResult<()> {
+        let _ = dir;
+        Err(PluginError::not_supported("load_drafter", "this engine")).into()
+    }
+    // abi-append:hidden_states:end
 }
 
 /// A trainer: logprobs, train steps, snapshots, checkpoints, weight export, offload.
@@ -88,6 +107,18 @@ pub trait Trainer: Send {
     /// Self-reported statistics.
     #[sabi(last_prefix_field)]
     fn stats(&self) -> PResult<ComponentStats>;
+    // abi-append:hidden_states:begin (API level 3; app/tests/abi_versions.rs cuts it out)
+    /// One optimiser step on `batch` whose per-position features arrive as `features`
+    /// describes (API level [`HIDDEN`](crate::api_level::HIDDEN)); e.g. a drafter trainer.
+    fn train_step_features(
+        &mut self,
+        batch: TrainBatch,
+        features: FeatureBatch,
+    ) -> PResult<RVec<Metric>> {
+        let _ = (batch, features);
+        Err(PluginError::not_supported("train_step_features", "this trainer")).into()
+    }
+    // abi-append:hidden_states:end
 }
 
 /// A weight bridge: the two halves of a sync.

@@ -12,7 +12,8 @@
 //! [`ATTACHED_ID_BASE`] up. No lock of this module is held while the manager moves memory.
 //!
 //! Transport ([`transport`]): send / recv / broadcast on the named groups a worker joined
-//! ([`Services::with_transport`]).
+//! ([`Services::with_transport`], or [`Services::joining_transport`] while the rendezvous
+//! runs on a thread of its own: a call waits for it, up to the join's own timeout).
 
 #![forbid(unsafe_code)]
 
@@ -38,7 +39,7 @@ use tandem_plugin_api::{
 pub struct Services {
     cancelled: Arc<AtomicBool>,
     memory: Option<Arc<MemoryServices>>,
-    transport: Option<Arc<transport::TransportServices>>,
+    transport: Option<Arc<transport::TransportSlot>>,
 }
 
 impl Services {
@@ -61,7 +62,23 @@ impl Services {
         mut self,
         groups: std::collections::BTreeMap<String, tandem_transport::Communicator>,
     ) -> Self {
-        self.transport = Some(Arc::new(transport::TransportServices::new(groups)));
+        self.transport = Some(Arc::new(transport::TransportSlot::ready(groups)));
+        self
+    }
+
+    /// Joins the transport on a thread of its own (`join` runs the rendezvous and builds this
+    /// process's groups), so a worker can report ready while its peers start; a transport
+    /// call waits for the join, at most `wait`, and a failed join is every call's error.
+    #[must_use]
+    pub fn joining_transport<F>(mut self, wait: std::time::Duration, join: F) -> Self
+    where
+        F: FnOnce() -> Result<
+                std::collections::BTreeMap<String, tandem_transport::Communicator>,
+                tandem_transport::TransportError,
+            > + Send
+            + 'static,
+    {
+        self.transport = Some(transport::TransportSlot::joining(wait, join));
         self
     }
 
@@ -153,21 +170,30 @@ impl HostServices for Services {
 
     fn send(&self, group: RStr<'_>, dst: u32, data: RSlice<'_, u8>, tag: u64) -> PResult<()> {
         match &self.transport {
-            Some(t) => t.send(group.as_str(), dst, data.as_slice(), tag).into(),
+            Some(t) => t
+                .get()
+                .and_then(|t| t.send(group.as_str(), dst, data.as_slice(), tag))
+                .into(),
             None => not_available("transport"),
         }
     }
 
     fn recv(&self, group: RStr<'_>, src: u32, mut buf: RSliceMut<'_, u8>, tag: u64) -> PResult<()> {
         match &self.transport {
-            Some(t) => t.recv(group.as_str(), src, buf.as_mut_slice(), tag).into(),
+            Some(t) => t
+                .get()
+                .and_then(|t| t.recv(group.as_str(), src, buf.as_mut_slice(), tag))
+                .into(),
             None => not_available("transport"),
         }
     }
 
     fn broadcast(&self, group: RStr<'_>, root: u32, mut buf: RSliceMut<'_, u8>) -> PResult<()> {
         match &self.transport {
-            Some(t) => t.broadcast(group.as_str(), root, buf.as_mut_slice()).into(),
+            Some(t) => t
+                .get()
+                .and_then(|t| t.broadcast(group.as_str(), root, buf.as_mut_slice()))
+                .into(),
             None => not_available("transport"),
         }
     }

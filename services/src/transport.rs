@@ -3,8 +3,98 @@
 //! [`tandem_transport::Communicator`] with group-local ranks.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 use tandem_plugin_api::{ErrorCode, PluginError};
 use tandem_transport::{Communicator, TransportError};
+
+/// The groups, once joined: ready at once ([`TransportSlot::ready`]) or filled by a joining
+/// thread ([`TransportSlot::joining`]) that callers wait for.
+pub(super) struct TransportSlot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+    wait: Duration,
+}
+
+enum SlotState {
+    Joining,
+    Ready(Arc<TransportServices>),
+    Failed(PluginError),
+}
+
+impl TransportSlot {
+    pub(super) fn ready(groups: BTreeMap<String, Communicator>) -> Self {
+        TransportSlot {
+            state: Mutex::new(SlotState::Ready(Arc::new(TransportServices::new(groups)))),
+            changed: Condvar::new(),
+            wait: Duration::ZERO,
+        }
+    }
+
+    pub(super) fn joining<F>(wait: Duration, join: F) -> Arc<Self>
+    where
+        F: FnOnce() -> Result<BTreeMap<String, Communicator>, TransportError> + Send + 'static,
+    {
+        let slot = Arc::new(TransportSlot {
+            state: Mutex::new(SlotState::Joining),
+            changed: Condvar::new(),
+            wait,
+        });
+        let filled = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("transport-join".into())
+            .spawn(move || {
+                let state = match join() {
+                    Ok(groups) => SlotState::Ready(Arc::new(TransportServices::new(groups))),
+                    Err(e) => SlotState::Failed(transport_error("world", e)),
+                };
+                filled.set(state);
+            });
+        if let Err(e) = spawned {
+            slot.set(SlotState::Failed(PluginError::new(
+                ErrorCode::Runtime,
+                format!("cannot start the transport join thread: {e}"),
+            )));
+        }
+        slot
+    }
+
+    fn set(&self, state: SlotState) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *s = state;
+        self.changed.notify_all();
+    }
+
+    /// The joined groups, waiting for a join in progress (at most the slot's wait).
+    pub(super) fn get(&self) -> Result<Arc<TransportServices>, PluginError> {
+        let deadline = Instant::now() + self.wait;
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &*s {
+                SlotState::Ready(t) => return Ok(Arc::clone(t)),
+                SlotState::Failed(e) => return Err(e.clone()),
+                SlotState::Joining => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(PluginError::new(
+                            ErrorCode::Timeout,
+                            format!(
+                                "this process has not joined the transport after {:.0} s",
+                                self.wait.as_secs_f64()
+                            ),
+                        )
+                        .with_help("a peer rank did not start; see the run's worker logs"));
+                    }
+                    s = self
+                        .changed
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+}
 
 /// The groups this process belongs to, by name.
 pub(super) struct TransportServices {

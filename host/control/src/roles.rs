@@ -36,9 +36,10 @@
 pub mod vocabulary {
     pub use crate::packed::Rows;
     pub use tandem_plugin_api::{
-        CheckpointInfo, ComponentStats, EngineBox, EngineHealth, GenerateRequest, GenerateResponse,
-        Metric, PauseMode, RString, RVec, TrainBatch, TrainerBox, TrainerInfo, UpdateKind,
-        UpdateReport, WeightUpdate, WhichWeights,
+        CheckpointInfo, ComponentStats, EngineBox, EngineHealth, FeatureBatch, GenerateRequest,
+        GenerateResponse, HiddenStatesReport, HiddenStatesRequest, Metric, PauseMode, RString,
+        RVec, TrainBatch, TrainerBox, TrainerInfo, UpdateKind, UpdateReport, WeightUpdate,
+        WhichWeights,
     };
 }
 
@@ -84,6 +85,11 @@ macro_rules! role_table {
                 UnloadAdapter unload_adapter(name: RString as &str) -> ();
                 /// Self-reported statistics.
                 Stats stats() -> ComponentStats [quick];
+                /// Per-position features of the requested layers, sent along the request's
+                /// route (API level 3).
+                HiddenStates hidden_states(request: HiddenStatesRequest) -> HiddenStatesReport;
+                /// Loads or replaces the drafter the engine speculates with (API level 3).
+                LoadDrafter load_drafter(dir: RString as &str) -> ();
             }
             /// A trainer: logprobs, train steps, snapshots, checkpoints, weight export,
             /// offload. Calls run one at a time, in order.
@@ -117,6 +123,10 @@ macro_rules! role_table {
                 Onload onload(tags: RVec<RString> as &[String]) -> ();
                 /// Self-reported statistics.
                 Stats stats() -> ComponentStats [quick];
+                /// One optimiser step on `batch` with its features arriving as `features`
+                /// says (API level 3).
+                TrainStepFeatures train_step_features(batch: TrainBatch, features: FeatureBatch)
+                    -> RVec<Metric> as Vec<Metric>;
             }
         }
     };

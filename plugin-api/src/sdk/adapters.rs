@@ -62,6 +62,14 @@ impl<E: EngineImpl> InferenceEngine for Guarded<E> {
     fn stats(&self) -> PResult<ComponentStats> {
         guard(|| self.0.stats())
     }
+    // abi-append:hidden_states:begin
+    fn hidden_states(&self, request: HiddenStatesRequest) -> PResult<HiddenStatesReport> {
+        guard(|| self.0.hidden_states(request))
+    }
+    fn load_drafter(&self, dir: RString) -> PResult<()> {
+        guard(|| self.0.load_drafter(dir.into()))
+    }
+    // abi-append:hidden_states:end
 }
 
 impl<T: TrainerImpl> Trainer for Guarded<T> {
@@ -102,6 +110,15 @@ impl<T: TrainerImpl> Trainer for Guarded<T> {
     fn stats(&self) -> PResult<ComponentStats> {
         guard(|| self.0.stats())
     }
+    // abi-append:hidden_states:begin
+    fn train_step_features(
+        &mut self,
+        batch: TrainBatch,
+        features: FeatureBatch,
+    ) -> PResult<RVec<Metric>> {
+        guard(|| self.0.train_step_features(batch, features).map(RVec::from))
+    }
+    // abi-append:hidden_states:end
 }
 
 impl<B: BridgeImpl> WeightBridge for Guarded<B> {

@@ -77,6 +77,16 @@ pub trait EngineImpl: Send + Sync + 'static {
     fn stats(&self) -> Result<ComponentStats> {
         Ok(ComponentStats::default())
     }
+    // abi-append:hidden_states:begin
+    /// See [`InferenceEngine::hidden_states`].
+    fn hidden_states(&self, request: HiddenStatesRequest) -> Result<HiddenStatesReport> {
+        unsupported("hidden_states", self.component())
+    }
+    /// See [`InferenceEngine::load_drafter`].
+    fn load_drafter(&self, dir: String) -> Result<()> {
+        unsupported("load_drafter", self.component())
+    }
+    // abi-append:hidden_states:end
 }
 
 /// A trainer, as a plugin author writes it.
@@ -130,6 +140,16 @@ pub trait TrainerImpl: Send + 'static {
     fn stats(&self) -> Result<ComponentStats> {
         Ok(ComponentStats::default())
     }
+    // abi-append:hidden_states:begin
+    /// See [`Trainer::train_step_features`].
+    fn train_step_features(
+        &mut self,
+        batch: TrainBatch,
+        features: FeatureBatch,
+    ) -> Result<Vec<Metric>> {
+        unsupported("train_step_features", self.component())
+    }
+    // abi-append:hidden_states:end
 }
 
 /// A weight bridge, as a plugin author writes it.

@@ -3,7 +3,9 @@
 //! - `train`: train batches and sequences, loss settings, trainer and checkpoint info;
 //! - `update`: weight updates (`UpdatePayload` kinds, tensor layouts) and their reports;
 //! - `memory`: well-known [`tags`], [`DType`], region requests and grants;
-//! - `component`: component config, [`ConfigProblem`], metrics and stats, log levels.
+//! - `component`: component config, [`ConfigProblem`], metrics and stats, log levels;
+//! - `hidden`: hidden-state requests, routes (control plane or transport) and feature batches
+//!   (API level 3).
 //!
 //! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
 //! or `#[repr(u8)]` (enums) and derives `StableAbi`, so abi_stable checks its layout when a
@@ -14,12 +16,14 @@
 
 mod component;
 mod generate;
+mod hidden;
 mod memory;
 mod train;
 mod update;
 
 pub use component::*;
 pub use generate::*;
+pub use hidden::*;
 pub use memory::*;
 pub use train::*;
 pub use update::*;

@@ -204,6 +204,7 @@ impl Launch<'_> {
             device: crate::config::device_of(&plan.devices, rank),
             run_dir: absolute(&self.opts.run_dir),
             plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
+            transport: None,
         })
     }
 }

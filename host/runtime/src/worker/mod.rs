@@ -75,6 +75,61 @@ pub struct WorkerSpec {
     pub run_dir: PathBuf,
     /// Plugin directories to load the registry from (built-ins are always there).
     pub plugin_dirs: Vec<PathBuf>,
+    /// The transport world this worker joins (the data plane), if the run has one.
+    #[serde(default)]
+    pub transport: Option<TransportSpec>,
+}
+
+/// The transport world a worker joins, written by the controller that hosts its rendezvous
+/// store. The run's token authenticates the store and the links; it travels in the
+/// environment with the control plane's, never in the spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransportSpec {
+    /// The rendezvous store, `host:port`.
+    pub store: String,
+    /// Key namespace of this world in the store (fresh per run incarnation).
+    pub name: String,
+    /// This worker's rank in the world.
+    pub world_rank: u32,
+    /// Ranks in the world.
+    pub world_size: u32,
+    /// Named groups of world ranks, in group-rank order; a worker builds those it is in.
+    pub groups: Vec<(String, Vec<u32>)>,
+    /// The job's `[transport] backend`: `auto`, `shm`, `tcp` or `nccl`.
+    pub backend: String,
+    /// Seconds before a silent peer is declared dead (also bounds the rendezvous).
+    pub timeout_secs: f64,
+}
+
+impl TransportSpec {
+    /// The communicator config of this rank (`token`: the run's).
+    pub fn comm_config(
+        &self,
+        token: &str,
+    ) -> Result<tandem_transport::CommConfig, tandem_transport::TransportError> {
+        let mut c = tandem_transport::CommConfig::new(
+            &self.store,
+            token,
+            self.world_rank as usize,
+            self.world_size as usize,
+        );
+        c.name = self.name.clone();
+        c.transport = self.backend.parse()?;
+        c.timeout = Duration::from_secs_f64(self.timeout_secs.max(0.001));
+        Ok(c)
+    }
+
+    /// The groups as the transport names them.
+    pub fn group_specs(&self) -> Vec<tandem_transport::topology::GroupSpec> {
+        self.groups
+            .iter()
+            .map(|(name, ranks)| tandem_transport::topology::GroupSpec {
+                name: name.clone(),
+                ranks: ranks.iter().map(|&r| r as usize).collect(),
+            })
+            .collect()
+    }
 }
 
 impl WorkerSpec {
@@ -98,6 +153,7 @@ impl WorkerSpec {
             device: "cpu".into(),
             run_dir: run_dir.to_path_buf(),
             plugin_dirs,
+            transport: None,
         }
     }
 
@@ -163,7 +219,7 @@ pub fn run(args: WorkerArgs) -> Result<(), RuntimeError> {
     );
     watch_parent();
     let services = worker_services(args.role, args.rank);
-    let (component, name) = match construct(&args, &services) {
+    let (component, name, services) = match construct(&args, services, &token) {
         Ok(c) => c,
         Err(err) => {
             let (context, error) = start_failure(&err);
@@ -211,7 +267,13 @@ fn watch_parent() {
     }
 }
 
-fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, String), RuntimeError> {
+/// Reads the spec, joins its transport world (on a thread: peers may start later) and
+/// constructs the component with the services that result.
+fn construct(
+    args: &WorkerArgs,
+    services: Services,
+    token: &str,
+) -> Result<(Component, String, Services), RuntimeError> {
     let spec = WorkerSpec::read(&args.spec)?;
     if spec.role != args.role || spec.rank != args.rank {
         return Err(RuntimeError::usage(format!(
@@ -224,13 +286,27 @@ fn construct(args: &WorkerArgs, services: &Services) -> Result<(Component, Strin
         ))
         .with_help("pass the spec the launcher wrote for this rank"));
     }
+    let services = match &spec.transport {
+        None => services,
+        Some(t) => {
+            let cfg = t.comm_config(token).map_err(|e| {
+                RuntimeError::usage(format!("{}: transport: {e}", args.spec.display()))
+            })?;
+            let groups = t.group_specs();
+            // The rendezvous waits for every rank; a call waits for the rendezvous.
+            let wait = cfg.timeout * 2;
+            services.joining_transport(wait, move || {
+                tandem_transport::Communicator::init(&cfg)?.groups(&groups)
+            })
+        }
+    };
     let registry = Registry::discover(&spec.plugin_dirs).map_err(RuntimeError::Plugins)?;
     let config = spec.component_config();
     let component = match spec.role {
         Role::Engine => Component::Engine(registry.new_engine(config, services.handle())?),
         Role::Trainer => Component::Trainer(registry.new_trainer(config, services.handle())?),
     };
-    Ok((component, spec.component))
+    Ok((component, spec.component, services))
 }
 
 /// A start failure as (context, plugin error) for the wire; user errors keep `InvalidInput`
