@@ -40,7 +40,9 @@ pub struct Capabilities {
     pub releasable_tags: RVec<RString>,
     /// Pause modes the engine implements.
     pub pause_modes: RVec<PauseMode>,
-    /// Engine: can return last-layer hidden states.
+    /// Engine: can return hidden states (generation's last layer; at API level 3 also
+    /// `hidden_states`, any layers, over the transport). Trainer: steps on hidden states
+    /// (`train_step_features`, e.g. a drafter trainer).
     pub hidden_states: bool,
     /// Engine: can load LoRA adapters. Trainer: can train LoRA adapters.
     pub lora: bool,

@@ -64,6 +64,9 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         exe: None,
         plugin_dirs: tandem_runtime::registry::plugin_dirs(cli_dirs, &job_dirs(&job)),
     };
+    if job.job.is_drafter_job() {
+        return drafter(&job, &plan, &registry, opts, args.json, quiet);
+    }
     let summary = tandem_rl::run(&job, &plan, &registry, opts)?;
     let files = tandem_rl::driver::RunFiles::of(&run_dir);
     if args.json {
@@ -96,6 +99,52 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         println!("  events     {}", files.events.display());
         if let Some(c) = &summary.checkpoint {
             println!("  checkpoint {}", c.display());
+        }
+    }
+    Ok(())
+}
+
+/// A drafter-training job (`[algorithm] name = "drafter"`) and its summary.
+fn drafter(
+    job: &tandem_rl::config::LoadedJob,
+    plan: &tandem_rl::config::ResolvedPlan,
+    registry: &tandem_runtime::registry::Registry,
+    opts: RunOptions,
+    json: bool,
+    quiet: bool,
+) -> Result<(), CliError> {
+    let run_dir = opts.run_dir.clone();
+    let s = tandem_rl::driver::drafter::run(job, plan, registry, opts)?;
+    let files = tandem_rl::driver::RunFiles::of(&run_dir);
+    let acceptance = |a: Option<(u32, f64)>| {
+        a.map(|(step, len)| serde_json::json!({"step": step, "acceptance_length": len}))
+    };
+    if json {
+        let v = serde_json::json!({
+            "last_step": s.last_step,
+            "first_loss": s.first_loss,
+            "final_loss": s.final_loss,
+            "first_acceptance": acceptance(s.first_acceptance),
+            "last_acceptance": acceptance(s.last_acceptance),
+            "run_dir": run_dir,
+            "metrics": files.metrics,
+            "plot": files.plot,
+            "checkpoint": s.checkpoint,
+        });
+        super::print_json(&v)?;
+    } else if !quiet {
+        println!(
+            "done: {} steps, drafter loss {:.3} at the start -> {:.3} over the last steps",
+            s.last_step, s.first_loss, s.final_loss
+        );
+        if let Some((step, len)) = s.last_acceptance {
+            println!("  mean acceptance length {len:.2} tokens per verification at step {step}");
+        }
+        println!("  metrics    {}", files.metrics.display());
+        println!("  plot       {}", files.plot.display());
+        println!("  events     {}", files.events.display());
+        if let Some(c) = &s.checkpoint {
+            println!("  drafter    {}", c.display());
         }
     }
     Ok(())

@@ -58,6 +58,28 @@ impl Progress {
         }
     }
 
+    /// Shows a drafter job's step.
+    pub fn drafter_step(&self, m: &crate::driver::drafter::DrafterStepMetrics) {
+        let acc: Vec<String> = m.acc.iter().map(|a| format!("{:.0}", a * 100.0)).collect();
+        let mut msg = format!(
+            "loss {:.3}  acc% [{}]  {:.2} s/step",
+            m.loss,
+            acc.join(" "),
+            m.step_s
+        );
+        if let Some(a) = m.acceptance_length {
+            msg.push_str(&format!("  acceptance {a:.2}"));
+        }
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(u64::from(m.step));
+                bar.set_message(msg);
+            }
+            None if self.enabled => eprintln!("step {:>4}/{}  {msg}", m.step, self.total),
+            None => {}
+        }
+    }
+
     /// A line above the bar (or on its own).
     pub fn println(&self, line: &str) {
         match &self.bar {

@@ -35,12 +35,22 @@ pub struct JobFile {
     /// Held-out evaluation during the run.
     #[serde(default)]
     pub eval: EvalSection,
+    /// Drafter training (`[algorithm] name = "drafter"`).
+    #[serde(default)]
+    pub drafter: DrafterSection,
     /// Memory-layer settings.
     #[serde(default)]
     pub memory: MemorySection,
     /// Transport-layer settings.
     #[serde(default)]
     pub transport: TransportSection,
+}
+
+impl JobFile {
+    /// Whether this is a drafter-training job (`[algorithm] name = "drafter"`).
+    pub fn is_drafter_job(&self) -> bool {
+        self.algorithm.name == "drafter"
+    }
 }
 
 /// `[run]`.
@@ -183,7 +193,8 @@ pub struct BridgeSection {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlgorithmSection {
-    /// Algorithm name (`grpo`).
+    /// Algorithm name: `grpo`, or `drafter` (train a drafter for the fixed model, see
+    /// `[drafter]`).
     pub name: String,
     /// Prompts per step.
     pub prompts_per_step: u32,
@@ -275,6 +286,50 @@ impl EvalSection {
     /// Whether the run evaluates.
     pub fn enabled(&self) -> bool {
         self.every > 0
+    }
+}
+
+/// How a drafter job's hidden states travel from engine rank i to the trainer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureRouteKind {
+    /// The data plane: a transport group per (engine rank, trainer) pair — shared memory
+    /// between processes of one host — into the trainer's preallocated receive region.
+    #[default]
+    Transport,
+    /// Through the control plane (the controller relays them): for comparison only.
+    Control,
+}
+
+/// `[drafter]`: a drafter-training job (`[algorithm] name = "drafter"`): the engines generate
+/// for the task's prompts, send the hidden states of every sequence to the trainer, which
+/// steps the drafter; every `eval_every` steps the engines load the drafter and decode the
+/// held-out prompts speculatively, reporting the mean acceptance length.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DrafterSection {
+    /// How hidden states travel.
+    pub route: FeatureRouteKind,
+    /// Measure the acceptance length every N steps (0: only after the last step).
+    pub eval_every: u32,
+    /// Held-out prompts of the acceptance measurement.
+    pub eval_prompts: u32,
+    /// Max new tokens of the acceptance measurement (default: `[algorithm] max_tokens`).
+    pub eval_max_tokens: Option<u32>,
+    /// Generate past end-of-sequence tokens (always `max_tokens` per completion), so short
+    /// answers still give the drafter sequences to learn.
+    pub ignore_eos: bool,
+}
+
+impl Default for DrafterSection {
+    fn default() -> Self {
+        DrafterSection {
+            route: FeatureRouteKind::Transport,
+            eval_every: 50,
+            eval_prompts: 32,
+            eval_max_tokens: None,
+            ignore_eos: false,
+        }
     }
 }
 

@@ -178,7 +178,7 @@ impl Launch<'_> {
 
     /// The worker spec of `role`'s rank `rank`: the same JSON and device validation gave the
     /// plugin's `validate_config`.
-    fn spec(&self, role: Role, rank: u32) -> Result<WorkerSpec, RlError> {
+    pub(super) fn spec(&self, role: Role, rank: u32) -> Result<WorkerSpec, RlError> {
         let (job, plan) = (&self.job.job, self.plan);
         let (component, world, table) = match role {
             Role::Engine => (

@@ -19,6 +19,7 @@
 //!    accuracy on the held-out set through the serving engines (`eval.rs`);
 //! 7. **record** — the step's metrics line, progress and plot (`record.rs`).
 
+pub mod drafter;
 mod dump;
 mod eval;
 mod init;

@@ -1,15 +1,15 @@
-//! `[algorithm]`: the values the GRPO loop cannot run with.
+//! `[algorithm]`: the values the GRPO loop (or a drafter job) cannot run with.
 
 use super::issues::Issues;
 use crate::config::AlgorithmSection;
 
 /// Values of `[algorithm]` the loop cannot run with.
 pub(super) fn check(issues: &mut Issues<'_>, a: &AlgorithmSection) {
-    if a.name != "grpo" {
+    if a.name != "grpo" && a.name != "drafter" {
         issues.at(
             "algorithm.name",
             format!("unknown algorithm `{}`", a.name),
-            "use \"grpo\"",
+            "use \"grpo\" (RL) or \"drafter\" (train a speculative-decoding drafter)",
         );
     }
     for (key, v, what) in [
@@ -29,7 +29,15 @@ pub(super) fn check(issues: &mut Issues<'_>, a: &AlgorithmSection) {
             );
         }
     }
-    if a.group_size < 2 {
+    if a.name == "drafter" {
+        if a.group_size == 0 {
+            issues.at(
+                "algorithm.group_size",
+                "must be at least 1",
+                "it is the number of completions per prompt",
+            );
+        }
+    } else if a.group_size < 2 {
         issues.at(
             "algorithm.group_size",
             format!(

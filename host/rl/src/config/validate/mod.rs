@@ -6,7 +6,8 @@
 //! One module per section, run in this order: `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
 //! driver parses them, the update kind both components must declare), `model`, `task` (with
-//! the chat template of a chat task), `eval`, `algorithm`, `transport` (plan, timeout,
+//! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
+//! components, bridge and held-out set), `transport` (plan, timeout,
 //! `[memory]`), `plugin_options` (each plugin's `validate_config` on its options, with rank
 //! 0's component config as the run builds it).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
@@ -14,6 +15,7 @@
 
 mod algorithm;
 mod bridge;
+mod drafter;
 mod eval;
 mod issues;
 mod model;
@@ -72,6 +74,7 @@ pub fn validate_with(
     task::check_chat(&mut issues, j, &model_path);
     eval::check(&mut issues, j);
     algorithm::check(&mut issues, &j.algorithm);
+    drafter::check(&mut issues, registry, j);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
     let output_dir = overrides
         .output_dir

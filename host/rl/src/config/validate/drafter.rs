@@ -1,0 +1,81 @@
+//! `[algorithm] name = "drafter"` with `[drafter]`: a drafter-training job needs an engine
+//! and a trainer that speak hidden states (API level 3, `hidden_states` declared), one
+//! trainer rank, the `checkpoint` bridge (the drafter moves as a directory) and a held-out
+//! set to measure acceptance on.
+
+use super::issues::Issues;
+use crate::config::JobFile;
+use tandem_plugin_api::{ComponentKind, api_level};
+use tandem_runtime::registry::Registry;
+
+/// The checks of a drafter job (none for other jobs).
+pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
+    if !j.is_drafter_job() {
+        return;
+    }
+    for (kind, name) in [
+        (ComponentKind::Engine, j.engine.plugin.get_ref()),
+        (ComponentKind::Trainer, j.trainer.plugin.get_ref()),
+    ] {
+        let section = kind.as_str();
+        // An unknown component is reported by the placement checks.
+        let Some((plugin, decl)) = registry.component(kind, name) else {
+            continue;
+        };
+        if plugin.manifest.api_level < api_level::HIDDEN {
+            issues.at(
+                &format!("{section}.plugin"),
+                format!(
+                    "a drafter job needs hidden states (plugin API level {}), but plugin `{}` \
+                     providing `{name}` is at API level {}",
+                    api_level::HIDDEN,
+                    plugin.manifest.name,
+                    plugin.manifest.api_level
+                ),
+                "rebuild the plugin against this tandem-plugin-api",
+            );
+        } else if !decl.caps.hidden_states {
+            let what = match kind {
+                ComponentKind::Trainer => "train a drafter on hidden states",
+                _ => "send hidden states",
+            };
+            issues.at(
+                &format!("{section}.plugin"),
+                format!("{section} `{name}` does not declare that it can {what}"),
+                match kind {
+                    ComponentKind::Trainer => "use plugin = \"native-drafter\"",
+                    _ => "use plugin = \"native\"",
+                },
+            );
+        }
+    }
+    if j.trainer.ranks != 1 {
+        issues.at(
+            "trainer.ranks",
+            "a drafter job has one trainer rank; every engine rank sends it its hidden states",
+            "set ranks = 1",
+        );
+    }
+    if j.bridge.mode.get_ref() != "checkpoint" {
+        issues.push(
+            "bridge.mode",
+            Some(j.bridge.mode.span()),
+            format!(
+                "a drafter job moves the drafter to the engines as a directory, not with `{}`",
+                j.bridge.mode.get_ref()
+            ),
+            "set mode = \"checkpoint\"".into(),
+        );
+    }
+    let d = &j.drafter;
+    if d.eval_prompts == 0 {
+        issues.at(
+            "drafter.eval_prompts",
+            "must be at least 1",
+            "it is the number of held-out prompts the acceptance length is measured on",
+        );
+    }
+    if d.eval_max_tokens == Some(0) {
+        issues.at("drafter.eval_max_tokens", "must be at least 1", "");
+    }
+}

@@ -1,0 +1,188 @@
+//! Launching a drafter job: the run directory, the target model, the held-out prompts, the
+//! rendezvous store, then the workers (every engine rank started and health-checked, the
+//! trainer initialised) each with its place in the transport world.
+
+use super::DrafterLoop;
+use super::metrics::DrafterMetricsLog;
+use crate::config::{EvalSection, LoadedJob, ResolvedPlan};
+use crate::driver::RunOptions;
+use crate::driver::launch::Launch;
+use crate::driver::rundir::{self, RunFiles};
+use crate::error::RlError;
+use crate::events::EventLog;
+use crate::progress::Progress;
+use crate::prompt::PromptCodec;
+use crate::task::HeldOut;
+use crate::warmstart;
+use tandem_control::protocol::Role;
+use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteTrainer};
+use tandem_runtime::registry::Registry;
+use tandem_runtime::worker::TransportSpec;
+use tandem_transport::store::StoreServer;
+
+/// Name of the transport group of engine rank `i` and the trainer.
+pub(super) fn pair_group(i: usize) -> String {
+    format!("pair{i}")
+}
+
+impl<'a> DrafterLoop<'a> {
+    /// Prepares the run and starts its workers; on return the trainer is initialised and the
+    /// engines serve the target.
+    pub(super) fn launch(
+        job: &'a LoadedJob,
+        plan: &'a ResolvedPlan,
+        registry: &Registry,
+        opts: &'a RunOptions,
+    ) -> Result<DrafterLoop<'a>, RlError> {
+        let j = &job.job;
+        let what = job.path.display().to_string();
+        // The training stream leaves out the held-out prompts acceptance is measured on.
+        let split = EvalSection {
+            every: 1,
+            problems: j.drafter.eval_prompts,
+            max_tokens: None,
+        };
+        let task = crate::task::build_for_run(&j.task, j.run.seed, &split)
+            .map_err(|e| e.into_error(&what))?;
+        rundir::prepare(job, opts)?;
+        let model = warmstart::ModelPlan {
+            target: &plan.model_path,
+            preset: plan.model_init_preset.as_deref(),
+            warm_start_steps: j.model.warm_start_steps,
+            seed: j.run.seed,
+        };
+        warmstart::ensure_model(registry, &model, task.as_ref())?;
+        let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
+        let held_out = HeldOut::new(&j.task, j.run.seed, j.drafter.eval_prompts)
+            .map_err(|e| e.into_error(&what))?
+            .problems()
+            .iter()
+            .map(|p| codec.prompt(&p.prompt))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut options = LaunchOptions::new(rundir::absolute(&opts.run_dir));
+        options.exe = opts.exe.clone();
+        let mut launcher = LocalLauncher::new(options)?;
+        let store = StoreServer::start("127.0.0.1:0", launcher.token()).map_err(|e| {
+            RlError::failed(format!("cannot start the transport rendezvous store: {e}"))
+        })?;
+        let files = RunFiles::of(&opts.run_dir);
+        let events = EventLog::open(&files.events)?;
+        let launch = Launch { job, plan, opts };
+        let world = World {
+            store: store.addr().to_string(),
+            name: format!("drafter-{}-{}", std::process::id(), nanos()),
+            engines: plan.engine.ranks,
+            backend: j.transport.backend.clone(),
+            timeout_secs: j.transport.timeout_secs,
+        };
+        let engine_specs = (0..plan.engine.ranks)
+            .map(|r| {
+                let mut s = launch.spec(Role::Engine, r)?;
+                s.transport = Some(world.spec(1 + r));
+                Ok(s)
+            })
+            .collect::<Result<Vec<_>, RlError>>()?;
+        let mut trainer_spec = launch.spec(Role::Trainer, 0)?;
+        trainer_spec.transport = Some(world.spec(0));
+        let engines = launcher.spawn_engines(&engine_specs)?;
+        let trainer = launcher
+            .spawn_trainers(&[trainer_spec])?
+            .pop()
+            .ok_or_else(|| RlError::failed("the trainer worker did not start"))?;
+        for (rank, e) in engines.iter().enumerate() {
+            e.start()?;
+            let h = e.health()?;
+            if !h.ready {
+                return Err(RlError::failed(format!(
+                    "engine rank {rank} is not ready after start: {}",
+                    h.detail
+                )));
+            }
+            events.record(0, &format!("engine-{rank}"), "start", "");
+        }
+        let info = trainer.init()?;
+        events.record(0, "trainer", "init", &format!("{} params", info.trainable_params));
+        let (layers, width) = drafter_inputs(&trainer)?;
+        let metrics = DrafterMetricsLog::create(&files.metrics)?;
+        let total = opts.steps.unwrap_or(j.run.steps);
+        Ok(DrafterLoop {
+            job,
+            opts,
+            task,
+            codec,
+            held_out,
+            launcher,
+            _store: store,
+            engines,
+            trainer,
+            layers,
+            width,
+            events,
+            metrics,
+            progress: Progress::new(1, total, opts.progress),
+            files,
+            data_position: 0,
+            last_checkpoint: None,
+        })
+    }
+}
+
+/// The transport world of a drafter job.
+struct World {
+    store: String,
+    name: String,
+    engines: u32,
+    backend: String,
+    timeout_secs: f64,
+}
+
+impl World {
+    /// World rank `rank`'s spec: the trainer is 0, engine `i` is `1 + i`.
+    fn spec(&self, rank: u32) -> TransportSpec {
+        let mut groups = vec![("world".to_string(), (0..=self.engines).collect())];
+        for i in 0..self.engines {
+            groups.push((pair_group(i as usize), vec![1 + i, 0]));
+        }
+        TransportSpec {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            world_rank: rank,
+            world_size: self.engines + 1,
+            groups,
+            backend: self.backend.clone(),
+            timeout_secs: self.timeout_secs,
+        }
+    }
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// The layers the trainer's drafter reads and the width of one feature row, as the trainer
+/// reports them (`drafter.aux_layer.<i>`, `drafter.feature_width`).
+fn drafter_inputs(trainer: &RemoteTrainer) -> Result<(Vec<u32>, u32), RlError> {
+    let stats = trainer.stats()?;
+    let get = |name: &str| {
+        stats
+            .metrics
+            .iter()
+            .find(|m| m.name.as_str() == name)
+            .map(|m| m.value)
+    };
+    let mut layers = Vec::new();
+    while let Some(v) = get(&format!("drafter.aux_layer.{}", layers.len())) {
+        layers.push(v as u32);
+    }
+    let width = get("drafter.feature_width").unwrap_or(0.0) as u32;
+    if layers.is_empty() || width == 0 {
+        return Err(RlError::failed(
+            "the trainer does not report its drafter's inputs (drafter.aux_layer.<i>, \
+             drafter.feature_width in its stats); is it a drafter trainer?",
+        ));
+    }
+    Ok((layers, width))
+}
