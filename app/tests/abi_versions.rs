@@ -282,4 +282,36 @@ fn a_plugin_built_before_the_hidden_state_methods_still_loads() {
         .find(|p| p["name"] == "fixture-alpha")
         .unwrap_or_else(|| panic!("fixture-alpha listed: {}", stdout(&out)));
     assert_eq!(alpha["api_level"], 2);
+
+    // Its engine, served by a real worker: the appended method it lacks runs the trait's
+    // default (a NotSupported error reply), it never calls past the end of the vtable, and
+    // the engine keeps serving.
+    let run_dir = tempfile::tempdir().unwrap();
+    let mut opts = tandem_runtime::launch::LaunchOptions::new(run_dir.path());
+    opts.exe = Some(env!("CARGO_BIN_EXE_tandem").into());
+    let mut launcher = tandem_runtime::launch::LocalLauncher::new(opts).unwrap();
+    let spec = tandem_runtime::worker::WorkerSpec::single_cpu(
+        tandem_control::Role::Engine,
+        "fixture-alpha",
+        Path::new(""),
+        r#"{"behaviour": "ok"}"#,
+        run_dir.path(),
+        vec![plugins.path().to_path_buf()],
+    );
+    let engine = launcher.spawn_engines(&[spec]).unwrap().pop().unwrap();
+    let request = tandem_plugin_api::HiddenStatesRequest {
+        sequences: vec![tandem_plugin_api::RVec::from(vec![1u32, 2])].into(),
+        layers: vec![0u32].into(),
+        adapter: None.into(),
+        route: tandem_plugin_api::FeatureRoute::Inline,
+    };
+    match engine.hidden_states(request) {
+        Err(tandem_runtime::RuntimeError::Plugin { source, .. }) => {
+            assert_eq!(source.code, tandem_plugin_api::ErrorCode::NotSupported, "{source:?}");
+            assert!(source.message.contains("hidden_states"), "{source:?}");
+        }
+        other => panic!("expected a NotSupported plugin error, got {other:?}"),
+    }
+    assert!(engine.health().is_ok(), "the engine keeps serving");
+    launcher.shutdown(std::time::Duration::from_secs(10)).unwrap();
 }
