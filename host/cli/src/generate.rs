@@ -1,7 +1,9 @@
 //! `tandem generate`: one-shot generation with the `native` engine, constructed through the
 //! plugin registry like any engine (`Registry::new_engine` with the model directory as
 //! `model_path`). Prints tokens, text (the model's `tokenizer.json`) and per-token logprobs;
-//! `--score` adds the logprob of every token of prompt + completion.
+//! `--score` adds the logprob of every token of prompt + completion; `--drafter DIR` decodes
+//! speculatively with an EAGLE-3 drafter (same tokens under greedy decoding) and reports the
+//! mean acceptance length.
 
 use crate::error::CliError;
 use clap::Args;
@@ -46,6 +48,12 @@ pub struct GenerateArgs {
     /// PEFT LoRA adapter directory to generate with.
     #[arg(long)]
     adapter: Option<PathBuf>,
+    /// Decode speculatively with this drafter directory (e.g. a `native-drafter` checkpoint).
+    #[arg(long, value_name = "DIR")]
+    pub drafter: Option<PathBuf>,
+    /// Draft tokens per speculative round (with --drafter).
+    #[arg(long, default_value_t = 4, requires = "drafter")]
+    pub draft_tokens: u32,
     /// Also print the logprob of every token of prompt + completion.
     #[arg(long)]
     score: bool,
@@ -64,6 +72,9 @@ struct Output {
     weight_version: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     score: Option<Vec<f32>>,
+    /// Tokens emitted per verification round (with --drafter).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acceptance_length: Option<f64>,
 }
 
 /// Plugin errors about the user's files or arguments are usage errors (exit 2).
@@ -121,7 +132,21 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: GenerateArgs) -> Result<(), CliErr
     if prompt.is_empty() {
         return Err(CliError::usage("the prompt encodes to no tokens"));
     }
-    let engine = construct(cli_dirs, dir, prompt.len() + args.max_tokens as usize + 1)?;
+    if args.draft_tokens == 0 {
+        return Err(CliError::usage(
+            "--draft-tokens 0: the drafter proposes at least one token per round; e.g. 4",
+        ));
+    }
+    let engine = construct(
+        cli_dirs,
+        dir,
+        prompt.len() + args.max_tokens as usize + 1,
+        args.draft_tokens,
+    )?;
+    if let Some(d) = &args.drafter {
+        let what = format!("--drafter {}", d.display());
+        call(engine.load_drafter(d.display().to_string().into()), &what)?;
+    }
     let adapter = match &args.adapter {
         Some(a) => {
             let what = format!("--adapter {}", a.display());
@@ -168,7 +193,23 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: GenerateArgs) -> Result<(), CliErr
     } else {
         None
     };
+    let acceptance_length = match &args.drafter {
+        Some(_) => {
+            let stats = call(engine.stats(), "stats")?;
+            let get = |n: &str| {
+                stats
+                    .metrics
+                    .iter()
+                    .find(|m| m.name.as_str() == n)
+                    .map_or(0.0, |m| m.value)
+            };
+            let rounds = get("spec.rounds");
+            (rounds > 0.0).then(|| get("spec.emitted") / rounds)
+        }
+        None => None,
+    };
     let out = Output {
+        acceptance_length,
         text: tk.as_ref().and_then(|tk| tk.decode(&tokens, true).ok()),
         prompt_ids: prompt,
         logprobs: c.logprobs.to_vec(),
@@ -184,12 +225,21 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: GenerateArgs) -> Result<(), CliErr
     print(&out, args.json)
 }
 
-fn construct(cli_dirs: &[PathBuf], dir: &Path, max_seq: usize) -> Result<EngineBox, CliError> {
+fn construct(
+    cli_dirs: &[PathBuf],
+    dir: &Path,
+    max_seq: usize,
+    draft_tokens: u32,
+) -> Result<EngineBox, CliError> {
     let registry = super::load_registry(cli_dirs, &[])?;
     let config = ComponentConfig {
         component: "native".into(),
         model_path: dir.display().to_string().into(),
-        options_json: serde_json::json!({"max_batch": 1, "max_seq_len": max_seq})
+        options_json: serde_json::json!({
+            "max_batch": 1,
+            "max_seq_len": max_seq,
+            "draft_tokens": draft_tokens,
+        })
             .to_string()
             .into(),
         rank: 0,
@@ -223,6 +273,9 @@ fn print(out: &Output, json: bool) -> Result<(), CliError> {
     println!("finish:   {}", out.finish_reason);
     if let Some(s) = &out.score {
         println!("score (tokens 2.. of prompt+completion): {}", join(s));
+    }
+    if let Some(a) = out.acceptance_length {
+        println!("accepted: {a:.2} tokens per verification (speculative decoding)");
     }
     Ok(())
 }

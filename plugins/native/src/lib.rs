@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod common;
+pub mod drafter;
 pub mod engine;
 pub mod provider;
 pub mod trainer;
@@ -20,6 +21,7 @@ use tandem_plugin_api::{
     PauseMode, PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
 };
 
+pub use drafter::{DrafterOptions, NativeDrafterTrainer};
 pub use engine::{EngineOptions, NativeEngine};
 pub use trainer::{NativeTrainer, TrainerOptions};
 
@@ -52,6 +54,8 @@ impl Plugin for NativePlugin {
                 lora: true,
                 needs_gpu: Default::default(),
                 notes: strs(&[
+                    "speculative decoding with an EAGLE-3 drafter (options drafter, draft_tokens)",
+                    "hidden_states: any layers' input residual streams, inline or over a transport group",
                     "abort takes effect between batches of max_batch prompts",
                     "release/resume need host memory services (tandem worker)",
                     "shared_region maps the trainer's weights in place (weights not releasable then)",
@@ -75,7 +79,30 @@ impl Plugin for NativePlugin {
                 ]),
             },
         };
-        sdk::manifest("native", env!("CARGO_PKG_VERSION"), vec![engine, trainer])
+        let drafter = ComponentDecl {
+            kind: ComponentKind::Trainer,
+            name: drafter::COMPONENT.into(),
+            description: "EAGLE-3 drafter trainer for a fixed target: training-time test on the \
+                          target's hidden states, AdamW"
+                .into(),
+            caps: Capabilities {
+                update_kinds: vec![UpdateKind::CheckpointDir].into(),
+                releasable_tags: strs(&drafter::OFFLOADABLE),
+                pause_modes: Default::default(),
+                hidden_states: true,
+                lora: false,
+                needs_gpu: Default::default(),
+                notes: strs(&[
+                    "trains with train_step_features: hidden states inline or over a transport group",
+                    "exports the drafter as a directory (checkpoint_dir) engines load with load_drafter",
+                ]),
+            },
+        };
+        sdk::manifest(
+            "native",
+            env!("CARGO_PKG_VERSION"),
+            vec![engine, trainer, drafter],
+        )
     }
 
     fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
@@ -85,6 +112,9 @@ impl Plugin for NativePlugin {
 
     fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
         check_component(&config)?;
+        if config.component.as_str() == drafter::COMPONENT {
+            return Ok(trainer_box(NativeDrafterTrainer::new(config, host)?));
+        }
         Ok(trainer_box(NativeTrainer::new(config, host)?))
     }
 
@@ -97,7 +127,7 @@ impl Plugin for NativePlugin {
 }
 
 fn check_component(config: &ComponentConfig) -> Result<()> {
-    if config.component.as_str() == "native" {
+    if config.component.as_str() == "native" || config.component.as_str() == drafter::COMPONENT {
         Ok(())
     } else {
         Err(PluginError::invalid_input(format!(

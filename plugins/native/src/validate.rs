@@ -12,8 +12,26 @@ use super::trainer::{LoraOptions, TrainerOptions, create};
 
 /// Every problem of the options of the `native` component `kind`.
 pub fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
+    if kind == ComponentKind::Trainer && config.component.as_str() == crate::drafter::COMPONENT {
+        return crate::drafter::validate_config(config);
+    }
     match kind {
-        ComponentKind::Engine => options_problems::<EngineOptions>(&config.options_json),
+        ComponentKind::Engine => match sdk::parse_options::<EngineOptions>(&config.options_json) {
+            Err(p) => vec![p],
+            Ok(opts) => {
+                let mut p = opts.problems();
+                if p.is_empty()
+                    && let Some(d) = &opts.drafter
+                {
+                    p.extend(crate::drafter::drafter_dir_problem(
+                        "drafter",
+                        d,
+                        config.model_path.as_str(),
+                    ));
+                }
+                p
+            }
+        },
         ComponentKind::Trainer => {
             match sdk::parse_options::<TrainerOptions>(&config.options_json) {
                 Err(p) => vec![p],
@@ -40,6 +58,12 @@ impl CheckOptions for EngineOptions {
             p.push(
                 ConfigProblem::new("max_batch", "must be at least 1 (KV cache slots)")
                     .with_help("e.g. max_batch = 8; sequences beyond it wait for a free slot"),
+            );
+        }
+        if self.draft_tokens == 0 {
+            p.push(
+                ConfigProblem::new("draft_tokens", "must be at least 1")
+                    .with_help("the drafter proposes this many tokens per round; e.g. 4"),
             );
         }
         if self.max_seq_len < 2 {

@@ -21,11 +21,13 @@ use tandem_native_core::model::Model;
 use tandem_plugin_api::lifecycle::{EngineMachine, TransitionError};
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::{
-    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
-    LogLevel, Metric, PauseMode, PluginError, RString, RVec, UpdateReport, WeightUpdate,
+    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse,
+    HiddenStatesReport, HiddenStatesRequest, HostBox, LogLevel, Metric, PauseMode, PluginError,
+    RString, RVec, UpdateReport, WeightUpdate,
 };
 
 mod generate;
+mod spec;
 mod update;
 
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
@@ -43,6 +45,11 @@ pub struct EngineOptions {
     pub max_batch: usize,
     /// Longest prompt + completion (KV cache length); capped by the model's RoPE table.
     pub max_seq_len: usize,
+    /// A drafter directory (EAGLE-3, e.g. a `native-drafter` checkpoint) to decode
+    /// speculatively with; `load_drafter` can replace it later.
+    pub drafter: Option<String>,
+    /// Draft tokens proposed per speculative round.
+    pub draft_tokens: usize,
 }
 
 impl Default for EngineOptions {
@@ -50,6 +57,8 @@ impl Default for EngineOptions {
         EngineOptions {
             max_batch: 8,
             max_seq_len: 1024,
+            drafter: None,
+            draft_tokens: 4,
         }
     }
 }
@@ -67,6 +76,14 @@ struct Inner {
     /// The buffer of the adapter the last adapter update replaced: the next update of the
     /// same shape loads into it (already-mapped pages) instead of a fresh region.
     spare_adapter: Option<Box<dyn tandem_native_core::buffer::Region>>,
+    /// The drafter speculative decoding uses, if one is loaded.
+    drafter: Option<spec::SharedDrafter>,
+    /// Draft tokens per round.
+    draft_tokens: usize,
+    /// The last `hidden_states` rows, concatenated (kept: it grows to its peak once).
+    feature_buf: Vec<f32>,
+    /// Hidden states sent since start.
+    hidden: spec::HiddenCounters,
 }
 
 struct State {
@@ -128,7 +145,7 @@ impl NativeEngine {
         // A checkpoint exported by the trainer carries its version: it survives the engine's
         // restart on it.
         let version = saved_version(&dir).unwrap_or(0);
-        Ok(NativeEngine {
+        let engine = NativeEngine {
             inner: Mutex::new(Inner {
                 engine,
                 provider,
@@ -137,6 +154,10 @@ impl NativeEngine {
                 shared: None,
                 active_adapter: None,
                 spare_adapter: None,
+                drafter: None,
+                draft_tokens: opts.draft_tokens,
+                feature_buf: Vec::new(),
+                hidden: spec::HiddenCounters::default(),
             }),
             state: Mutex::new(State {
                 machine: EngineMachine::new(version),
@@ -147,7 +168,11 @@ impl NativeEngine {
             damaged: Mutex::new(None),
             host,
             model_dir: dir,
-        })
+        };
+        if let Some(d) = &opts.drafter {
+            engine.load_initial_drafter(Path::new(d));
+        }
+        Ok(engine)
     }
 
     fn begin(&self) -> Result<()> {
@@ -348,6 +373,17 @@ impl EngineImpl for NativeEngine {
         }
     }
 
+    fn hidden_states(&self, request: HiddenStatesRequest) -> Result<HiddenStatesReport> {
+        self.begin()?;
+        let out = self.run_hidden_states(&request);
+        self.end();
+        out
+    }
+
+    fn load_drafter(&self, dir: String) -> Result<()> {
+        self.load_drafter_dir(&dir)
+    }
+
     fn stats(&self) -> Result<ComponentStats> {
         let st = lock(&self.state);
         let inner = lock(&self.inner);
@@ -371,6 +407,7 @@ impl EngineImpl for NativeEngine {
                 p.bytes(tag) as f64,
             ));
         }
+        metrics.extend(Self::spec_metrics(&inner));
         Ok(ComponentStats {
             weight_version: inner.weight_version,
             state: state_name(&st).into(),
