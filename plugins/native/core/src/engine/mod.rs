@@ -342,6 +342,11 @@ impl Engine {
                 i = j;
             }
             if rows.is_empty() {
+                // Every fresh row may have finished at its first token (a stop token,
+                // max_tokens 1): the freed slots take the next pending requests.
+                if next < reqs.len() {
+                    continue;
+                }
                 break;
             }
             if self.spec.is_some() {
