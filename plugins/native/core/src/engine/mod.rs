@@ -261,6 +261,8 @@ impl Engine {
 
     /// Generates for every request with continuous batching (at most `max_batch` sequences in
     /// flight; a finished sequence's slot takes the next request), returning outputs in order.
+    /// With a draft model set ([`Engine::set_drafter`]) every decode step is a speculative
+    /// round (same outputs for greedy requests, same distribution when sampling).
     pub fn generate(
         &mut self,
         reqs: &[GenRequest],
