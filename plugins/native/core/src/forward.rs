@@ -162,6 +162,37 @@ pub fn forward_hooked(
     with_logits: bool,
     hook: &mut LayerHook<'_>,
 ) -> Result<()> {
+    forward_observed(
+        model,
+        lora,
+        tokens,
+        al,
+        acts,
+        with_logits,
+        hook,
+        &mut |_, _| Ok(()),
+    )
+}
+
+/// Callback of [`forward_observed`] with the residual stream entering a layer: `(layer, x)`,
+/// `x` token-major `[N, d]`; `layer == num_hidden_layers` is the final residual (before the
+/// final norm).
+pub type InputHook<'a> = dyn FnMut(usize, &[f32]) -> Result<()> + 'a;
+
+/// [`forward_hooked`] that also calls `inputs` with each layer's input residual before the
+/// layer runs, and once more with the final residual (the engine's aux features for a draft
+/// model).
+#[allow(clippy::too_many_arguments)]
+pub fn forward_observed(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    with_logits: bool,
+    hook: &mut LayerHook<'_>,
+    inputs: &mut InputHook<'_>,
+) -> Result<()> {
     check_inputs(model, tokens, al, acts)?;
     let c = &model.cfg;
     let w = model.w();
@@ -183,6 +214,7 @@ pub fn forward_hooked(
     for l in 0..c.num_hidden_layers {
         if al.shared {
             let cur = &mut layers[..per];
+            inputs(l, &cur[..n * d])?;
             layer_forward(model, lora, l, al, cur, &mut fin[..n * d], scratch)?;
             let parts = al.layer(cur)?;
             hook(l, parts[4], parts[5])?;
@@ -193,6 +225,7 @@ pub fn forward_hooked(
         }
         let (head, after) = layers.split_at_mut((l + 1) * per);
         let cur = &mut head[l * per..];
+        inputs(l, &cur[..n * d])?;
         let next: &mut [f32] = if l + 1 < c.num_hidden_layers {
             &mut after[..n * d]
         } else {
@@ -202,6 +235,7 @@ pub fn forward_hooked(
         let parts = al.layer(cur)?;
         hook(l, parts[4], parts[5])?;
     }
+    inputs(c.num_hidden_layers, &fin[..n * d])?;
     let [xf, rf, hf, logits] = al.final_parts(fin)?;
     rmsnorm(
         hf,

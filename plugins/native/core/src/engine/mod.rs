@@ -1,6 +1,8 @@
 //! Inference engine: batched generation with a KV cache (tag `kv_cache`), prefill through
 //! the full-sequence forward, batched decode with one GEMM per projection per step,
-//! per-sequence LoRA adapters, and scoring.
+//! per-sequence LoRA adapters, scoring, and speculative decoding with a draft model
+//! ([`draft`]; `spec`: draft k tokens, verify them in one multi-token forward, accept a
+//! prefix, emit it plus one target token).
 //!
 //! KV cache layout (f32): `k[L][slot][KV][max_seq][hd]` followed by `v` with the same shape.
 //! Reported logprobs are of the sampled token under the unmodified distribution (see
@@ -10,11 +12,10 @@
 use crate::acts::ActLayout;
 use crate::buffer::{BufferProvider, BufferTag, Region};
 use crate::error::{NativeError, Result};
-use crate::forward::{forward, forward_hooked};
-use crate::linalg::linear;
+use crate::forward::forward;
 use crate::lora::LoraAdapter;
 use crate::model::Model;
-use crate::sampling::{Rng, SamplingParams, logprob_of, sample};
+use crate::sampling::{Rng, SamplingParams, logprob_of};
 
 /// Capacity of an engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,11 @@ pub struct Engine {
     scratch: Box<dyn Region>,
     prefill: Option<Box<dyn Region>>,
     sample_scratch: Vec<(f32, u32)>,
+    /// The draft model and its per-slot feeds, when speculative decoding is on.
+    spec: Option<spec::SpecState>,
+    /// Multi-token verify scratch (`activations/verify`), grown on demand.
+    verify: Option<Box<dyn Region>>,
+    stats: SpecStats,
 }
 
 /// Per-row decode state.
@@ -110,6 +116,9 @@ impl Engine {
             scratch,
             prefill: None,
             sample_scratch: Vec::new(),
+            spec: None,
+            verify: None,
+            stats: SpecStats::default(),
         })
     }
 
@@ -252,6 +261,8 @@ impl Engine {
 
     /// Generates for every request with continuous batching (at most `max_batch` sequences in
     /// flight; a finished sequence's slot takes the next request), returning outputs in order.
+    /// With a draft model set ([`Engine::set_drafter`]) every decode step is a speculative
+    /// round (same outputs for greedy requests, same distribution when sampling).
     pub fn generate(
         &mut self,
         reqs: &[GenRequest],
@@ -281,6 +292,9 @@ impl Engine {
                 hidden: want_hidden.then(Vec::new),
             })
             .collect();
+        if self.spec.is_some() {
+            self.grow_verify_scratch(provider)?;
+        }
         let max_seq = self.cfg.max_seq;
         // Continuous batching: a slot freed by a finished sequence is refilled with the next
         // pending request before the next decode step.
@@ -330,9 +344,18 @@ impl Engine {
                 i = j;
             }
             if rows.is_empty() {
+                // Every fresh row may have finished at its first token (a stop token,
+                // max_tokens 1): the freed slots take the next pending requests.
+                if next < reqs.len() {
+                    continue;
+                }
                 break;
             }
-            self.decode_step(&mut rows, reqs, &mut outs)?;
+            if self.spec.is_some() {
+                self.spec_round(&mut rows, reqs, &mut outs)?;
+            } else {
+                self.decode_step(&mut rows, reqs, &mut outs)?;
+            }
             rows.retain(|row| {
                 let done = Self::finished(max_seq, &reqs[row.req], &mut outs[row.req], row.pos);
                 if done {
@@ -356,95 +379,13 @@ impl Engine {
         }
         out.tokens.len() >= req.max_tokens || pos + 1 >= max_seq
     }
-
-    /// Prefills `group` (request, slot) pairs sharing `adapter` in one right-padded forward,
-    /// fills their cache slots and samples each one's first token.
-    fn prefill_batch(
-        &mut self,
-        group: &[(usize, usize)],
-        adapter: Option<usize>,
-        reqs: &[GenRequest],
-        rngs: &mut [Rng],
-        outs: &mut [GenOutput],
-        provider: &mut dyn BufferProvider,
-    ) -> Result<Vec<u32>> {
-        let c = self.model.cfg.clone();
-        let b = group.len();
-        let len = |bi: usize| reqs[group[bi].0].prompt.len();
-        let t = (0..b).map(len).max().unwrap_or(1);
-        let mut tokens = vec![0u32; b * t];
-        for (bi, &(ri, _)) in group.iter().enumerate() {
-            tokens[bi * t..bi * t + len(bi)].copy_from_slice(&reqs[ri].prompt);
-        }
-        let al = ActLayout::for_inference(&c, b, t, adapter.map(|i| &self.adapters[i].1.cfg));
-        self.prefill_buf(&al, provider)?;
-        let lora = adapter.map(|i| &self.adapters[i].1);
-        let buf = self
-            .prefill
-            .as_mut()
-            .map(|p| p.as_mut_slice())
-            .unwrap_or_default();
-        // Copy each layer's post-RoPE K and V ([B, KV, T, hd]) of the real (unpadded)
-        // positions into each sequence's cache slot.
-        let (kvh, hd, ms, nb) = (
-            c.num_key_value_heads,
-            c.head_dim,
-            self.cfg.max_seq,
-            self.cfg.max_batch,
-        );
-        let half = c.num_hidden_layers * nb * kvh * ms * hd;
-        let kv = self.kv.as_mut_slice();
-        forward_hooked(
-            &self.model,
-            lora,
-            &tokens,
-            &al,
-            buf,
-            false,
-            &mut |l, k, v| {
-                for (bi, &(_, slot)) in group.iter().enumerate() {
-                    let n = len(bi) * hd;
-                    for h in 0..kvh {
-                        let src = (bi * kvh + h) * t * hd;
-                        let dst = (((l * nb + slot) * kvh + h) * ms) * hd;
-                        kv[dst..dst + n].copy_from_slice(&k[src..src + n]);
-                        kv[half + dst..half + dst + n].copy_from_slice(&v[src..src + n]);
-                    }
-                }
-                Ok(())
-            },
-        )?;
-        let d = c.hidden_size;
-        let mut last = vec![0.0; b * d];
-        for bi in 0..b {
-            let ho = al.hidden_offset() + (bi * t + len(bi) - 1) * d;
-            last[bi * d..(bi + 1) * d].copy_from_slice(&buf[ho..ho + d]);
-        }
-        let mut logits = vec![0.0; b * c.vocab_size];
-        linear(
-            &mut logits,
-            &last,
-            &self.model.w()[self.model.offs.lm_head.clone()],
-            b,
-            d,
-            c.vocab_size,
-            false,
-        );
-        let mut toks = Vec::with_capacity(b);
-        for (bi, (&(ri, _), rng)) in group.iter().zip(rngs.iter_mut()).enumerate() {
-            let lg = &logits[bi * c.vocab_size..(bi + 1) * c.vocab_size];
-            let tok = sample(lg, &reqs[ri].sampling, rng, &mut self.sample_scratch);
-            let out = &mut outs[ri];
-            out.tokens.push(tok as u32);
-            out.logprobs.push(logprob_of(lg, tok));
-            if let Some(h) = out.hidden.as_mut() {
-                h.extend_from_slice(&last[bi * d..(bi + 1) * d]);
-            }
-            toks.push(tok as u32);
-        }
-        Ok(toks)
-    }
 }
 
 mod decode;
 pub mod draft;
+mod prefill;
+mod spec;
+mod spec_sample;
+mod verify;
+
+pub use spec::SpecStats;

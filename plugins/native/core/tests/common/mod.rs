@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: tiny configs and deterministic values.
 #![allow(dead_code)]
 
+pub mod drafters;
+
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::{Arch, ModelConfig};
 use tandem_native_core::lora::LoraAdapter;
