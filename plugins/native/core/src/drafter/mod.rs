@@ -63,14 +63,14 @@ mod head;
 mod io;
 pub mod layout;
 mod plan;
-// mod runner;
-// mod runner_step;
+mod runner;
+mod runner_step;
 mod trainer;
 
 pub use config::DrafterConfig;
 pub use features::aux_features;
 pub use layout::DrafterOffsets;
-// pub use runner::{DrafterRunner, RunnerConfig};
+pub use runner::{DrafterRunner, RunnerConfig};
 pub use trainer::{DrafterStepMetrics, DrafterTrainer, SeqFeatures, TttConfig};
 
 use crate::buffer::{BufferProvider, BufferTag, Region};

@@ -31,7 +31,8 @@ pub struct SeqFeatures<'a> {
 pub struct TttConfig {
     /// Draft steps unrolled in training (`S`, e.g. 4..7).
     pub steps: usize,
-    /// Most tokens of one batch (sum of the sequence lengths); also the longest sequence.
+    /// Most tokens of one batch (sum of the sequence lengths; each sequence also fits the
+    /// drafter's RoPE table).
     pub max_tokens: usize,
 }
 
@@ -78,13 +79,6 @@ impl DrafterTrainer {
         if ttt.steps == 0 || ttt.max_tokens < 3 {
             return Err(NativeError::Input(format!(
                 "TTT needs steps >= 1 and max_tokens >= 3, got {ttt:?}"
-            )));
-        }
-        if ttt.max_tokens > drafter.rope.max_pos() {
-            return Err(NativeError::Input(format!(
-                "max_tokens {} exceeds the drafter's {} positions",
-                ttt.max_tokens,
-                drafter.rope.max_pos()
             )));
         }
         let len = drafter.trainable_len();
@@ -154,6 +148,12 @@ impl DrafterTrainer {
         }
         for (i, s) in batch.iter().enumerate() {
             let t = s.tokens.len();
+            if t > self.drafter.rope.max_pos() {
+                return Err(NativeError::Input(format!(
+                    "sequence {i}: {t} tokens exceed the drafter's {} positions",
+                    self.drafter.rope.max_pos()
+                )));
+            }
             if t == 0 || s.feats.len() != t * c.feat_dim() || s.prompt_len > t {
                 return Err(NativeError::Input(format!(
                     "sequence {i}: {t} tokens need {} feature floats (got {}) and prompt_len <= \
@@ -303,22 +303,29 @@ impl DrafterTrainer {
         Ok(out)
     }
 
-    /// Runs one step's forward and backward at the largest batch (one sequence of
-    /// `max_tokens` tokens) so every buffer is touched at its peak, then leaves the weights
-    /// and moments as they were: gradients are zeroed; at step 0 (moments all zero) an AdamW
-    /// pass at learning rate 0 with zero gradients writes the moments without changing them.
+    /// Runs one step's forward and backward at the largest batch (`max_tokens` tokens, in
+    /// sequences as long as the RoPE table allows) so every buffer is touched at its peak,
+    /// then leaves the weights and moments as they were: gradients are zeroed; at step 0
+    /// (moments all zero) an AdamW pass at learning rate 0 with zero gradients writes the
+    /// moments without changing them.
     pub fn warm_up(&mut self) -> Result<()> {
         let c = &self.drafter.cfg;
         let n = self.ttt.max_tokens;
         let tokens: Vec<u32> = (0..n).map(|i| (i % c.vocab_size) as u32).collect();
         let feats = vec![0.0f32; n * c.feat_dim()];
-        let seq = SeqFeatures {
-            tokens: &tokens,
-            feats: &feats,
-            prompt_len: 0,
-        };
+        let piece = n.min(self.drafter.rope.max_pos()).max(1);
+        let fd = c.feat_dim();
+        let batch: Vec<SeqFeatures<'_>> = tokens
+            .chunks(piece)
+            .zip(feats.chunks(piece * fd))
+            .map(|(t, f)| SeqFeatures {
+                tokens: t,
+                feats: f,
+                prompt_len: 0,
+            })
+            .collect();
         self.grads.as_mut_slice().fill(0.0);
-        self.run(std::slice::from_ref(&seq), true)?;
+        self.run(&batch, true)?;
         self.grads.as_mut_slice().fill(0.0);
         if self.opt.step == 0 {
             let mut opt = AdamW {
