@@ -24,6 +24,7 @@ fn target(p: &mut VecProvider) -> Model {
     let mut c = common::tiny_cfg(Arch::Llama, false);
     c.vocab_size = 40;
     c.num_hidden_layers = 3;
+    c.max_position_embeddings = 256;
     random_model(c, 21, p)
 }
 
@@ -56,8 +57,12 @@ struct Setup {
 }
 
 fn setup(p: &mut VecProvider) -> Setup {
+    setup_len(p, 12)
+}
+
+fn setup_len(p: &mut VecProvider, len: usize) -> Setup {
     let t = target(p);
-    let toks = tokens(12, 40, 3);
+    let toks = tokens(len, 40, 3);
     let feats = aux_features(&t, &toks, &[0, 2, 1]).unwrap();
     Setup { t, toks, feats }
 }
@@ -66,7 +71,7 @@ fn runner(s: &Setup, p: &mut VecProvider) -> DrafterRunner {
     let d = drafter(&s.t, p);
     let cfg = RunnerConfig {
         max_batch: 3,
-        max_seq: 32,
+        max_seq: s.toks.len().max(32),
     };
     DrafterRunner::new(d, cfg, p).unwrap()
 }
@@ -98,7 +103,7 @@ fn ttt_logits(s: &Setup, pv: &mut VecProvider, p: usize, drafts: &[u32]) -> Vec<
     feats.resize(seq_toks.len() * fd, 0.5);
     let ttt = TttConfig {
         steps: K,
-        max_tokens: 24,
+        max_tokens: seq_toks.len(),
     };
     let mut tr = DrafterTrainer::new(d, ttt, AdamW::default(), pv).unwrap();
     let sf = SeqFeatures {
@@ -152,6 +157,32 @@ fn inference_logits_equal_the_ttt_forward() {
         .unwrap();
     assert_eq!(out2[0].tokens, drafts);
     assert_close(r2.recorded_logits(), &want, "two rounds");
+}
+
+#[test]
+fn context_entries_crossing_chunks_match_the_ttt_forward() {
+    let mut pv = VecProvider::new();
+    let s = setup_len(&mut pv, 120);
+    let sp = greedy();
+    let mut rngs = [Rng::new(1), Rng::new(2), Rng::new(3)];
+    // 3 rows of 50, 30 and 40 verified entries: 117 context entries over two chunks.
+    let spans = [(0, 51), (0, 31), (0, 41)];
+    let mut r = runner(&s, &mut pv);
+    r.record_logits(true);
+    let rows: Vec<DraftInput<'_>> = spans
+        .iter()
+        .enumerate()
+        .map(|(slot, &(a, b))| row(&s, slot, a, b, &sp))
+        .collect();
+    let out = r.propose(&rows, K, &mut rngs).unwrap();
+    let rec = r.recorded_logits().to_vec();
+    for (i, &(_, b)) in spans.iter().enumerate() {
+        let want = ttt_logits(&s, &mut pv, b - 1, &out[i].tokens);
+        let got: Vec<f32> = (0..K)
+            .flat_map(|j| rec[(j * 3 + i) * 30..(j * 3 + i + 1) * 30].to_vec())
+            .collect();
+        assert_close(&got, &want, "row over chunks");
+    }
 }
 
 #[test]

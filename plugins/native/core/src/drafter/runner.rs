@@ -39,6 +39,7 @@ pub struct DrafterRunner {
     slots: Vec<usize>,
     pos: Vec<usize>,
     toks: Vec<u32>,
+    ctx: (Vec<usize>, Vec<usize>, Vec<u32>),
     record: Option<Vec<f32>>,
 }
 
@@ -75,7 +76,7 @@ fn sizes(d: &Drafter, c: RunnerConfig) -> [usize; 24] {
         b * cf.draft_vocab_size,
         b * cf.num_attention_heads * c.max_seq,
         b.max(n),
-        b * cf.feat_dim(),
+        b.max(n) * cf.feat_dim(),
     ]
 }
 
@@ -105,6 +106,11 @@ impl DrafterRunner {
             slots: Vec::with_capacity(cfg.max_batch),
             pos: Vec::with_capacity(cfg.max_batch),
             toks: Vec::with_capacity(cfg.max_batch),
+            ctx: (
+                Vec::with_capacity(CTX_CHUNK),
+                Vec::with_capacity(CTX_CHUNK),
+                Vec::with_capacity(CTX_CHUNK),
+            ),
             record: None,
         })
     }
@@ -293,11 +299,33 @@ impl DraftModel for DrafterRunner {
         self.slots.clear();
         self.pos.clear();
         self.toks.clear();
+        // Verified entries before each row's newest position, all rows in shared chunks.
+        let (cs, cp, ct) = &mut self.ctx;
+        cs.clear();
+        cp.clear();
+        ct.clear();
+        for row in rows {
+            let n = row.next_tokens.len();
+            for e in 0..n - 1 {
+                let at = ct.len() * fd;
+                fx[at..at + fd].copy_from_slice(&row.feats[e * fd..(e + 1) * fd]);
+                cs.push(row.slot);
+                cp.push(row.pos0 + e);
+                ct.push(row.next_tokens[e]);
+                if ct.len() == CTX_CHUNK {
+                    ctx_entries(d, kv, cache, &mut ctx, fx, ct, (cs, cp));
+                    cs.clear();
+                    cp.clear();
+                    ct.clear();
+                }
+            }
+        }
+        if !ct.is_empty() {
+            ctx_entries(d, kv, cache, &mut ctx, fx, ct, (cs, cp));
+        }
+        // The newest verified position is the first draft step's row.
         for (i, row) in rows.iter().enumerate() {
             let n = row.next_tokens.len();
-            let (f, t) = (&row.feats[..(n - 1) * fd], &row.next_tokens[..n - 1]);
-            ctx_entries(d, kv, cache, &mut ctx, (row.slot, row.pos0), f, t);
-            // The newest verified position is the first draft step's row.
             self.slots.push(row.slot);
             self.pos.push(row.pos0 + n - 1);
             self.toks.push(row.next_tokens[n - 1]);

@@ -1,6 +1,7 @@
 //! Inference kernels of the drafter runner over its KV cache (`k[slot][kv][max_seq][hd]`,
-//! then `v` of the same shape): writing verified cache entries ([`ctx_entries`]: only
-//! `fc`, the norms and the k/v projections — their outputs are not needed) and one draft
+//! then `v` of the same shape): writing verified cache entries of all rows in chunks
+//! ([`ctx_entries`]: only `fc`, the norms and the k/v projections — their outputs are not
+//! needed) and one draft
 //! step over all rows ([`step_rows`]: one GEMM per projection, attention per (row, kv head)
 //! over the slot's cache `0..=pos`). Same arithmetic as the TTT forward, no allocation.
 
@@ -100,56 +101,60 @@ fn store_kv(
     }
 }
 
-/// Writes the cache entries of positions `pos0 .. pos0 + toks.len()` of `slot` from their
-/// features (`[n, 3·H_target]`) and next tokens.
+/// Writes the cache entries `(slots[i], pos[i])` of up to [`CTX_CHUNK`] verified positions
+/// from their features (`feats`, `[n, 3·H_target]`) and next tokens (`toks`).
 pub(crate) fn ctx_entries(
     d: &Drafter,
     kv: &mut [f32],
     c: Cache,
     b: &mut CtxBufs<'_>,
-    (slot, pos0): (usize, usize),
     feats: &[f32],
     toks: &[u32],
+    (slots, pos): (&[usize], &[usize]),
 ) {
     let cfg = &d.cfg;
     let (h, kvd, fd) = (cfg.hidden_size, cfg.kv_dim(), cfg.feat_dim());
     let w = d.w();
-    for (ci, chunk) in toks.chunks(CTX_CHUNK).enumerate() {
-        let n = chunk.len();
-        let base = ci * CTX_CHUNK;
-        let f = &feats[base * fd..(base + n) * fd];
-        linear(&mut b.g[..n * h], f, &w[d.offs.fc.clone()], n, fd, h, false);
-        inputs(d, chunk, b.g, b.e, &mut b.x[..n * 2 * h], b.r);
-        let x = &b.x[..n * 2 * h];
-        linear(
-            &mut b.k[..n * kvd],
-            x,
-            &w[d.offs.k.clone()],
-            n,
-            2 * h,
-            kvd,
-            false,
+    let n = toks.len();
+    linear(
+        &mut b.g[..n * h],
+        &feats[..n * fd],
+        &w[d.offs.fc.clone()],
+        n,
+        fd,
+        h,
+        false,
+    );
+    inputs(d, toks, b.g, b.e, &mut b.x[..n * 2 * h], b.r);
+    let x = &b.x[..n * 2 * h];
+    linear(
+        &mut b.k[..n * kvd],
+        x,
+        &w[d.offs.k.clone()],
+        n,
+        2 * h,
+        kvd,
+        false,
+    );
+    linear(
+        &mut b.v[..n * kvd],
+        x,
+        &w[d.offs.v.clone()],
+        n,
+        2 * h,
+        kvd,
+        false,
+    );
+    for i in 0..n {
+        let kr = &mut b.k[i * kvd..(i + 1) * kvd];
+        store_kv(
+            d,
+            kv,
+            c,
+            (kr, &b.v[i * kvd..(i + 1) * kvd]),
+            slots[i],
+            pos[i],
         );
-        linear(
-            &mut b.v[..n * kvd],
-            x,
-            &w[d.offs.v.clone()],
-            n,
-            2 * h,
-            kvd,
-            false,
-        );
-        for i in 0..n {
-            let kr = &mut b.k[i * kvd..(i + 1) * kvd];
-            store_kv(
-                d,
-                kv,
-                c,
-                (kr, &b.v[i * kvd..(i + 1) * kvd]),
-                slot,
-                pos0 + base + i,
-            );
-        }
     }
 }
 
