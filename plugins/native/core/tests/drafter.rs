@@ -112,6 +112,79 @@ fn aux_layer_defaults_and_draft_vocab_selection() {
 }
 
 #[test]
+fn config_keys_follow_vllm_and_sglang() {
+    use tandem_native_core::drafter::DrafterConfig;
+    let path = std::path::Path::new("x/config.json");
+    let mut v = serde_json::json!({
+        "architectures": ["Eagle3LlamaForCausalLM"], "model_type": "llama",
+        "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+        "draft_vocab_size": 64, "target_hidden_size": 32, "rms_norm_eps": 1e-5,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 5, 9]},
+    });
+    let c = DrafterConfig::from_json(&v, path, None).unwrap();
+    assert_eq!(
+        (c.aux_layers, c.head_dim, c.feat_dim()),
+        ([1, 5, 9], 16, 96)
+    );
+    assert_eq!(c.rope_theta, 10000.0);
+    // The top-level key wins; a target's defaults fill in when both are absent.
+    v["eagle_aux_hidden_state_layer_ids"] = serde_json::json!([2, 3, 4]);
+    assert_eq!(
+        DrafterConfig::from_json(&v, path, None).unwrap().aux_layers,
+        [2, 3, 4]
+    );
+    let m = v.as_object_mut().unwrap();
+    m.remove("eagle_aux_hidden_state_layer_ids");
+    m.remove("eagle_config");
+    assert_eq!(
+        DrafterConfig::from_json(&v, path, Some([0, 1, 2]))
+            .unwrap()
+            .aux_layers,
+        [0, 1, 2]
+    );
+    let round = DrafterConfig::from_json(&c.to_json(), path, None).unwrap();
+    assert_eq!(round, c);
+    for (key, val, msg) in [
+        (
+            "tie_word_embeddings",
+            serde_json::json!(true),
+            "tie_word_embeddings",
+        ),
+        (
+            "norm_before_residual",
+            serde_json::json!(true),
+            "norm_before_residual",
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "llama3"}),
+            "rope scaling",
+        ),
+        (
+            "architectures",
+            serde_json::json!(["LlamaForCausalLM"]),
+            "not an EAGLE-3",
+        ),
+        (
+            "eagle_aux_hidden_state_layer_ids",
+            serde_json::json!([1, 2]),
+            "exactly three",
+        ),
+        (
+            "draft_vocab_size",
+            serde_json::json!(300),
+            "exceeds vocab_size",
+        ),
+    ] {
+        let mut bad = c.to_json();
+        bad[key] = val;
+        let e = err_text(DrafterConfig::from_json(&bad, path, None));
+        assert!(e.contains(msg) && e.contains("x/config.json"), "{key}: {e}");
+    }
+}
+
+#[test]
 fn aux_features_are_the_residual_streams() {
     let mut p = VecProvider::new();
     let t = target(&mut p);
@@ -123,12 +196,25 @@ fn aux_features_are_the_residual_streams() {
         let x = x as usize;
         assert_eq!(&f[i * 48..i * 48 + 16], &emb[x * 16..(x + 1) * 16]);
     }
-    // Layer 4 of 4 = the final residual: its RMSNorm times the final norm weight is the
-    // lm_head input, so the logits of the last position follow from it.
-    let fin = &f[5 * 48 + 16..5 * 48 + 32];
+    // Layer 4 of 4 = the final residual: final norm + lm_head of it are the target's logits.
+    let al = tandem_native_core::acts::ActLayout::new(&t.cfg, 1, 6, None);
+    let mut acts = vec![0.0; al.total_len()];
+    tandem_native_core::forward::forward(&t, None, &toks, &al, &mut acts, true).unwrap();
+    let (wn, lm) = (
+        t.tensor("model.norm.weight").unwrap(),
+        t.tensor("lm_head.weight").unwrap(),
+    );
+    for i in 0..6 {
+        let x = &f[i * 48 + 16..i * 48 + 32];
+        let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / 16.0 + 1e-5).sqrt();
+        for v in 0..40 {
+            let lg: f32 = (0..16).map(|j| x[j] * inv * wn[j] * lm[v * 16 + j]).sum();
+            let want = acts[al.logits_offset() + i * 40 + v];
+            assert!((lg - want).abs() < 1e-4, "{lg} vs {want}");
+        }
+    }
     let e = aux_features(&t, &toks, &[5]);
     assert!(err_text(e).contains("out of range"));
-    assert!(fin.iter().any(|&v| v != 0.0));
 }
 
 #[test]
@@ -202,6 +288,11 @@ fn checkpoint_round_trips_bit_exact_and_bad_files_are_errors() {
     c2["draft_vocab_size"] = serde_json::json!(26);
     std::fs::write(bad.join("config.json"), c2.to_string()).unwrap();
     assert!(err_text(Drafter::load(&bad, None, &mut p)).contains("`d2t` is I64 [27]"));
+    // Absurd sizes are refused before any allocation.
+    let mut c2 = cfg.clone();
+    c2["head_dim"] = serde_json::json!(1u64 << 40);
+    std::fs::write(bad.join("config.json"), c2.to_string()).unwrap();
+    assert!(err_text(Drafter::load(&bad, None, &mut p)).contains("not plausible"));
     // Unsupported config.
     let mut c2 = cfg.clone();
     c2["num_hidden_layers"] = serde_json::json!(2);

@@ -15,6 +15,8 @@ use crate::error::{NativeError, Result};
 /// The architecture name written into `config.json` (SGLang's class; vLLM maps it to its
 /// `Eagle3LlamaForCausalLM`).
 pub const ARCHITECTURE: &str = "LlamaForCausalLMEagle3";
+/// Largest size any config dimension may have.
+const MAX_SIZE: usize = 1 << 26;
 /// vLLM's own class name, also accepted on load.
 const VLLM_ARCHITECTURE: &str = "Eagle3LlamaForCausalLM";
 
@@ -224,6 +226,12 @@ impl DrafterConfig {
         ];
         if sizes.contains(&0) {
             return Err(format!("sizes must be > 0: {self:?}"));
+        }
+        // Far above any real drafter; keeps a corrupt config from asking for absurd tables.
+        if sizes.iter().any(|&x| x > MAX_SIZE) || self.head_dim > 4096 {
+            return Err(format!(
+                "sizes above {MAX_SIZE} (or head_dim above 4096) are not plausible: {self:?}"
+            ));
         }
         if self.num_key_value_heads == 0
             || !self
