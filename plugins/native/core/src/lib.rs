@@ -12,6 +12,7 @@ pub mod backward;
 pub mod buffer;
 pub mod config;
 pub mod digest;
+pub mod drafter;
 pub mod engine;
 pub mod error;
 pub mod forward;
