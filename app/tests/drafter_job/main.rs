@@ -41,7 +41,6 @@ plugin = "native-drafter"
 [trainer.options]
 ttt_steps = 3
 max_tokens = 512
-max_seq_len = 48
 
 [bridge]
 mode = "checkpoint"
@@ -224,7 +223,7 @@ fn bad_drafter_inputs_are_one_line_each() {
     let text = std::fs::read_to_string(&j)
         .unwrap()
         .replace("plugin = \"native-drafter\"", "plugin = \"native\"")
-        .replace("[trainer.options]\nttt_steps = 3\nmax_tokens = 512\nmax_seq_len = 48\n", "")
+        .replace("[trainer.options]\nttt_steps = 3\nmax_tokens = 512\n", "")
         .replace("mode = \"checkpoint\"", "mode = \"ipc\"");
     std::fs::write(&j, text).unwrap();
     let err = check_fails(&j, "does not declare that it can train a drafter");
@@ -256,7 +255,7 @@ fn bad_drafter_inputs_are_one_line_each() {
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(t.dir.join("other/checkpoints/step-1").join(f), corrupt.join(f)).unwrap();
     }
-    let gen = |drafter: &Path| {
+    let generate_with = |drafter: &Path| {
         t.tandem(&[
             "generate",
             "--model",
@@ -277,12 +276,12 @@ fn bad_drafter_inputs_are_one_line_each() {
         .unwrap()
         .set_len(len / 2)
         .unwrap();
-    let out = gen(&corrupt);
+    let out = generate_with(&corrupt);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--drafter") && err.contains("model.safetensors"), "{err}");
     // The drafter of the small model itself works there.
-    let out = gen(&foreign);
+    let out = generate_with(&foreign);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -85,6 +85,9 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
         format!("  transport  {}", plan.transport),
     ];
     out.extend(plan.transport_groups.iter().map(|g| format!("    {g}")));
+    if let Some(d) = &plan.drafter {
+        out.push(format!("  drafter    {d}"));
+    }
     out.retain(|l| !l.is_empty());
     out.join("\n")
 }

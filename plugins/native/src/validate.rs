@@ -6,7 +6,7 @@ use tandem_native_core::lora::{ALL_TARGETS, Target};
 use tandem_plugin_api::sdk;
 use tandem_plugin_api::{ComponentConfig, ComponentKind, ConfigProblem};
 
-use super::common::{CheckOptions, options_problems};
+use super::common::CheckOptions;
 use super::engine::EngineOptions;
 use super::trainer::{LoraOptions, TrainerOptions, create};
 

@@ -35,6 +35,8 @@ pub struct ResolvedPlan {
     pub transport: String,
     /// Transport chosen per group, one line each (e.g. `trainers [0, 1]: shm (1 pair)`).
     pub transport_groups: Vec<String>,
+    /// A drafter job's data path and measurement, one line (`None` for an RL job).
+    pub drafter: Option<String>,
 }
 
 /// A resolved engine or trainer.

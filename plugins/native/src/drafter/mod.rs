@@ -110,12 +110,8 @@ impl NativeDrafterTrainer {
         let drafter = match &self.opts.drafter {
             Some(d) => {
                 let d = Path::new(d);
-                let drafter = Drafter::load(d, provider)
-                    .ctx(&format!("{}: loading drafter {}", what(), d.display()))?;
-                drafter
-                    .check_target(&target.cfg)
-                    .ctx(&format!("{}: drafter {}", what(), d.display()))?;
-                drafter
+                Drafter::load(d, Some(&target), provider)
+                    .ctx(&format!("{}: loading drafter {}", what(), d.display()))?
             }
             None => Drafter::init_from_target(
                 &target,
@@ -150,20 +146,19 @@ impl TrainerImpl for NativeDrafterTrainer {
         let width = drafter.cfg.feat_dim();
         let total = drafter.layout.num_params() as u64;
         let trainable = drafter.trainable_len() as u64;
-        let cfg = TttConfig {
-            ttt_steps: o.ttt_steps,
+        let ttt = TttConfig {
+            steps: o.ttt_steps,
             max_tokens: o.max_tokens,
-            max_seq: o.max_seq_len,
-            optimizer: AdamW {
-                lr: 0.0,
-                beta1: o.beta1,
-                beta2: o.beta2,
-                eps: o.eps,
-                weight_decay: o.weight_decay,
-                step: 0,
-            },
         };
-        let mut trainer = DrafterTrainer::new(drafter, cfg, &mut provider).ctx(&what())?;
+        let opt = AdamW {
+            lr: 0.0,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+            step: 0,
+        };
+        let mut trainer = DrafterTrainer::new(drafter, ttt, opt, &mut provider).ctx(&what())?;
         let mut features = provider
             .alloc(BufferTag::Activations, "activations/features", o.max_tokens * width)
             .ctx(&what())?;
@@ -177,7 +172,7 @@ impl TrainerImpl for NativeDrafterTrainer {
                 "{}: drafter of {trainable} trainable parameters, aux layers {:?}, {} TTT steps, \
                  {} feature rows of {width} (buffers: {})",
                 what(),
-                trainer.drafter().aux_layers(),
+                trainer.drafter.aux_layers(),
                 o.ttt_steps,
                 o.max_tokens,
                 provider.backing().as_str()
@@ -216,7 +211,7 @@ impl TrainerImpl for NativeDrafterTrainer {
             )));
         }
         let r = self.ready()?;
-        let layers: Vec<u32> = r.trainer.drafter().aux_layers().iter().map(|&l| l as u32).collect();
+        let layers: Vec<u32> = r.trainer.drafter.aux_layers().iter().map(|&l| l as u32).collect();
         if features.layers.as_slice() != layers.as_slice() || features.width as usize != r.width {
             return Err(PluginError::invalid_input(format!(
                 "train_step_features: features of layers {:?} ({} per row); the drafter reads \
@@ -284,6 +279,7 @@ impl TrainerImpl for NativeDrafterTrainer {
         }
         let lr = batch.loss.learning_rate;
         let clip = batch.loss.grad_clip;
+        let clip = (clip > 0.0).then_some(clip);
         let m = r
             .trainer
             .train_step(&seqs, lr, clip)
@@ -310,7 +306,7 @@ impl TrainerImpl for NativeDrafterTrainer {
         let r = self.ready()?;
         let path = PathBuf::from(&dir);
         r.trainer
-            .drafter()
+            .drafter
             .save(&path)
             .ctx(&format!("save_checkpoint {dir}"))?;
         Ok(CheckpointInfo {
@@ -325,7 +321,7 @@ impl TrainerImpl for NativeDrafterTrainer {
         let r = self.ready()?;
         let path = PathBuf::from(&dir);
         r.trainer
-            .drafter_mut()
+            .drafter
             .reload(&path)
             .ctx(&format!("load_checkpoint {dir}"))?;
         Ok(CheckpointInfo {
@@ -348,7 +344,7 @@ impl TrainerImpl for NativeDrafterTrainer {
         let dir = root.join(format!("v{version}"));
         self.ready()?
             .trainer
-            .drafter()
+            .drafter
             .save(&dir)
             .ctx(&format!("exporting the drafter to {}", dir.display()))?;
         if version > KEEP_SYNCS {
@@ -403,7 +399,7 @@ impl TrainerImpl for NativeDrafterTrainer {
         let state = match &self.ready {
             None => "uninitialised".to_string(),
             Some(r) => {
-                let d = r.trainer.drafter();
+                let d = &r.trainer.drafter;
                 for (i, l) in d.aux_layers().iter().enumerate() {
                     metrics.push(Metric::new(&format!("drafter.aux_layer.{i}"), *l as f64));
                 }

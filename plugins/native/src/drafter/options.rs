@@ -20,11 +20,10 @@ pub struct DrafterOptions {
     /// target's layer count); default: vLLM's `(2, L/2, L-3)` where distinct, else
     /// `(1, L/2, L-1)`.
     pub aux_layers: Option<[usize; 3]>,
-    /// Most feature rows (positions) one step may carry: the receive region and the
-    /// activations are sized for it at init, and the trainer warms up at that size.
+    /// Most feature rows (positions, summed over the batch's sequences) one step may carry:
+    /// the receive region and the activations are sized for it at init, and the trainer
+    /// warms up at that size.
     pub max_tokens: usize,
-    /// Longest sequence a step may carry.
-    pub max_seq_len: usize,
     /// Seed of the fresh drafter's initialisation.
     pub seed: u64,
     /// AdamW decoupled weight decay.
@@ -45,7 +44,6 @@ impl Default for DrafterOptions {
             ttt_steps: 4,
             aux_layers: None,
             max_tokens: 4096,
-            max_seq_len: 1024,
             seed: 0,
             weight_decay: 0.0,
             beta1: a.beta1,
@@ -66,12 +64,6 @@ impl CheckOptions for DrafterOptions {
         }
         if self.max_tokens == 0 {
             p.push(ConfigProblem::new("max_tokens", "must be at least 1"));
-        }
-        if self.max_seq_len < 3 {
-            p.push(ConfigProblem::new(
-                "max_seq_len",
-                format!("must be at least 3, got {}", self.max_seq_len),
-            ));
         }
         for (key, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&beta) {

@@ -38,8 +38,8 @@ pub(super) struct SharedDrafter {
 impl SharedDrafter {
     fn new(runner: DrafterRunner) -> Self {
         SharedDrafter {
-            aux: runner.aux_layers().to_vec(),
-            vocab: runner.target_vocab(),
+            aux: DraftModel::aux_layers(&runner).to_vec(),
+            vocab: DraftModel::target_vocab(&runner),
             runner: Arc::new(Mutex::new(runner)),
         }
     }
@@ -87,8 +87,7 @@ impl NativeEngine {
                 return Ok(());
             }
         }
-        let drafter = Drafter::load(dir, &mut inner.provider).ctx(&what)?;
-        drafter.check_target(&inner.engine.model.cfg).ctx(&what)?;
+        let drafter = Drafter::load(dir, Some(&inner.engine.model), &mut inner.provider).ctx(&what)?;
         let cfg = inner.engine.config();
         let runner = DrafterRunner::new(
             drafter,

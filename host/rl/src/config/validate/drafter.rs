@@ -79,3 +79,26 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
         issues.at("drafter.eval_max_tokens", "must be at least 1", "");
     }
 }
+
+/// What `tandem check` says of a drafter job's data path (`None` for other jobs).
+pub(super) fn describe(j: &JobFile) -> Option<String> {
+    if !j.is_drafter_job() {
+        return None;
+    }
+    let d = &j.drafter;
+    let path = match d.route {
+        crate::config::FeatureRouteKind::Transport => {
+            "engine rank i -> trainer over transport group pair<i> (shm on one host)"
+        }
+        crate::config::FeatureRouteKind::Control => "through the controller (control plane)",
+    };
+    let when = if d.eval_every > 0 {
+        format!("every {} steps and after the last", d.eval_every)
+    } else {
+        "after the last step".to_string()
+    };
+    Some(format!(
+        "hidden states {path}; acceptance length {when} on {} held-out prompts",
+        d.eval_prompts
+    ))
+}

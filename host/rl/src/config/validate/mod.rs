@@ -120,5 +120,6 @@ pub fn validate_with(
         bridge: bridge::resolved(j, registry),
         transport: j.transport.backend.clone(),
         transport_groups,
+        drafter: drafter::describe(j),
     })
 }

@@ -300,6 +300,34 @@ impl DrafterConfig {
         })
     }
 
+    /// Errors unless a drafter of this configuration fits `target`: the features' width, the
+    /// vocabulary and the aux layer ids (each below the target's layer count).
+    pub fn check_target(&self, target: &crate::config::ModelConfig) -> Result<()> {
+        if self.target_hidden_size != target.hidden_size {
+            return Err(NativeError::Config(format!(
+                "drafter expects target hidden size {} (fc reads 3 x {} features), the target \
+                 has hidden_size {}",
+                self.target_hidden_size, self.target_hidden_size, target.hidden_size
+            )));
+        }
+        if self.vocab_size != target.vocab_size {
+            return Err(NativeError::Config(format!(
+                "drafter vocab_size {} differs from the target's vocab_size {}: d2t/t2d map \
+                 another vocabulary",
+                self.vocab_size, target.vocab_size
+            )));
+        }
+        let layers = target.num_hidden_layers;
+        if let Some(&bad) = self.aux_layers.iter().find(|&&l| l >= layers) {
+            return Err(NativeError::Config(format!(
+                "drafter aux layer id {bad} (of {:?}) is out of range: the target has {layers} \
+                 layers, ids must be < {layers}",
+                self.aux_layers
+            )));
+        }
+        Ok(())
+    }
+
     /// Writes `dir/config.json`.
     pub fn save(&self, dir: &Path) -> Result<()> {
         let path = dir.join("config.json");

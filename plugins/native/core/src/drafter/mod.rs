@@ -241,29 +241,30 @@ impl Drafter {
     /// Errors unless the drafter fits `target`: the features' width, the vocabulary and the
     /// aux layer ids (each below the target's layer count).
     pub fn check_target(&self, target: &ModelConfig) -> Result<()> {
-        let c = &self.cfg;
-        if c.target_hidden_size != target.hidden_size {
+        self.cfg.check_target(target)
+    }
+
+    /// Reads the drafter in `dir` into this drafter's buffer, all or nothing: the directory
+    /// is loaded and checked completely (into a temporary heap buffer) before a value here
+    /// changes, and must have this drafter's configuration and vocabulary maps. What a
+    /// running engine does to take a newer drafter of the same shape without allocating.
+    pub fn reload(&mut self, dir: &std::path::Path) -> Result<()> {
+        let fresh = io::load(dir, None, &mut crate::buffer::VecProvider::new())?;
+        if fresh.cfg != self.cfg {
             return Err(NativeError::Config(format!(
-                "drafter expects target hidden size {} (fc reads 3 x {} features), the target \
-                 has hidden_size {}",
-                c.target_hidden_size, c.target_hidden_size, target.hidden_size
+                "drafter {}: its configuration differs from the loaded drafter's; load it as a \
+                 new drafter",
+                dir.display()
             )));
         }
-        if c.vocab_size != target.vocab_size {
+        if fresh.d2t != self.d2t {
             return Err(NativeError::Config(format!(
-                "drafter vocab_size {} differs from the target's vocab_size {}: d2t/t2d map \
-                 another vocabulary",
-                c.vocab_size, target.vocab_size
+                "drafter {}: its draft vocabulary differs from the loaded drafter's",
+                dir.display()
             )));
         }
-        let layers = target.num_hidden_layers;
-        if let Some(&bad) = c.aux_layers.iter().find(|&&l| l >= layers) {
-            return Err(NativeError::Config(format!(
-                "drafter aux layer id {bad} (of {:?}) is out of range: the target has {layers} \
-                 layers, ids must be < {layers}",
-                c.aux_layers
-            )));
-        }
+        let n = self.layout.total_len();
+        self.weights.as_mut_slice()[..n].copy_from_slice(&fresh.w()[..n]);
         Ok(())
     }
 
