@@ -307,11 +307,17 @@ fn a_plugin_built_before_the_hidden_state_methods_still_loads() {
     };
     match engine.hidden_states(request) {
         Err(tandem_runtime::RuntimeError::Plugin { source, .. }) => {
-            assert_eq!(source.code, tandem_plugin_api::ErrorCode::NotSupported, "{source:?}");
+            assert_eq!(
+                source.code,
+                tandem_plugin_api::ErrorCode::NotSupported,
+                "{source:?}"
+            );
             assert!(source.message.contains("hidden_states"), "{source:?}");
         }
         other => panic!("expected a NotSupported plugin error, got {other:?}"),
     }
     assert!(engine.health().is_ok(), "the engine keeps serving");
-    launcher.shutdown(std::time::Duration::from_secs(10)).unwrap();
+    launcher
+        .shutdown(std::time::Duration::from_secs(10))
+        .unwrap();
 }

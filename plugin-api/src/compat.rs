@@ -22,8 +22,8 @@ pub mod level2 {
     use crate::traits::HostBox;
     use crate::types::{
         CheckpointInfo, ComponentConfig, ComponentStats, ConfigProblem, EngineHealth,
-        GenerateRequest, GenerateResponse, Metric, PauseMode, TrainBatch, TrainerInfo,
-        UpdateKind, UpdateReport, WeightUpdate, WhichWeights,
+        GenerateRequest, GenerateResponse, Metric, PauseMode, TrainBatch, TrainerInfo, UpdateKind,
+        UpdateReport, WeightUpdate, WhichWeights,
     };
     use abi_stable::library::RootModule;
     use abi_stable::sabi_trait;

@@ -116,7 +116,11 @@ pub trait Trainer: Send {
         features: FeatureBatch,
     ) -> PResult<RVec<Metric>> {
         let _ = (batch, features);
-        Err(PluginError::not_supported("train_step_features", "this trainer")).into()
+        Err(PluginError::not_supported(
+            "train_step_features",
+            "this trainer",
+        ))
+        .into()
     }
     // abi-append:hidden_states:end
 }

@@ -95,7 +95,11 @@ fn a_drafter_job_trains_on_shm_hidden_states_and_measures_acceptance() {
     run_ok(&t, &job);
     let run = t.dir.join("train");
     let m = metrics(&run);
-    assert_eq!(m.len(), 16);
+    assert_eq!(m.len(), 17, "step 0 + 16 steps");
+    let m0 = m[0].clone();
+    assert_eq!(m0["step"], 0);
+    assert!(m0["acceptance_length"].as_f64().is_some(), "{m0}");
+    let m: Vec<Value> = m.into_iter().skip(1).collect();
     let loss = |i: usize| m[i]["loss"].as_f64().unwrap();
     assert!(
         loss(15) < loss(0),
@@ -141,7 +145,11 @@ fn a_drafter_job_trains_on_shm_hidden_states_and_measures_acceptance() {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = t.tandem(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice::<Value>(&out.stdout).unwrap()
     };
     let plain = generate(None);
@@ -162,12 +170,18 @@ fn shm_and_control_plane_hidden_states_give_the_same_step() {
     run_ok(&t, &shm);
     run_ok(&t, &ctl);
     let (a, b) = (metrics(&t.dir.join("shm")), metrics(&t.dir.join("ctl")));
-    assert_eq!(a[0]["route"], "transport");
-    assert_eq!(b[0]["route"], "control");
-    for key in ["loss", "grad_norm", "tokens", "feature_rows", "transfer_bytes"] {
-        assert_eq!(a[0][key], b[0][key], "{key}");
+    assert_eq!(a[1]["route"], "transport");
+    assert_eq!(b[1]["route"], "control");
+    for key in [
+        "loss",
+        "grad_norm",
+        "tokens",
+        "feature_rows",
+        "transfer_bytes",
+    ] {
+        assert_eq!(a[1][key], b[1][key], "{key}");
     }
-    assert_eq!(a[0]["acc"], b[0]["acc"]);
+    assert_eq!(a[1]["acc"], b[1]["acc"]);
     let weights = |run: &str| {
         let f = t.dir.join(run).join("checkpoints/step-1/model.safetensors");
         let bytes = std::fs::read(f).unwrap();
@@ -205,7 +219,12 @@ fn bad_drafter_inputs_are_one_line_each() {
     let t = Scratch::warm();
     let check_fails = |job: &Path, want: &str| {
         let out = t.tandem(&["check", job.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(err.contains(want), "{want:?} in:\n{err}");
         err
@@ -231,12 +250,20 @@ fn bad_drafter_inputs_are_one_line_each() {
 
     // A drafter for another model (hidden size 512, not 256), named by the engine.
     let small = t.dir.join("small");
-    let out = t.tandem(&["model", "init", "--preset", "small", "--out", small.to_str().unwrap()]);
+    let out = t.tandem(&[
+        "model",
+        "init",
+        "--preset",
+        "small",
+        "--out",
+        small.to_str().unwrap(),
+    ]);
     assert!(out.status.success());
     let other = job(&t, "other", 1, "");
-    let text = std::fs::read_to_string(&other)
-        .unwrap()
-        .replace(&t.dir.join("model").display().to_string(), &small.display().to_string());
+    let text = std::fs::read_to_string(&other).unwrap().replace(
+        &t.dir.join("model").display().to_string(),
+        &small.display().to_string(),
+    );
     std::fs::write(&other, text).unwrap();
     run_ok(&t, &other);
     let foreign = t.dir.join("other/checkpoints/step-1");
@@ -253,7 +280,11 @@ fn bad_drafter_inputs_are_one_line_each() {
     let corrupt = t.dir.join("corrupt");
     std::fs::create_dir_all(&corrupt).unwrap();
     for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(t.dir.join("other/checkpoints/step-1").join(f), corrupt.join(f)).unwrap();
+        std::fs::copy(
+            t.dir.join("other/checkpoints/step-1").join(f),
+            corrupt.join(f),
+        )
+        .unwrap();
     }
     let generate_with = |drafter: &Path| {
         t.tandem(&[
@@ -280,8 +311,15 @@ fn bad_drafter_inputs_are_one_line_each() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--drafter") && err.contains("model.safetensors"), "{err}");
+    assert!(
+        err.contains("--drafter") && err.contains("model.safetensors"),
+        "{err}"
+    );
     // The drafter of the small model itself works there.
     let out = generate_with(&foreign);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -240,8 +240,8 @@ fn construct(
             "max_seq_len": max_seq,
             "draft_tokens": draft_tokens,
         })
-            .to_string()
-            .into(),
+        .to_string()
+        .into(),
         rank: 0,
         world_size: 1,
         device: "cpu".into(),

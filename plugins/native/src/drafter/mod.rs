@@ -20,16 +20,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use tandem_native_core::buffer::{BufferProvider, BufferTag, Region, VecProvider};
-use tandem_native_core::drafter::{
-    Drafter, DrafterInit, DrafterTrainer, SeqFeatures, TttConfig,
-};
+use tandem_native_core::drafter::{Drafter, DrafterInit, DrafterTrainer, SeqFeatures, TttConfig};
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
-    CheckpointInfo, ComponentConfig, ComponentStats, FeatureBatch, FeatureRoute, HostBox,
-    LogLevel, Metric, PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind,
-    UpdatePayload, WeightUpdate,
+    CheckpointInfo, ComponentConfig, ComponentStats, FeatureBatch, FeatureRoute, HostBox, LogLevel,
+    Metric, PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, UpdatePayload,
+    WeightUpdate,
 };
 
 use crate::common::{Ctx, check_tags, host_call, log, parse_options};
@@ -110,8 +108,11 @@ impl NativeDrafterTrainer {
         let drafter = match &self.opts.drafter {
             Some(d) => {
                 let d = Path::new(d);
-                Drafter::load(d, Some(&target), provider)
-                    .ctx(&format!("{}: loading drafter {}", what(), d.display()))?
+                Drafter::load(d, Some(&target), provider).ctx(&format!(
+                    "{}: loading drafter {}",
+                    what(),
+                    d.display()
+                ))?
             }
             None => Drafter::init_from_target(
                 &target,
@@ -160,7 +161,11 @@ impl TrainerImpl for NativeDrafterTrainer {
         };
         let mut trainer = DrafterTrainer::new(drafter, ttt, opt, &mut provider).ctx(&what())?;
         let mut features = provider
-            .alloc(BufferTag::Activations, "activations/features", o.max_tokens * width)
+            .alloc(
+                BufferTag::Activations,
+                "activations/features",
+                o.max_tokens * width,
+            )
             .ctx(&what())?;
         // Pre-warm: every page of the receive region and the trainer's peak, now.
         features.as_mut_slice().fill(0.0);
@@ -207,11 +212,21 @@ impl TrainerImpl for NativeDrafterTrainer {
         if !self.offloaded.is_empty() {
             return Err(PluginError::invalid_state(format!(
                 "train_step_features: {} are offloaded; onload them first",
-                self.offloaded.iter().cloned().collect::<Vec<_>>().join(", ")
+                self.offloaded
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let r = self.ready()?;
-        let layers: Vec<u32> = r.trainer.drafter.aux_layers().iter().map(|&l| l as u32).collect();
+        let layers: Vec<u32> = r
+            .trainer
+            .drafter
+            .aux_layers()
+            .iter()
+            .map(|&l| l as u32)
+            .collect();
         if features.layers.as_slice() != layers.as_slice() || features.width as usize != r.width {
             return Err(PluginError::invalid_input(format!(
                 "train_step_features: features of layers {:?} ({} per row); the drafter reads \

@@ -74,7 +74,10 @@ impl CheckOptions for DrafterOptions {
             }
         }
         if !(self.eps > 0.0 && self.eps.is_finite()) {
-            p.push(ConfigProblem::new("eps", format!("must be > 0, got {}", self.eps)));
+            p.push(ConfigProblem::new(
+                "eps",
+                format!("must be > 0, got {}", self.eps),
+            ));
         }
         if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
             p.push(ConfigProblem::new(

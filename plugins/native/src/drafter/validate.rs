@@ -22,20 +22,26 @@ pub fn validate_config(config: &ComponentConfig) -> Vec<ConfigProblem> {
         return p;
     };
     if let Some(d) = &opts.drafter {
-        p.extend(drafter_dir_problem("drafter", d, config.model_path.as_str()));
+        p.extend(drafter_dir_problem(
+            "drafter",
+            d,
+            config.model_path.as_str(),
+        ));
     }
     if let Some(layers) = opts.aux_layers
         && let Ok(target) = ModelConfig::from_dir(Path::new(config.model_path.as_str()))
         && let Some(&bad) = layers.iter().find(|&&l| l >= target.num_hidden_layers)
     {
-        p.push(ConfigProblem::new(
-            "aux_layers",
-            format!(
-                "layer id {bad} is out of range: the target has {} layers",
-                target.num_hidden_layers
-            ),
-        )
-        .with_help("use three ids below the target's num_hidden_layers, e.g. [1, 2, 3]"));
+        p.push(
+            ConfigProblem::new(
+                "aux_layers",
+                format!(
+                    "layer id {bad} is out of range: the target has {} layers",
+                    target.num_hidden_layers
+                ),
+            )
+            .with_help("use three ids below the target's num_hidden_layers, e.g. [1, 2, 3]"),
+        );
     }
     p
 }

@@ -87,7 +87,8 @@ impl NativeEngine {
                 return Ok(());
             }
         }
-        let drafter = Drafter::load(dir, Some(&inner.engine.model), &mut inner.provider).ctx(&what)?;
+        let drafter =
+            Drafter::load(dir, Some(&inner.engine.model), &mut inner.provider).ctx(&what)?;
         let cfg = inner.engine.config();
         let runner = DrafterRunner::new(
             drafter,
@@ -161,7 +162,11 @@ impl NativeEngine {
                 )));
             }
         }
-        let adapter = request.adapter.as_ref().map(|a| a.to_string()).into_option();
+        let adapter = request
+            .adapter
+            .as_ref()
+            .map(|a| a.to_string())
+            .into_option();
         let per_seq = inner
             .engine
             .aux_features(&seqs, &layers, adapter.as_deref(), &mut inner.provider)
@@ -186,7 +191,8 @@ impl NativeEngine {
                 let bytes: &[u8] = bytemuck::cast_slice(buf.as_slice());
                 let t = Instant::now();
                 host_call(
-                    self.host.send(group.as_str().into(), *peer, bytes.into(), *tag),
+                    self.host
+                        .send(group.as_str().into(), *peer, bytes.into(), *tag),
                     &format!("hidden_states: sending to rank {peer} of {group}"),
                 )?;
                 inner.hidden.send_s += t.elapsed().as_secs_f64();

@@ -101,7 +101,12 @@ impl<'a> DrafterLoop<'a> {
             events.record(0, &format!("engine-{rank}"), "start", "");
         }
         let info = trainer.init()?;
-        events.record(0, "trainer", "init", &format!("{} params", info.trainable_params));
+        events.record(
+            0,
+            "trainer",
+            "init",
+            &format!("{} params", info.trainable_params),
+        );
         let (layers, width) = drafter_inputs(&trainer)?;
         let metrics = DrafterMetricsLog::create(&files.metrics)?;
         let total = opts.steps.unwrap_or(j.run.steps);

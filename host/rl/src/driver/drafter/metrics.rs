@@ -1,5 +1,6 @@
 //! A drafter job's per-step figures: one JSON object per line in `<run_dir>/metrics.jsonl`,
-//! kept in memory for the plot.
+//! kept in memory for the plot. The line of step 0 holds the untrained drafter's acceptance
+//! and memory only.
 
 use crate::config::FeatureRouteKind;
 use crate::error::RlError;
@@ -64,7 +65,9 @@ impl DrafterStepMetrics {
                 "tokens" => self.tokens = m.value,
                 "recv_s" => self.recv_s = m.value,
                 name => {
-                    if let Some(k) = name.strip_prefix("acc_").and_then(|k| k.parse::<u32>().ok())
+                    if let Some(k) = name
+                        .strip_prefix("acc_")
+                        .and_then(|k| k.parse::<u32>().ok())
                     {
                         acc.insert(k, m.value);
                     }

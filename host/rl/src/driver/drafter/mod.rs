@@ -12,7 +12,9 @@
 //!    control plane: the step (the message tag), token ids, prompt lengths, row counts. With
 //!    `[drafter] route = "control"` the features go through the controller instead (for
 //!    comparison);
-//! 3. **eval** — every `eval_every` steps and after the last: the trainer exports the drafter
+//! 3. **eval** — before the first step (the untrained drafter: this also loads the drafter
+//!    into every engine and grows their speculative scratch, so no step allocates), every
+//!    `eval_every` steps and after the last: the trainer exports the drafter
 //!    as a directory, every engine loads it (`load_drafter`) and decodes the held-out prompts
 //!    greedily with it; the mean acceptance length is the engines' emitted tokens per
 //!    verification round over that decode;
@@ -84,6 +86,7 @@ pub fn run(
     let mut l = DrafterLoop::launch(job, plan, registry, &opts)?;
     let total = opts.steps.unwrap_or(job.job.run.steps);
     let result: Result<DrafterSummary, RlError> = (|| {
+        l.step_zero()?;
         for step in 1..=total {
             l.step(step, total)?;
         }
@@ -123,8 +126,9 @@ impl DrafterLoop<'_> {
     fn finish(&self, total: u32) -> DrafterSummary {
         self.progress.finish();
         let steps = &self.metrics.steps;
-        let first_loss = steps.first().map_or(f64::NAN, |m| m.loss);
-        let tail: Vec<f64> = steps.iter().rev().take(5).map(|m| m.loss).collect();
+        let trained: Vec<&DrafterStepMetrics> = steps.iter().filter(|m| m.step > 0).collect();
+        let first_loss = trained.first().map_or(f64::NAN, |m| m.loss);
+        let tail: Vec<f64> = trained.iter().rev().take(5).map(|m| m.loss).collect();
         let final_loss = tail.iter().sum::<f64>() / tail.len().max(1) as f64;
         let acceptance: Vec<(u32, f64)> = steps
             .iter()

@@ -44,7 +44,10 @@ fn training_chart(
         .filter(|v| v.is_finite())
         .fold(1.0f64, f64::max);
     let mut chart = ChartBuilder::on(area)
-        .caption("drafter loss and accuracy per draft position", ("sans-serif", 18))
+        .caption(
+            "drafter loss and accuracy per draft position",
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
@@ -57,7 +60,7 @@ fn training_chart(
         .map_err(|e| e.to_string())?;
     let loss: Vec<(f64, f64)> = steps
         .iter()
-        .filter(|m| m.loss.is_finite())
+        .filter(|m| m.step > 0 && m.loss.is_finite())
         .map(|m| (f64::from(m.step), m.loss))
         .collect();
     chart
@@ -70,6 +73,7 @@ fn training_chart(
         let color = Palette99::pick(k).to_rgba();
         let pts: Vec<(f64, f64)> = steps
             .iter()
+            .filter(|m| m.step > 0)
             .filter_map(|m| m.acc.get(k).map(|&a| (f64::from(m.step), a)))
             .collect();
         chart

@@ -10,9 +10,9 @@ use crate::metrics::rss_bytes;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tandem_plugin_api::{
-    ComponentStats, FeatureBatch, FeatureRoute, FeatureSource, GenerateRequest,
-    HiddenStatesReport, HiddenStatesRequest, LossConfig, LossKind, Metric, ROption, RString,
-    RVec, SamplingParams, TrainBatch, TrainSequence, UpdateKind, UpdatePayload,
+    ComponentStats, FeatureBatch, FeatureRoute, FeatureSource, GenerateRequest, HiddenStatesReport,
+    HiddenStatesRequest, LossConfig, LossKind, Metric, ROption, RString, RVec, SamplingParams,
+    TrainBatch, TrainSequence, UpdateKind, UpdatePayload,
 };
 use tandem_runtime::launch::RemoteEngine;
 
@@ -23,6 +23,29 @@ struct Shard {
 }
 
 impl DrafterLoop<'_> {
+    /// Step 0: the untrained drafter's acceptance (a metrics line with `step` 0, the
+    /// acceptance figures and memory only). Loading the drafter here sizes every engine's
+    /// drafter and verify buffers before the first step.
+    pub(super) fn step_zero(&mut self) -> Result<(), RlError> {
+        let started = Instant::now();
+        let (accept, tok_s) = self.eval(0)?;
+        let mut m = DrafterStepMetrics {
+            step: 0,
+            route: self.job.job.drafter.route,
+            acceptance_length: Some(accept),
+            eval_tokens_per_s: Some(tok_s),
+            ..DrafterStepMetrics::default()
+        };
+        m.phases
+            .insert("eval".into(), started.elapsed().as_secs_f64());
+        self.memory_figures(&mut m);
+        m.step_s = started.elapsed().as_secs_f64();
+        self.progress.println(&format!(
+            "step 0: acceptance length {accept:.2} with the untrained drafter"
+        ));
+        self.metrics.push(m)
+    }
+
     /// Runs step `step` of `total`.
     pub(super) fn step(&mut self, step: u32, total: u32) -> Result<(), RlError> {
         let started = Instant::now();
@@ -33,7 +56,8 @@ impl DrafterLoop<'_> {
         };
         let t = Instant::now();
         let shards = self.generate(step)?;
-        m.phases.insert("generate".into(), t.elapsed().as_secs_f64());
+        m.phases
+            .insert("generate".into(), t.elapsed().as_secs_f64());
         m.sequences = shards.iter().map(|s| s.tokens.len() as u64).sum();
         let completion: usize = shards
             .iter()
@@ -43,12 +67,13 @@ impl DrafterLoop<'_> {
         m.completion_tokens = completion as f64 / m.sequences.max(1) as f64;
         let t = Instant::now();
         let (metrics, reports) = self.features_and_train(step, &shards)?;
-        m.phases.insert("features_train".into(), t.elapsed().as_secs_f64());
+        m.phases
+            .insert("features_train".into(), t.elapsed().as_secs_f64());
         m.set_trainer(&metrics);
         m.transfer_bytes = reports.iter().map(|r| r.bytes_sent).sum();
         m.feature_rows = reports.iter().map(|r| r.rows).sum();
         let d = &self.job.job.drafter;
-        let eval_now = step == total || (d.eval_every > 0 && step % d.eval_every == 0);
+        let eval_now = step == total || (d.eval_every > 0 && step.is_multiple_of(d.eval_every));
         if eval_now {
             let t = Instant::now();
             let (accept, tok_s) = self.eval(step)?;
@@ -57,13 +82,21 @@ impl DrafterLoop<'_> {
             m.eval_tokens_per_s = Some(tok_s);
         }
         let save_every = self.job.job.run.save_every;
-        if step == total || (save_every > 0 && step % save_every == 0) {
+        if step == total || (save_every > 0 && step.is_multiple_of(save_every)) {
             let t = Instant::now();
-            let dir = self.opts.run_dir.join("checkpoints").join(format!("step-{step}"));
+            let dir = self
+                .opts
+                .run_dir
+                .join("checkpoints")
+                .join(format!("step-{step}"));
             let dir = crate::driver::rundir::absolute(&dir);
             self.trainer.save_checkpoint(&dir.to_string_lossy())?;
-            self.events
-                .record(step, "trainer", "save_checkpoint", &dir.display().to_string());
+            self.events.record(
+                step,
+                "trainer",
+                "save_checkpoint",
+                &dir.display().to_string(),
+            );
             self.last_checkpoint = Some(dir);
             m.phases.insert("save".into(), t.elapsed().as_secs_f64());
         }
@@ -71,7 +104,7 @@ impl DrafterLoop<'_> {
         m.step_s = started.elapsed().as_secs_f64();
         self.progress.drafter_step(&m);
         self.metrics.push(m)?;
-        if step % 10 == 0 || step == total {
+        if step.is_multiple_of(10) || step == total {
             self.events.flush();
             let title = &self.job.job.run.name;
             if let Err(e) = super::plot::draw(&self.files.plot, title, &self.metrics.steps) {
@@ -197,9 +230,8 @@ impl DrafterLoop<'_> {
             // The engines send while the trainer receives: a send completes once its
             // receiver has taken the data, so both sides must run at once.
             std::thread::scope(|scope| {
-                let sent = scope.spawn(|| {
-                    in_parallel(&self.engines, requests, |e, r| e.hidden_states(r))
-                });
+                let sent =
+                    scope.spawn(|| in_parallel(&self.engines, requests, |e, r| e.hidden_states(r)));
                 let trained = self
                     .trainer
                     .train_step_features(batch, features)
@@ -268,7 +300,9 @@ impl DrafterLoop<'_> {
     /// the mean acceptance length (emitted tokens per verification round) and decode
     /// tokens/s over that decode.
     fn eval(&mut self, step: u32) -> Result<(f64, f64), RlError> {
-        let update = self.trainer.export_weight_update(UpdateKind::CheckpointDir)?;
+        let update = self
+            .trainer
+            .export_weight_update(UpdateKind::CheckpointDir)?;
         let UpdatePayload::CheckpointDir { dir } = &update.payload else {
             return Err(RlError::failed(format!(
                 "the trainer exported a {} update for the drafter, not a checkpoint_dir",
@@ -278,9 +312,12 @@ impl DrafterLoop<'_> {
         for e in &self.engines {
             e.load_drafter(dir.as_str())?;
         }
-        self.events.record(step, "engines", "load_drafter", dir.as_str());
+        self.events
+            .record(step, "engines", "load_drafter", dir.as_str());
         let d = &self.job.job.drafter;
-        let max_tokens = d.eval_max_tokens.unwrap_or(self.job.job.algorithm.max_tokens);
+        let max_tokens = d
+            .eval_max_tokens
+            .unwrap_or(self.job.job.algorithm.max_tokens);
         let stop = if d.ignore_eos {
             Vec::new()
         } else {
@@ -389,7 +426,11 @@ fn in_parallel<I: Send, O: Send>(
             .into_iter()
             .map(|h| {
                 h.join()
-                    .unwrap_or_else(|_| Err(tandem_runtime::RuntimeError::runtime("an engine call thread panicked")))
+                    .unwrap_or_else(|_| {
+                        Err(tandem_runtime::RuntimeError::runtime(
+                            "an engine call thread panicked",
+                        ))
+                    })
                     .map_err(RlError::from)
             })
             .collect()

@@ -61,6 +61,10 @@ pub trait DraftModel: Send {
     /// Feeds each row's new verified positions and proposes `k ≥ 1` tokens per row, all rows
     /// in one batched pass per draft step. `rngs[i]` is row `i`'s generator (drawn from only
     /// when that row samples).
-    fn propose(&mut self, rows: &[DraftInput<'_>], k: usize, rngs: &mut [Rng])
-    -> Result<Vec<Draft>>;
+    fn propose(
+        &mut self,
+        rows: &[DraftInput<'_>],
+        k: usize,
+        rngs: &mut [Rng],
+    ) -> Result<Vec<Draft>>;
 }
