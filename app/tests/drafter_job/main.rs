@@ -1,13 +1,14 @@
 //! The drafter-training job end to end through `tandem run` (real worker processes, hidden
 //! states over a shared-memory transport group): it trains and measures acceptance, the
 //! shm route and the control-plane route give the same drafter, the saved drafter decodes
-//! speculatively with `tandem generate` (the same greedy tokens), and bad drafter inputs are
-//! one line each.
+//! speculatively with `tandem generate` (the same greedy tokens), bad drafter inputs are
+//! one line each, and the shipped example runs 1000 steps with flat memory (`soak.rs`).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 #[path = "../rl_common/mod.rs"]
 mod rl_common;
+mod soak;
 
 use rl_common::Scratch;
 use serde_json::Value;

@@ -1,0 +1,74 @@
+//! `examples/drafter.toml` as shipped (only its model and run directory moved into a scratch
+//! directory): 1000 colocated steps, worker RSS and memory ledger flat after step 10, and the
+//! drafter it trains for the quickstart model reaching the acceptance length its header
+//! states on held-out prompts.
+
+use crate::rl_common::Scratch;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The figure the example's header states: mean acceptance length ≥ 2.5 of k = 4.
+const ACCEPTANCE: f64 = 2.5;
+
+fn figures(line: &Value, key: &str) -> BTreeMap<String, f64> {
+    line[key]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn the_example_runs_1000_steps_with_flat_memory_and_reaches_its_acceptance() {
+    let t = Scratch::new();
+    let root = rl_common_root();
+    let text = std::fs::read_to_string(root.join("examples/drafter.toml")).unwrap();
+    assert!(text.contains("steps = 1000"), "the example runs 1000 steps");
+    assert!(
+        text.contains(&format!("acceptance length >= {ACCEPTANCE}")),
+        "the example's header states the figure this test checks"
+    );
+    let text = text
+        .replace("\"../models/tiny-arith\"", &format!("{:?}", t.dir.join("tiny-arith")))
+        .replace("\"../runs/drafter\"", &format!("{:?}", t.dir.join("run")));
+    let job = t.dir.join("drafter.toml");
+    std::fs::write(&job, text).unwrap();
+    let out = t.tandem(&["run", job.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m: Vec<Value> = std::fs::read_to_string(t.dir.join("run/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(m.len(), 1001, "step 0 + 1000 steps");
+    let at10 = m.iter().find(|l| l["step"] == 10).unwrap();
+    for key in ["rss", "ledger"] {
+        let base = figures(at10, key);
+        assert_eq!(base.len(), 2, "engine-0 and trainer: {base:?}");
+        for line in m.iter().filter(|l| l["step"].as_u64().unwrap() > 10) {
+            for (worker, now) in figures(line, key) {
+                let was = base[&worker];
+                assert!(
+                    (now - was).abs() <= 0.02 * was,
+                    "{key} of {worker} at step {}: {now} vs {was} at step 10",
+                    line["step"]
+                );
+            }
+        }
+    }
+    let first = m[0]["acceptance_length"].as_f64().unwrap();
+    let last = m[1000]["acceptance_length"].as_f64().unwrap();
+    assert!(
+        last >= ACCEPTANCE,
+        "acceptance length {first:.2} at step 0 -> {last:.2} at step 1000"
+    );
+    assert!(last > first, "{first} -> {last}");
+}
+
+fn rl_common_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
