@@ -65,6 +65,7 @@ macro_rules! __tandem_group {
             engine_release_and_resume = release_and_resume,
             engine_undeclared_updates = undeclared_updates,
             engine_follows_the_state_machine = follows_the_state_machine,
+            engine_hidden_states_as_declared = hidden_states_as_declared,
         );
     };
     (trainer $nd:tt $why:tt) => {

@@ -2,6 +2,7 @@
 //! and a mirror of the state machine) and the engine [`checks`]: those of a serving engine in
 //! `serving.rs`, those of its lifecycle in `lifecycle.rs`.
 
+mod hidden;
 mod lifecycle;
 mod serving;
 
@@ -29,6 +30,8 @@ pub struct EngineHarness {
     pub machine: EngineMachine,
     /// The setup it was built from.
     pub setup: EngineSetup,
+    /// The plugin's API level (its manifest's).
+    pub api_level: u32,
     run_dir: Option<tempfile::TempDir>,
 }
 
@@ -55,6 +58,12 @@ impl EngineHarness {
             &setup.model,
             &setup.options_json,
         )?;
+        let api_level = match (module.manifest())() {
+            RResult::ROk(m) => m.api_level,
+            RResult::RErr(e) => {
+                return Err(Failure::new("the manifest reads", e.message.to_string()));
+            }
+        };
         let engine = ok(
             (module.new_engine())(config, services.handle()),
             "the engine constructs",
@@ -74,6 +83,7 @@ impl EngineHarness {
             decl,
             services,
             setup,
+            api_level,
             run_dir: Some(run_dir),
         })
     }
@@ -201,6 +211,7 @@ impl EngineHarness {
 
 /// The engine checks.
 pub mod checks {
+    pub use super::hidden::hidden_states_as_declared;
     pub use super::lifecycle::{
         follows_the_state_machine, pause_modes, release_and_resume, undeclared_updates,
     };
