@@ -69,7 +69,8 @@ impl<H> Shared<H> {
 }
 
 /// How many checks of `groups` use the component of `role` (`engine`, `pair_engine` or
-/// `trainer`): the suite macro sizes its [`Shared`] cells with it.
+/// `trainer`, which the `trainer`, `pair` and `features` groups share): the suite macro sizes
+/// its [`Shared`] cells with it.
 pub const fn users(groups: &[&str], role: &str) -> usize {
     const fn eq(a: &str, b: &str) -> bool {
         let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -101,15 +102,19 @@ pub const fn users(groups: &[&str], role: &str) -> usize {
         if eq(role, "trainer") && eq(g, "pair") {
             n += PAIR_CHECKS;
         }
+        if eq(role, "trainer") && eq(g, "features") {
+            n += FEATURE_CHECKS;
+        }
         i += 1;
     }
     n
 }
 
 /// Checks per group (the suite macro's lists).
-const ENGINE_CHECKS: usize = 7;
-const TRAINER_CHECKS: usize = 5;
+const ENGINE_CHECKS: usize = 8;
+const TRAINER_CHECKS: usize = 6;
 const PAIR_CHECKS: usize = 3;
+const FEATURE_CHECKS: usize = 3;
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload

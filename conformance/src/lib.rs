@@ -28,6 +28,7 @@
 
 mod engine;
 mod expect;
+mod features;
 mod harness;
 mod oracle;
 mod pair;
@@ -43,6 +44,7 @@ pub use trainer::TrainerHarness;
 /// The checks, by role: each is a plain function a test (or a harness of your own) can call.
 pub mod checks {
     pub use crate::engine::checks as engine;
+    pub use crate::features::checks as features;
     pub use crate::pair::checks as pair;
     pub use crate::trainer::checks as trainer;
 }

@@ -5,7 +5,7 @@
 //! tandem_conformance::suite! {
 //!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`)
 //!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`)
-//!     checks: [engine, trainer, pair],
+//!     checks: [engine, trainer, pair],   // and `features`: a trainer on hidden states
 //!     no_digests: "why",            // optional: the pair carries no digests (checked instead)
 //!     ignore: "why",                // optional: the whole suite needs something absent here
 //! }
@@ -76,6 +76,18 @@ macro_rules! __tandem_group {
             trainer_save_load_keeps_version = save_load_keeps_version,
             trainer_offload_onload = offload_onload,
             trainer_undeclared_exports = undeclared_exports,
+        );
+        $crate::__tandem_trainer_tests!(
+            $why
+            trainer_features_not_supported_unless_declared = features_not_supported_unless_declared,
+        );
+    };
+    (features $nd:tt $why:tt) => {
+        $crate::__tandem_trainer_tests!(
+            $why
+            features_trains_on_features = trains_on_features,
+            features_save_load_and_offload = save_load_and_offload,
+            features_undeclared_exports = undeclared_exports,
         );
     };
     (pair $nd:tt $why:tt) => {

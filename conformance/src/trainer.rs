@@ -159,9 +159,12 @@ pub(crate) fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// The trainer checks.
+/// The trainer checks (with the feature trainer's, which the `features` group runs).
 pub mod checks {
     use super::*;
+    pub use crate::features::checks::{
+        features_not_supported_unless_declared, save_load_and_offload, trains_on_features,
+    };
 
     /// A second `init` is either refused or reports the same model.
     pub fn init_twice(h: &mut TrainerHarness) -> Outcome {

@@ -29,8 +29,16 @@ pub fn hidden_states_as_declared(h: &mut EngineHarness) -> Outcome {
         not_supported(h.engine.hidden_states(request(h, &[0])), "hidden_states")?;
     } else {
         let rule = "hidden_states computes one row per token, the same twice";
-        let a = ok(h.engine.hidden_states(request(h, &[0])), rule, "hidden_states")?;
-        let b = ok(h.engine.hidden_states(request(h, &[0])), rule, "hidden_states")?;
+        let a = ok(
+            h.engine.hidden_states(request(h, &[0])),
+            rule,
+            "hidden_states",
+        )?;
+        let b = ok(
+            h.engine.hidden_states(request(h, &[0])),
+            rule,
+            "hidden_states",
+        )?;
         let tokens: usize = h.setup.prompts.iter().map(Vec::len).sum();
         if a.rows as usize != tokens
             || a.width == 0
@@ -47,9 +55,16 @@ pub fn hidden_states_as_declared(h: &mut EngineHarness) -> Outcome {
             ));
         }
         if a.features != b.features || a.features.iter().any(|x| !x.is_finite()) {
-            return Err(Failure::new(rule, "two calls differ, or a value is not finite"));
+            return Err(Failure::new(
+                rule,
+                "two calls differ, or a value is not finite",
+            ));
         }
-        let two = ok(h.engine.hidden_states(request(h, &[0, 0])), rule, "hidden_states")?;
+        let two = ok(
+            h.engine.hidden_states(request(h, &[0, 0])),
+            rule,
+            "hidden_states",
+        )?;
         if two.width != 2 * a.width {
             return Err(Failure::new(
                 "a row holds every requested layer",
@@ -65,7 +80,11 @@ pub fn hidden_states_as_declared(h: &mut EngineHarness) -> Outcome {
     let missing = h.setup.model.join("no-such-drafter");
     let r = h.engine.load_drafter(missing.display().to_string().into());
     if declared {
-        refused(r, "a drafter that cannot load is refused", "load_drafter(missing)")?;
+        refused(
+            r,
+            "a drafter that cannot load is refused",
+            "load_drafter(missing)",
+        )?;
     } else {
         not_supported(r, "load_drafter")?;
     }

@@ -6,6 +6,9 @@
 //! stream entering each requested layer at position `t` (layer id = the number of layers
 //! means the final residual, before the final norm). A batch's features are the sequences'
 //! rows concatenated in batch order; on the wire they are the rows' little-endian bytes.
+//!
+//! A trainer that declares `hidden_states` says in its stats which features it steps on:
+//! [`stats::AUX_LAYER`]`<i>` (the layer ids, in row order) and [`stats::FEATURE_WIDTH`].
 
 use abi_stable::StableAbi;
 use abi_stable::std_types::{ROption, RString, RVec};
@@ -90,4 +93,12 @@ impl FeatureBatch {
     pub fn rows(&self) -> u64 {
         self.sources.iter().map(|s| s.rows).sum()
     }
+}
+
+/// Stats names of a trainer that steps on hidden states (`train_step_features`).
+pub mod stats {
+    /// Prefix of the layer ids its features are taken from: `drafter.aux_layer.0`, `.1`, ...
+    pub const AUX_LAYER: &str = "drafter.aux_layer.";
+    /// f32 values per feature row.
+    pub const FEATURE_WIDTH: &str = "drafter.feature_width";
 }

@@ -29,3 +29,15 @@ mod ipc {
 mod lora {
     super::suite! { engine: super::engine(), trainer: super::trainer(r#"{"lora": {"rank": 4, "alpha": 8}}"#, super::K::Adapter), checks: [pair], }
 }
+mod drafter {
+    fn trainer() -> tandem_conformance::TrainerSetup {
+        let t = tandem_conformance::TrainerSetup::new(
+            super::native(),
+            "native-drafter",
+            super::model(),
+        );
+        t.options(r#"{"max_tokens": 64}"#)
+            .kinds(&[super::K::CheckpointDir])
+    }
+    super::suite! { trainer: trainer(), checks: [features], }
+}

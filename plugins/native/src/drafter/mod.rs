@@ -24,6 +24,7 @@ use tandem_native_core::drafter::{Drafter, DrafterInit, DrafterTrainer, SeqFeatu
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
+use tandem_plugin_api::stats;
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, FeatureBatch, FeatureRoute, HostBox, LogLevel,
     Metric, PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, UpdatePayload,
@@ -416,9 +417,9 @@ impl TrainerImpl for NativeDrafterTrainer {
             Some(r) => {
                 let d = &r.trainer.drafter;
                 for (i, l) in d.aux_layers().iter().enumerate() {
-                    metrics.push(Metric::new(&format!("drafter.aux_layer.{i}"), *l as f64));
+                    metrics.push(Metric::new(&format!("{}{i}", stats::AUX_LAYER), *l as f64));
                 }
-                metrics.push(Metric::new("drafter.feature_width", r.width as f64));
+                metrics.push(Metric::new(stats::FEATURE_WIDTH, r.width as f64));
                 metrics.push(Metric::new("drafter.steps", r.steps as f64));
                 for tag in [
                     BufferTag::Weights,

@@ -15,6 +15,7 @@ use crate::prompt::PromptCodec;
 use crate::task::HeldOut;
 use crate::warmstart;
 use tandem_control::protocol::Role;
+use tandem_plugin_api::stats as hidden_stats;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 use tandem_runtime::worker::TransportSpec;
@@ -179,10 +180,10 @@ fn drafter_inputs(trainer: &RemoteTrainer) -> Result<(Vec<u32>, u32), RlError> {
             .map(|m| m.value)
     };
     let mut layers = Vec::new();
-    while let Some(v) = get(&format!("drafter.aux_layer.{}", layers.len())) {
+    while let Some(v) = get(&format!("{}{}", hidden_stats::AUX_LAYER, layers.len())) {
         layers.push(v as u32);
     }
-    let width = get("drafter.feature_width").unwrap_or(0.0) as u32;
+    let width = get(hidden_stats::FEATURE_WIDTH).unwrap_or(0.0) as u32;
     if layers.is_empty() || width == 0 {
         return Err(RlError::failed(
             "the trainer does not report its drafter's inputs (drafter.aux_layer.<i>, \
