@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+mod engine;
 #[path = "../rl_common/mod.rs"]
 mod rl_common;
 mod soak;

@@ -30,12 +30,19 @@ fn the_example_runs_1000_steps_with_flat_memory_and_reaches_its_acceptance() {
         "the example's header states the figure this test checks"
     );
     let text = text
-        .replace("\"../models/tiny-arith\"", &format!("{:?}", t.dir.join("tiny-arith")))
+        .replace(
+            "\"../models/tiny-arith\"",
+            &format!("{:?}", t.dir.join("tiny-arith")),
+        )
         .replace("\"../runs/drafter\"", &format!("{:?}", t.dir.join("run")));
     let job = t.dir.join("drafter.toml");
     std::fs::write(&job, text).unwrap();
     let out = t.tandem(&["run", job.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let m: Vec<Value> = std::fs::read_to_string(t.dir.join("run/metrics.jsonl"))
         .unwrap()
         .lines()
