@@ -6,8 +6,9 @@
 //! A drafter that cannot be used (missing or corrupt files, a hidden size or vocabulary that
 //! does not fit the target) is one error line and changes nothing: at start the engine logs
 //! it and serves without speculation; `load_drafter` returns it and keeps the drafter it had.
-//! A new drafter of the same shape as the loaded one is read into the loaded one's buffers
-//! (all-or-nothing), so repeated loads allocate nothing.
+//! A new drafter of the same shape as the loaded one is read into a spare drafter buffer
+//! (allocated with the first drafter) and swapped in once it has loaded completely, so a
+//! failed load changes nothing and repeated loads allocate nothing.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,6 +30,8 @@ use crate::common::{Ctx, host_call, log};
 #[derive(Clone)]
 pub(super) struct SharedDrafter {
     runner: Arc<Mutex<DrafterRunner>>,
+    /// A buffer of the runner's drafter's shape that the next drafter is read into.
+    spare: Arc<Mutex<Drafter>>,
     /// The runner's aux layers and target vocabulary (fixed for its life: a reload in place
     /// keeps the shape), kept outside the lock.
     aux: Vec<usize>,
@@ -36,12 +39,22 @@ pub(super) struct SharedDrafter {
 }
 
 impl SharedDrafter {
-    fn new(runner: DrafterRunner) -> Self {
+    fn new(runner: DrafterRunner, spare: Drafter) -> Self {
         SharedDrafter {
             aux: DraftModel::aux_layers(&runner).to_vec(),
             vocab: DraftModel::target_vocab(&runner),
             runner: Arc::new(Mutex::new(runner)),
+            spare: Arc::new(Mutex::new(spare)),
         }
+    }
+
+    /// Reads `dir` into the spare and swaps it in; the served drafter changes only if the
+    /// whole directory loaded.
+    fn load_swap(&self, dir: &Path) -> tandem_native_core::Result<()> {
+        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+        spare.load_into(dir)?;
+        std::mem::swap(self.runner().drafter_mut(), &mut *spare);
+        Ok(())
     }
 
     fn runner(&self) -> std::sync::MutexGuard<'_, DrafterRunner> {
@@ -80,15 +93,15 @@ impl NativeEngine {
     pub(super) fn load_drafter_locked(&self, inner: &mut Inner, dir: &Path) -> Result<()> {
         let what = format!("engine `native`: drafter {}", dir.display());
         if let Some(shared) = &inner.drafter {
-            let mut runner = shared.runner();
             let incoming = DrafterConfig::from_dir(dir, None).ctx(&what)?;
-            if runner.drafter().cfg == incoming {
-                runner.drafter_mut().reload(dir).ctx(&what)?;
-                return Ok(());
+            let same_shape = shared.runner().drafter().cfg == incoming;
+            if same_shape {
+                return shared.load_swap(dir).ctx(&what);
             }
         }
         let drafter =
             Drafter::load(dir, Some(&inner.engine.model), &mut inner.provider).ctx(&what)?;
+        let spare = drafter.try_clone(&mut inner.provider).ctx(&what)?;
         let cfg = inner.engine.config();
         let runner = DrafterRunner::new(
             drafter,
@@ -99,7 +112,7 @@ impl NativeEngine {
             &mut inner.provider,
         )
         .ctx(&what)?;
-        let shared = SharedDrafter::new(runner);
+        let shared = SharedDrafter::new(runner, spare);
         inner
             .engine
             .set_drafter(Some((Box::new(shared.clone()), inner.draft_tokens)))

@@ -148,12 +148,18 @@ fn read_f32(
     Ok(())
 }
 
-/// Loads a drafter directory (see [`Drafter::load`]).
-pub(crate) fn load(
-    dir: &Path,
-    target: Option<&Model>,
-    provider: &mut dyn BufferProvider,
-) -> Result<Drafter> {
+/// A drafter directory whose headers, config and vocabulary maps are read and checked: what
+/// is left is reading the parameters into a buffer ([`fill`]).
+struct Opened {
+    cfg: DrafterConfig,
+    d2t: Vec<i64>,
+    files: Vec<PathBuf>,
+    found: HashMap<String, (PathBuf, u64, TensorInfo)>,
+    opened: HashMap<PathBuf, File>,
+}
+
+/// Reads `dir`'s config and safetensors headers and its `d2t` (see [`Drafter::load`]).
+fn open(dir: &Path, target: Option<&Model>) -> Result<Opened> {
     let default_aux = target.map(|t| default_aux_layers(t.cfg.num_hidden_layers));
     let cfg = DrafterConfig::from_dir(dir, default_aux)?;
     let files = st_io::model_files(dir)?;
@@ -206,7 +212,54 @@ pub(crate) fn load(
             ));
         }
     };
-    let mut d = Drafter::with_d2t(cfg, d2t, provider)?;
+    Ok(Opened {
+        cfg,
+        d2t,
+        files,
+        found,
+        opened,
+    })
+}
+
+/// Loads a drafter directory (see [`Drafter::load`]).
+pub(crate) fn load(
+    dir: &Path,
+    target: Option<&Model>,
+    provider: &mut dyn BufferProvider,
+) -> Result<Drafter> {
+    let o = open(dir, target)?;
+    let mut d = Drafter::with_d2t(o.cfg.clone(), o.d2t.clone(), provider)?;
+    fill(dir, o, &mut d, target)?;
+    Ok(d)
+}
+
+/// Reads the drafter in `dir` into `d`'s buffer (see [`Drafter::load_into`]).
+pub(crate) fn load_into(dir: &Path, d: &mut Drafter) -> Result<()> {
+    let o = open(dir, None)?;
+    if o.cfg != d.cfg {
+        return Err(NativeError::Config(format!(
+            "drafter {}: its configuration differs from the loaded drafter's; load it as a new \
+             drafter",
+            dir.display()
+        )));
+    }
+    if o.d2t != d.d2t {
+        return Err(NativeError::Config(format!(
+            "drafter {}: its draft vocabulary differs from the loaded drafter's",
+            dir.display()
+        )));
+    }
+    fill(dir, o, d, None)
+}
+
+/// Checks `t2d` and reads every parameter of `o` into `d` (whose config and `d2t` are `o`'s).
+fn fill(dir: &Path, o: Opened, d: &mut Drafter, target: Option<&Model>) -> Result<()> {
+    let Opened {
+        files: _files,
+        mut found,
+        opened,
+        ..
+    } = o;
     if let Some((path, at, info)) = found.remove("t2d") {
         if info.dtype != Dtype::BOOL || info.shape != [d.cfg.vocab_size] {
             return Err(st_err(
@@ -281,8 +334,9 @@ pub(crate) fn load(
     if let Some(t) = target {
         d.check_target(&t.cfg)?;
     }
-    Ok(d)
+    Ok(())
 }
+
 
 /// Serialises the drafter's tensors into one safetensors image.
 fn serialize(d: &Drafter, path: &Path) -> Result<Vec<u8>> {

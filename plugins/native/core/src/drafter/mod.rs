@@ -244,10 +244,17 @@ impl Drafter {
         self.cfg.check_target(target)
     }
 
+    /// Reads the drafter in `dir` (same configuration and vocabulary maps, checked first) into
+    /// this drafter's buffer, allocating nothing. A failure half-way leaves this drafter's
+    /// weights a mix: load into a spare and swap it in on success (what an engine does on
+    /// `load_drafter`), or use [`reload`](Self::reload).
+    pub fn load_into(&mut self, dir: &std::path::Path) -> Result<()> {
+        io::load_into(dir, self)
+    }
+
     /// Reads the drafter in `dir` into this drafter's buffer, all or nothing: the directory
     /// is loaded and checked completely (into a temporary heap buffer) before a value here
-    /// changes, and must have this drafter's configuration and vocabulary maps. What a
-    /// running engine does to take a newer drafter of the same shape without allocating.
+    /// changes, and must have this drafter's configuration and vocabulary maps.
     pub fn reload(&mut self, dir: &std::path::Path) -> Result<()> {
         let fresh = io::load(dir, None, &mut crate::buffer::VecProvider::new())?;
         if fresh.cfg != self.cfg {
