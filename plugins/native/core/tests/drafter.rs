@@ -217,6 +217,24 @@ fn aux_features_are_the_residual_streams() {
     assert!(err_text(e).contains("out of range"));
 }
 
+/// A full-vocabulary drafter is saved without `d2t` / `t2d` (vLLM refuses `d2t` there) and
+/// loads back with the identity map.
+#[test]
+fn full_vocab_checkpoint_has_no_maps() {
+    let mut p = VecProvider::new();
+    let t = target(&mut p);
+    let d = Drafter::init_from_target(&t, DrafterInit::default(), &mut p).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("full");
+    d.save(&dir).unwrap();
+    let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert!(st.tensor("d2t").is_err() && st.tensor("t2d").is_err());
+    let l = Drafter::load(&dir, Some(&t), &mut p).unwrap();
+    assert!(l.d2t().iter().all(|&o| o == 0) && l.t2d().iter().all(|&b| b));
+    assert_eq!(l.target_to_draft(17), 17);
+}
+
 #[test]
 fn checkpoint_round_trips_bit_exact_and_bad_files_are_errors() {
     let mut p = VecProvider::new();

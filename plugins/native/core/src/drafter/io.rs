@@ -1,5 +1,6 @@
 //! Drafter checkpoint I/O: `config.json` + safetensors with f32 parameters, the I64 `d2t`
-//! offsets and the BOOL `t2d` mask (names in [`crate::drafter`]'s module doc).
+//! offsets and the BOOL `t2d` mask (only for a reduced draft vocabulary; names in
+//! [`crate::drafter`]'s module doc).
 //!
 //! Loading reads each file's header (length bounds, offsets, sizes and the data length
 //! checked against the file before any read), every tensor's dtype and shape against the
@@ -350,10 +351,15 @@ fn serialize(d: &Drafter, path: &Path) -> Result<Vec<u8>> {
             (e.name.clone(), Dtype::F32, e.shape.clone(), bytes)
         })
         .collect();
-    let d2t: Vec<u8> = d.d2t().iter().flat_map(|x| x.to_le_bytes()).collect();
-    owned.push(("d2t".into(), Dtype::I64, vec![d2t.len() / 8], d2t));
-    let t2d: Vec<u8> = d.t2d().iter().map(|&b| u8::from(b)).collect();
-    owned.push(("t2d".into(), Dtype::BOOL, vec![t2d.len()], t2d));
+    // The maps only for a reduced draft vocabulary: with the full one vLLM has no
+    // `draft_id_to_target_id` parameter and refuses a `d2t` tensor (`There is no module or
+    // parameter named 'draft_id_to_target_id'`); `load` takes a missing `d2t` as identity.
+    if d.cfg.draft_vocab_size < d.cfg.vocab_size {
+        let d2t: Vec<u8> = d.d2t().iter().flat_map(|x| x.to_le_bytes()).collect();
+        owned.push(("d2t".into(), Dtype::I64, vec![d2t.len() / 8], d2t));
+        let t2d: Vec<u8> = d.t2d().iter().map(|&b| u8::from(b)).collect();
+        owned.push(("t2d".into(), Dtype::BOOL, vec![t2d.len()], t2d));
+    }
     let mut views = Vec::with_capacity(owned.len());
     for (name, dtype, shape, bytes) in &owned {
         let v = TensorView::new(*dtype, shape.clone(), bytes)

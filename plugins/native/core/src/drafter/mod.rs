@@ -40,6 +40,11 @@
 //! | `d2t` | I64 `[draft_vocab]`: target id = draft id + `d2t[draft id]` |
 //! | `t2d` | BOOL `[vocab]`: target id is in the draft vocabulary |
 //!
+//! `d2t` / `t2d` are written only when `draft_vocab_size < vocab_size`: with the full
+//! vocabulary vLLM's `Eagle3LlamaForCausalLM` has no `draft_id_to_target_id` parameter and
+//! refuses the checkpoint if `d2t` is present (`app/tests/vllm_eagle3`); a missing `d2t`
+//! loads as the identity.
+//!
 //! ## Storage
 //!
 //! All f32 parameters live in one `weights/drafter` buffer ([`layout`]): the trainable ones
