@@ -1,7 +1,8 @@
 //! The benchmark output convention: `--json` prints one object per figure with the keys
 //! `bench`, `case`, `value`, `unit`, `limit`, `ratio`, and `ratio == value / limit`.
 //! (No timing is asserted: figures are for people, targets live in the printed table.)
-//! `tandem bench native --quick --json`: its five figures, well formed, without Python.
+//! `tandem bench native --quick --json`: its five figures, well formed, without Python;
+//! `tandem bench spec --quick --json`: its drafter, decode and transfer figures.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -94,4 +95,62 @@ fn bench_native_quick_json_prints_decode_and_step_figures() {
         assert!(name.contains("bound"), "{f}");
     }
     assert!(stderr(&out).contains("--quick"), "{}", stderr(&out));
+}
+
+#[test]
+fn bench_spec_quick_json_prints_drafter_decode_and_transfer_figures() {
+    // --quick: the tiny preset (a short warm start), a drafter trained in the run, decode at
+    // batch 1/4/16 with and without it, one 1 MiB hidden-state transfer between two workers.
+    let out = run(tandem().args(["bench", "spec", "--quick", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let cases: Vec<&str> = figures
+        .iter()
+        .map(|f| f["case"].as_str().unwrap())
+        .collect();
+    let mut expected = vec!["tiny drafter train acc_0".to_string()];
+    for b in [1, 4, 16] {
+        expected.push(format!("tiny decode b{b}"));
+        expected.push(format!("tiny spec decode b{b}"));
+        expected.push(format!("tiny spec speedup b{b}"));
+    }
+    expected.push("tiny hidden states 1 MiB".into());
+    assert_eq!(cases, expected);
+    for f in &figures {
+        assert_eq!(f["bench"], "spec");
+        let (value, limit, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["limit"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(
+            value.is_finite() && limit.is_finite() && ratio.is_finite(),
+            "{f}"
+        );
+        assert!(value > 0.0 && limit > 0.0, "{f}");
+        assert!(
+            (ratio - value / limit).abs() < 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+        let case = f["case"].as_str().unwrap();
+        let unit = f["unit"].as_str().unwrap();
+        if case.contains("speedup") {
+            // The limit is the mean acceptance length: 1 ..= draft_tokens + 1 tokens per
+            // verification (draft_tokens = 4).
+            assert_eq!(unit, "x", "{f}");
+            assert!((1.0..=5.0).contains(&limit), "{f}");
+        } else if case.contains("decode") {
+            assert_eq!(unit, "tok/s", "{f}");
+        } else if case.contains("hidden states") {
+            assert_eq!(unit, "GB/s", "{f}");
+            assert_eq!(f["limit_name"], "memcpy, same size", "{f}");
+        } else {
+            assert!(limit == 1.0 && value <= 1.0, "{f}");
+        }
+    }
+    let err = stderr(&out);
+    assert!(err.contains("final training accuracy"), "{err}");
 }

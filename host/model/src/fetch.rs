@@ -69,17 +69,30 @@ pub fn python() -> PathBuf {
         .unwrap_or_else(|| "python3".into())
 }
 
-/// The GGUF file of `k`, from the cache or fetched into it; `progress` gets one line per stage.
-pub fn gguf(k: &Known, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> {
-    let dir = cache_dir().join("models");
+/// Where the GGUF file of `k` is cached (present or not).
+pub fn cache_path(k: &Known) -> PathBuf {
     let file_name = Path::new(k.member)
         .file_name()
         .map_or_else(|| k.name.into(), |n| n.to_string_lossy().into_owned());
-    let target = dir.join(&file_name);
-    if std::fs::metadata(&target).is_ok_and(|m| m.len() == k.size) {
+    cache_dir().join("models").join(file_name)
+}
+
+/// The cached GGUF file of `k`, if the cache holds it (at its known size).
+pub fn cached(k: &Known) -> Option<PathBuf> {
+    let target = cache_path(k);
+    std::fs::metadata(&target)
+        .is_ok_and(|m| m.len() == k.size)
+        .then_some(target)
+}
+
+/// The GGUF file of `k`, from the cache or fetched into it; `progress` gets one line per stage.
+pub fn gguf(k: &Known, progress: &mut dyn FnMut(&str)) -> Result<PathBuf> {
+    if let Some(target) = cached(k) {
         progress(&format!("using the cached {}", target.display()));
         return Ok(target);
     }
+    let target = cache_path(k);
+    let dir = cache_dir().join("models");
     std::fs::create_dir_all(&dir).map_err(ModelError::io(&dir))?;
     let work = dir.join(format!(".fetch-{}-{}", k.name, std::process::id()));
     let _ = std::fs::remove_dir_all(&work);

@@ -25,6 +25,10 @@ pub enum BenchName {
     /// (full and LoRA) on SmolLM2-135M, beside vLLM's decode and torch's step on the same model
     /// in the same run (`$TANDEM_PYTHON`), else the machine bounds; `--quick`: the tiny preset.
     Native,
+    /// Speculative decoding: a drafter trained in the run on each model's own greedy
+    /// continuations, decode tok/s with and without it (batch 1/4/16) beside the acceptance
+    /// length, and hidden-state transfer between two workers beside memcpy; `--quick`: tiny.
+    Spec,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
@@ -41,6 +45,7 @@ pub fn run(
         BenchName::Control => crate::bench::control::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
         BenchName::Native => bench::native::run(quick)?,
+        BenchName::Spec => bench::spec::run(quick)?,
         BenchName::Bridges => {
             let mut figures = bench::bridges::run(quick)?;
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {

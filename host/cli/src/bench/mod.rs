@@ -11,6 +11,7 @@ pub mod memory;
 pub mod native;
 pub mod native_ref;
 pub mod rl_loop;
+pub mod spec;
 pub mod transport;
 
 pub use tandem_bench_report::{Figure, table};

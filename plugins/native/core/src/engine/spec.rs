@@ -13,7 +13,8 @@
 //!
 //! Logprobs are the target's (`logprob_of` of the raw target logits), hidden states the
 //! target's final-norm rows. The drafter is adapter-unaware; each row's verify uses its
-//! adapter. [`SpecStats`] counts rounds, drafted, accepted and emitted tokens.
+//! adapter. [`SpecStats`] counts rounds, drafted, accepted and emitted tokens, and the time
+//! spent drafting and verifying.
 
 use super::draft::{Draft, DraftInput, DraftModel};
 use super::spec_sample::{accept_or_resample, target_dist};
@@ -22,6 +23,12 @@ use super::{Engine, GenOutput, GenRequest, Row};
 use crate::buffer::{BufferProvider, BufferTag};
 use crate::error::{NativeError, Result};
 use crate::sampling::{Rng, argmax, logprob_of, sample};
+use std::time::Instant;
+
+/// Nanoseconds since `t`, saturating.
+fn elapsed_ns(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// Counters of speculative rounds (per row and round), since the last reset.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,6 +41,12 @@ pub struct SpecStats {
     pub accepted: u64,
     /// Tokens emitted by rounds (accepted drafts + one target token each, fewer at a stop).
     pub emitted: u64,
+    /// Verify forwards (one per round of the whole batch).
+    pub verifies: u64,
+    /// Wall time in the drafter's `propose` calls, ns.
+    pub draft_ns: u64,
+    /// Wall time in the verify forwards, ns.
+    pub verify_ns: u64,
 }
 
 impl SpecStats {
@@ -209,6 +222,7 @@ impl Engine {
                 budget.saturating_sub(1).min(sp.k)
             })
             .collect();
+        let drafting = Instant::now();
         let mut drafts: Vec<Option<Draft>> = vec![None; rows.len()];
         let mut kvals: Vec<usize> = ks.iter().copied().filter(|&k| k > 0).collect();
         kvals.sort_unstable();
@@ -255,6 +269,7 @@ impl Engine {
                 drafts[i] = Some(dr);
             }
         }
+        stats.draft_ns += elapsed_ns(drafting);
         sp.vrows.clear();
         sp.vtoks.clear();
         for (row, dr) in rows.iter().zip(&drafts) {
@@ -268,6 +283,7 @@ impl Engine {
             sp.vtoks.push(row.token);
             sp.vtoks.extend_from_slice(dt);
         }
+        let verifying = Instant::now();
         let vo = verify(
             model,
             adapters,
@@ -278,6 +294,8 @@ impl Engine {
             &sp.vtoks,
             &sp.aux,
         )?;
+        stats.verify_ns += elapsed_ns(verifying);
+        stats.verifies += 1;
         let w = sp.aux.len() * d;
         let mut r0 = 0;
         for ((row, dr), vr) in rows.iter_mut().zip(&drafts).zip(&sp.vrows) {
