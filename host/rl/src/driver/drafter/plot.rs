@@ -77,7 +77,10 @@ fn accuracy_chart(
     steps: &[DrafterStepMetrics],
 ) -> Result<(), String> {
     let mut chart = ChartBuilder::on(area)
-        .caption("accuracy per draft position (training batch)", ("sans-serif", 18))
+        .caption(
+            "accuracy per draft position (training batch)",
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)

@@ -338,7 +338,6 @@ fn fill(dir: &Path, o: Opened, d: &mut Drafter, target: Option<&Model>) -> Resul
     Ok(())
 }
 
-
 /// Serialises the drafter's tensors into one safetensors image.
 fn serialize(d: &Drafter, path: &Path) -> Result<Vec<u8>> {
     let w = d.w();
