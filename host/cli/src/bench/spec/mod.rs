@@ -37,7 +37,7 @@
 //!    its wake-up is part of the figure (`bench transport` streams back-to-back messages).
 //!
 //! Steps and sizes per model are `Plan::of`'s. tiny + small take about 3 minutes on the
-//! 2-core VM, SmolLM2 (a drafter over its 49 152-token vocabulary) about 6 more. `--quick`
+//! 2-core VM, SmolLM2 (a drafter over its 49 152-token vocabulary) 5–8 more. `--quick`
 //! (the tests): the `tiny` preset only (10 warm-start steps), 30 drafter steps, 16 new
 //! tokens, one timed call per batch, one 1 MiB transfer. Timings are not asserted.
 
