@@ -67,6 +67,12 @@ fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -
 /// role traits' appended `hidden_states` / `load_drafter` / `train_step_features` (and their
 /// SDK shims), level 1 also the root module's `validate_config`.
 fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path) -> PathBuf {
+    // The tests share one scratch target dir: a build and the copy of its library must not
+    // interleave with another test's build.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let root = workspace_root();
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path();
