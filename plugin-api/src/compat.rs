@@ -1,11 +1,12 @@
-//! The role traits as API level 2 declared them (before the appended hidden-state methods),
-//! for the loader's layout check of older plugins only.
+//! The role traits as API levels 2 and 3 declared them (before the appended hidden-state
+//! methods, before the appended bridge methods), for the loader's layout check of older
+//! plugins only.
 //!
 //! abi_stable refuses a library whose prefix types (root module, trait vtables) have *fewer*
 //! fields than the host's, so a plugin built before a method was appended to a role trait
 //! fails the check against the current traits. [`crate::module::init_root_module`] then
-//! checks it against the root module of [`level2`] (constructors returning these traits'
-//! objects) or of [`crate::module::level1`], and reads it through the current types: a
+//! checks it against the root module of [`level3`], [`level2`] (constructors returning these
+//! traits' objects) or [`crate::module::level1`], and reads it through the current types: a
 //! trait object's vtable records its own method count, and an appended method the library
 //! lacks runs the trait's default body (a `NotSupported` error) instead.
 //!
@@ -87,7 +88,55 @@ pub mod level2 {
         pub new_engine: extern "C" fn(ComponentConfig, HostBox) -> PResult<EngineBox>,
         pub new_trainer: extern "C" fn(ComponentConfig, HostBox) -> PResult<TrainerBox>,
         #[sabi(last_prefix_field)]
-        pub new_bridge: extern "C" fn(ComponentConfig, HostBox) -> PResult<crate::BridgeBox>,
+        pub new_bridge:
+            extern "C" fn(ComponentConfig, HostBox) -> PResult<super::level3::BridgeBox>,
+        pub validate_config:
+            extern "C" fn(ComponentKind, ComponentConfig) -> PResult<RVec<ConfigProblem>>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tandem_plugin";
+        const NAME: &'static str = "tandem_plugin";
+        const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+}
+
+/// The level-3 bridge trait (engines and trainers are the current ones) and the root module
+/// whose bridge constructor returns it.
+pub mod level3 {
+    use crate::caps::{ComponentKind, PluginManifest};
+    use crate::error::PResult;
+    use crate::traits::{EngineBox, HostBox, TrainerBox};
+    use crate::types::{ComponentConfig, ConfigProblem, WeightUpdate};
+    use abi_stable::library::RootModule;
+    use abi_stable::sabi_trait;
+    use abi_stable::sabi_types::VersionStrings;
+    use abi_stable::std_types::{RBox, RVec};
+    use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings};
+
+    /// [`crate::traits::WeightBridge`] at API levels 1 to 3.
+    #[sabi_trait]
+    pub trait WeightBridge: Send + Sync {
+        fn trainer_side(&self, exported: WeightUpdate) -> PResult<WeightUpdate>;
+        #[sabi(last_prefix_field)]
+        fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate>;
+    }
+
+    /// A level-3 bridge object.
+    pub type BridgeBox = WeightBridge_TO<'static, RBox<()>>;
+
+    /// [`crate::PluginModule`] at API level 3 (same name: abi_stable compares type names).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(option))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> PResult<PluginManifest>,
+        pub new_engine: extern "C" fn(ComponentConfig, HostBox) -> PResult<EngineBox>,
+        pub new_trainer: extern "C" fn(ComponentConfig, HostBox) -> PResult<TrainerBox>,
+        #[sabi(last_prefix_field)]
+        pub new_bridge: extern "C" fn(ComponentConfig, HostBox) -> PResult<BridgeBox>,
         pub validate_config:
             extern "C" fn(ComponentKind, ComponentConfig) -> PResult<RVec<ConfigProblem>>,
     }

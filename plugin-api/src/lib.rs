@@ -45,7 +45,7 @@ pub use types::*;
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::HIDDEN;
+pub const API_LEVEL: u32 = api_level::BRIDGE;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -61,6 +61,10 @@ pub mod api_level {
     /// hidden states over the data plane and speculative decoding with a trained drafter.
     /// Plugins below this level answer `NotSupported` to them.
     pub const HIDDEN: u32 = 3;
+    /// `WeightBridge::plan` / `send`: bridges are components a job chooses (`[bridge] plugin`),
+    /// with halves in the trainer's and the engines' processes. A bridge below this level is
+    /// refused; engines and trainers below it are unaffected.
+    pub const BRIDGE: u32 = 4;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

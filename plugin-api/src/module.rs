@@ -54,8 +54,9 @@ impl RootModule for PluginModuleRef {
 pub mod level1 {
     use crate::caps::PluginManifest;
     use crate::compat::level2::{EngineBox, TrainerBox};
+    use crate::compat::level3::BridgeBox;
     use crate::error::PResult;
-    use crate::traits::{BridgeBox, HostBox};
+    use crate::traits::HostBox;
     use crate::types::ComponentConfig;
     use abi_stable::library::RootModule;
     use abi_stable::sabi_types::VersionStrings;
@@ -95,16 +96,19 @@ pub mod level1 {
 pub fn init_root_module(header: &LibHeader) -> Result<PluginModuleRef, LibraryError> {
     match header.init_root_module::<PluginModuleRef>() {
         Err(LibraryError::AbiInstability(report)) => {
-            if header
-                .ensure_layout::<crate::compat::level2::PluginModuleRef>()
-                .is_err()
-                && header.ensure_layout::<level1::PluginModuleRef>().is_err()
-            {
+            let older = header
+                .ensure_layout::<crate::compat::level3::PluginModuleRef>()
+                .is_ok()
+                || header
+                    .ensure_layout::<crate::compat::level2::PluginModuleRef>()
+                    .is_ok()
+                || header.ensure_layout::<level1::PluginModuleRef>().is_ok();
+            if !older {
                 return Err(LibraryError::AbiInstability(report));
             }
-            // SAFETY: the library's root module has the layout of the level-2 or level-1
-            // prefix of `PluginModule` (checked just above), whose constructors return the
-            // level-2 role traits' objects. A prefix reference reads the fields beyond the
+            // SAFETY: the library's root module has the layout of the level-3, level-2 or
+            // level-1 prefix of `PluginModule` (checked just above), whose constructors return
+            // the older role traits' objects. A prefix reference reads the fields beyond the
             // library's own field count as absent, and a trait object's vtable records its
             // own method count, so an appended method it lacks runs the trait's default.
             unsafe { header.unchecked_layout::<PluginModuleRef>() }

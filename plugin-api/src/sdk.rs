@@ -20,6 +20,7 @@
 //! `host/tests/abi_versions.rs` cuts out of `plugin-api/src/sdk.rs` to build a level-1 plugin.
 
 mod adapters;
+pub mod buckets;
 mod guard;
 mod macros;
 mod options;

@@ -21,6 +21,9 @@ use crate::types::{
 use crate::error::PluginError;
 use crate::types::{FeatureBatch, HiddenStatesReport, HiddenStatesRequest};
 // abi-append:hidden_states:end
+// abi-append:bridge:begin
+use crate::types::BridgePlan;
+// abi-append:bridge:end
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
 
@@ -125,12 +128,19 @@ pub trait Trainer: Send {
     // abi-append:hidden_states:end
 }
 
-/// A weight bridge: the two halves of a sync.
+/// A weight bridge: the halves of a sync, each in the process it concerns.
 ///
-/// The trainer side turns what the trainer exported into what travels (e.g. an atomically
-/// written checkpoint, a region key); the engine side turns what arrived into what the
-/// engine's `apply_weight_update` takes. The kind both halves carry is declared in the
-/// bridge's [`crate::Capabilities::update_kinds`].
+/// The host constructs one instance in the controller (asked for its [`plan`]), one in the
+/// trainer rank 0 worker and one in every engine worker. A sync is: the trainer exports the
+/// bridge's first declared kind, `trainer_side` (trainer process) turns it into what travels
+/// (an atomically written checkpoint, a region key, a bucket manifest); then, at once, `send`
+/// (trainer process) moves the data over the bridge's transport group while each engine's
+/// `engine_side` turns what arrived into what that engine's `apply_weight_update` takes, and
+/// the engine applies it. The host compares every engine's report with the shipped update's
+/// version and digest. See [`crate::types::BridgePlan`] for what the host does on a bridge's
+/// behalf.
+///
+/// [`plan`]: WeightBridge::plan
 #[sabi_trait]
 pub trait WeightBridge: Send + Sync {
     /// Trainer-side half: runs in the trainer's process.
@@ -138,6 +148,22 @@ pub trait WeightBridge: Send + Sync {
     /// Engine-side half: runs in the engine's process.
     #[sabi(last_prefix_field)]
     fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate>;
+    // abi-append:bridge:begin (API level 4; app/tests/abi_versions.rs cuts it out)
+    /// What the bridge needs from the host given its options (API level
+    /// [`BRIDGE`](crate::api_level::BRIDGE)); asked once, in the controller, before the run
+    /// starts. A bridge built before this method is refused (the default answers
+    /// `NotSupported`).
+    fn plan(&self) -> PResult<BridgePlan> {
+        Err(PluginError::not_supported("plan", "this bridge")).into()
+    }
+    /// Trainer process: moves the data of `shipped` (what `trainer_side` returned) to the
+    /// engines over [`BRIDGE_GROUP`](crate::types::BRIDGE_GROUP), while each engine applies
+    /// it. Runs only when the plan asks for a transport; the default moves nothing.
+    fn send(&self, shipped: WeightUpdate) -> PResult<()> {
+        let _ = shipped;
+        Ok(()).into()
+    }
+    // abi-append:bridge:end
 }
 
 /// Services the host hands to every plugin at construction.

@@ -128,6 +128,14 @@ impl<B: BridgeImpl> WeightBridge for Guarded<B> {
     fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate> {
         guard(|| self.0.engine_side(shipped))
     }
+    // abi-append:bridge:begin
+    fn plan(&self) -> PResult<BridgePlan> {
+        guard(|| self.0.plan())
+    }
+    fn send(&self, shipped: WeightUpdate) -> PResult<()> {
+        guard(|| self.0.send(shipped))
+    }
+    // abi-append:bridge:end
 }
 
 /// Wraps an engine for the ABI.

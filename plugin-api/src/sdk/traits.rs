@@ -153,11 +153,22 @@ pub trait TrainerImpl: Send + 'static {
 }
 
 /// A weight bridge, as a plugin author writes it.
+#[allow(unused_variables)]
 pub trait BridgeImpl: Send + Sync + 'static {
     /// See [`WeightBridge::trainer_side`].
     fn trainer_side(&self, exported: WeightUpdate) -> Result<WeightUpdate>;
     /// See [`WeightBridge::engine_side`].
     fn engine_side(&self, shipped: WeightUpdate) -> Result<WeightUpdate>;
+    // abi-append:bridge:begin
+    /// See [`WeightBridge::plan`]. The default: nothing resident, no restart, no transport.
+    fn plan(&self) -> Result<BridgePlan> {
+        Ok(BridgePlan::default())
+    }
+    /// See [`WeightBridge::send`]. The default moves nothing.
+    fn send(&self, shipped: WeightUpdate) -> Result<()> {
+        Ok(())
+    }
+    // abi-append:bridge:end
 }
 
 /// A plugin library: its manifest and constructors. Constructors that a plugin does not

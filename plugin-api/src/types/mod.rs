@@ -5,7 +5,9 @@
 //! - `memory`: well-known [`tags`], [`DType`], region requests and grants;
 //! - `component`: component config, [`ConfigProblem`], metrics and stats, log levels;
 //! - `hidden`: hidden-state requests, routes (control plane or transport) and feature batches
-//!   (API level 3).
+//!   (API level 3);
+//! - `bridge`: what a bridge component needs at run time and its transport group (API level
+//!   4).
 //!
 //! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
 //! or `#[repr(u8)]` (enums) and derives `StableAbi`, so abi_stable checks its layout when a
@@ -14,6 +16,7 @@
 //! (token ids and logprobs as blobs, [`crate::wire`]); a derive adds no field, so the layouts
 //! are the same.
 
+mod bridge;
 mod component;
 mod generate;
 mod hidden;
@@ -21,6 +24,7 @@ mod memory;
 mod train;
 mod update;
 
+pub use bridge::*;
 pub use component::*;
 pub use generate::*;
 pub use hidden::*;
