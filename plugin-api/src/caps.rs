@@ -34,7 +34,8 @@ impl ComponentKind {
 #[derive(StableAbi, Debug, Clone, PartialEq, Default)]
 pub struct Capabilities {
     /// Engine: update kinds `apply_weight_update` accepts. Trainer: kinds
-    /// `export_weight_update` produces. Bridge: the kind both of its halves carry.
+    /// `export_weight_update` produces. Bridge: the kind it asks the trainer to export, then
+    /// (when it differs) the kind it hands each engine's `apply_weight_update`.
     pub update_kinds: RVec<UpdateKind>,
     /// Memory tags whose release really returns memory on this platform.
     pub releasable_tags: RVec<RString>,
@@ -58,7 +59,7 @@ pub struct Capabilities {
 pub struct ComponentDecl {
     /// Role.
     pub kind: ComponentKind,
-    /// Name used in job files (`[engine] plugin = "<name>"`, `[bridge] mode = "<name>"`).
+    /// Name used in job files (`[engine] plugin = "<name>"`, `[bridge] plugin = "<name>"`).
     pub name: RString,
     /// One-line description.
     pub description: RString,
@@ -80,53 +81,4 @@ pub struct PluginManifest {
     pub abi_version: RString,
     /// Components it provides.
     pub components: RVec<ComponentDecl>,
-}
-
-/// Weight-bridge modes a job file can choose (`[bridge] mode`).
-#[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BridgeMode {
-    /// Single copy through a shared region.
-    Ipc,
-    /// LoRA adapter hot swap.
-    Lora,
-    /// Checkpoint + engine restart/reload.
-    Checkpoint,
-    /// Bucketed tensors over the transport.
-    Broadcast,
-}
-
-impl BridgeMode {
-    /// All modes, in documentation order.
-    pub const ALL: [BridgeMode; 4] = [
-        BridgeMode::Ipc,
-        BridgeMode::Lora,
-        BridgeMode::Checkpoint,
-        BridgeMode::Broadcast,
-    ];
-
-    /// The name used in job files.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BridgeMode::Ipc => "ipc",
-            BridgeMode::Lora => "lora",
-            BridgeMode::Checkpoint => "checkpoint",
-            BridgeMode::Broadcast => "broadcast",
-        }
-    }
-
-    /// Parses a job-file name.
-    pub fn parse(name: &str) -> Option<BridgeMode> {
-        BridgeMode::ALL.into_iter().find(|m| m.as_str() == name)
-    }
-
-    /// The update kind this mode carries: the trainer must export it and the engine accept it.
-    pub fn update_kind(self) -> UpdateKind {
-        match self {
-            BridgeMode::Ipc => UpdateKind::SharedRegion,
-            BridgeMode::Lora => UpdateKind::Adapter,
-            BridgeMode::Checkpoint => UpdateKind::CheckpointDir,
-            BridgeMode::Broadcast => UpdateKind::TensorBuckets,
-        }
-    }
 }

@@ -32,7 +32,7 @@ pub mod wire;
 
 pub use abi_stable;
 pub use abi_stable::std_types::{ROption, RResult, RSlice, RSliceMut, RStr, RString, RVec};
-pub use caps::{BridgeMode, Capabilities, ComponentDecl, ComponentKind, PluginManifest};
+pub use caps::{Capabilities, ComponentDecl, ComponentKind, PluginManifest};
 pub use error::{ErrorCode, PResult, PluginError};
 pub use inventory;
 pub use module::{PluginModule, PluginModuleRef};

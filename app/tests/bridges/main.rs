@@ -19,13 +19,15 @@ use tandem_plugin_api::{
     GenerateRequest, PauseMode, RVec, SamplingParams, UpdateKind, UpdatePayload,
 };
 use tandem_rl::bridge::BridgeDriver;
+// The built-in bridges, registered when linked.
+use tandem_plugin_bridges as _;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine};
 
 #[test]
 fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
     let m = model("tiny", 3);
     let mut r = rig(&m, &m, "");
-    let mut d = BridgeDriver::new("ipc", true, &no_options()).unwrap();
+    let mut d = BridgeDriver::builtin("ipc", true, &no_options()).unwrap();
     assert!(!d.trainer_offload_tags().contains(&"weights".to_string()));
     assert!(!d.engine_release_tags().contains(&"weights".to_string()));
     assert_eq!(d.engine_release_tags(), ["kv_cache", "activations"]);
@@ -105,7 +107,7 @@ fn ipc_setup_refuses_a_layout_mismatch_in_one_error() {
     let small = model("small", 3);
     let mut r = rig(&tiny, &small, "");
     let _ = dir;
-    let mut d = BridgeDriver::new("ipc", true, &no_options()).unwrap();
+    let mut d = BridgeDriver::builtin("ipc", true, &no_options()).unwrap();
     let before = r.engine_probe(0);
     r.pause();
     let e = d
@@ -124,7 +126,7 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     let m = model("tiny", 3);
     let lora = r#"{"lora": {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "v_proj"], "seed": 1}}"#;
     let mut r = rig(&m, &m, lora);
-    let mut d = BridgeDriver::new("lora", true, &no_options()).unwrap();
+    let mut d = BridgeDriver::builtin("lora", true, &no_options()).unwrap();
     d.setup(&r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap();
     assert_eq!(d.request_adapter(), None);
@@ -168,7 +170,7 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     bytes[n - 8..].copy_from_slice(&[0x7f; 8]);
     std::fs::write(&file, &bytes).unwrap();
     let e = d
-        .apply(update.clone(), &mut r.engines, &mut r.launcher)
+        .apply(update.clone(), &r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(
@@ -203,7 +205,7 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     };
     r.pause();
     let e = d
-        .apply(mismatched, &mut r.engines, &mut r.launcher)
+        .apply(mismatched, &r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(e.contains("digest mismatch"), "{e}");
@@ -230,7 +232,7 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
 fn checkpoint_restarts_the_engine_on_an_atomic_checkpoint() {
     let m = model("tiny", 3);
     let mut r = rig(&m, &m, "");
-    let mut d = BridgeDriver::new("checkpoint", true, &no_options()).unwrap();
+    let mut d = BridgeDriver::builtin("checkpoint", true, &no_options()).unwrap();
     assert!(d.restarts());
     d.setup(&r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap();
@@ -255,7 +257,7 @@ fn checkpoint_restarts_the_engine_on_an_atomic_checkpoint() {
     std::fs::remove_dir_all(&dir).unwrap();
     let pid = r.engines[0].pid();
     let e = d
-        .apply(update, &mut r.engines, &mut r.launcher)
+        .apply(update, &r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(
@@ -302,7 +304,7 @@ fn checkpoint_without_restart_reloads_in_place() {
     let m = model("tiny", 3);
     let mut r = rig(&m, &m, "");
     let opts: toml::Table = toml::from_str("restart = false").unwrap();
-    let mut d = BridgeDriver::new("checkpoint", true, &opts).unwrap();
+    let mut d = BridgeDriver::builtin("checkpoint", true, &opts).unwrap();
     assert!(!d.restarts());
     r.train_step();
     let pid = r.engines[0].pid();
@@ -321,7 +323,7 @@ fn checkpoint_without_restart_reloads_in_place() {
     bytes[at] ^= 0x40;
     std::fs::write(&file, &bytes).unwrap();
     let e = d
-        .apply(update, &mut r.engines, &mut r.launcher)
+        .apply(update, &r.trainer, &mut r.engines, &mut r.launcher)
         .unwrap_err()
         .to_string();
     assert!(
@@ -378,17 +380,16 @@ fn checkpoint_without_restart_reloads_in_place() {
 #[test]
 fn bad_bridge_settings_are_one_line_errors() {
     for (mode, opts, want) in [
-        ("zip", "", "unknown bridge mode `zip`"),
-        ("broadcast", "", "not implemented"),
-        (
-            "ipc",
-            "restart = true",
-            "not an option of bridge mode `ipc`",
-        ),
-        ("checkpoint", "restart = 3", "true or false"),
+        ("zip", "", "no loaded plugin provides the bridge `zip`"),
+        ("broadcast", "bucket_mb = 0", "bucket_mb"),
+        ("ipc", "restart = true", "bridge.options.restart"),
+        ("checkpoint", "restart = 3", "bridge.options.restart"),
     ] {
         let t: toml::Table = toml::from_str(opts).unwrap();
-        let e = BridgeDriver::new(mode, true, &t).err().unwrap().to_string();
+        let e = BridgeDriver::builtin(mode, true, &t)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains(want), "{mode}: {e}");
         assert_eq!(e.lines().count(), 1, "{e}");
     }

@@ -73,14 +73,12 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
             plan.trainer.component, plan.trainer.ranks, plan.trainer.plugin, plan.trainer.source
         ),
         format!(
-            "  bridge     {} ({} updates, verify {}) — {}",
+            "  bridge     {} from plugin `{}`: trainer exports {}, engines apply {} (verify {})",
             plan.bridge.mode,
-            plan.bridge.update_kind,
+            plan.bridge.provider.as_deref().unwrap_or("?"),
+            plan.bridge.export_kind,
+            plan.bridge.apply_kind,
             if plan.bridge.verify { "on" } else { "off" },
-            match &plan.bridge.provider {
-                Some(p) => format!("from plugin `{p}`"),
-                None => "synced by the host's bridge driver (both halves in the plugins)".into(),
-            }
         ),
         format!("  transport  {}", plan.transport),
     ];

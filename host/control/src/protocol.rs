@@ -8,15 +8,17 @@
 //! engine serves calls concurrently). [`Call::Exit`] ends the session.
 //!
 //! The role calls and their replies ([`EngineCall`], [`EngineReply`], [`TrainerCall`],
-//! [`TrainerReply`]) are generated from the [role table](crate::roles).
+//! [`TrainerReply`]) are generated from the [role table](crate::roles). The bridge calls
+//! ([`BridgeCall`]) run a weight bridge's half beside the worker's component.
 
 use crate::roles::vocabulary::*;
 use serde::{Deserialize, Serialize};
-use tandem_plugin_api::PluginError;
+use tandem_plugin_api::{BridgePlan, PluginError};
 
 /// Version of this protocol; a worker of another build is refused at the hello. 2: role calls
 /// and replies generated from the role table (struct variants; replies per role and method).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// 3: bridge calls.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Role of a worker process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -107,8 +109,71 @@ pub enum Call {
     Engine(EngineCall),
     /// A trainer method.
     Trainer(TrainerCall),
+    /// A half of the worker's weight bridge.
+    Bridge(BridgeCall),
     /// Answer, then exit the worker process with status 0.
     Exit,
+}
+
+/// A half of a weight bridge, run in the worker that holds the bridge instance next to its
+/// component (see `tandem_plugin_api::WeightBridge`).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum BridgeCall {
+    /// Any worker: constructs the bridge component `component` (its plugin from the worker's
+    /// registry) with `options_json` beside the worker's component, replacing any earlier
+    /// one; `engines` is the run's engine ranks (the bridge's `world_size`). Answered with
+    /// [`BridgeReply::Installed`] and the bridge's plan.
+    Install {
+        /// The bridge component (the job's `[bridge] plugin`).
+        component: String,
+        /// Its options (`[bridge.options]`) as JSON.
+        options_json: String,
+        /// The run's engine ranks.
+        engines: u32,
+    },
+    /// Trainer worker: the trainer exports `kind`, then the bridge's trainer half turns it
+    /// into what ships. Answered with [`BridgeReply::Shipped`].
+    Export {
+        /// The kind the bridge asks the trainer for.
+        kind: UpdateKind,
+    },
+    /// Trainer worker: the bridge moves the data of `shipped` over its transport group.
+    /// Answered with [`BridgeReply::Sent`].
+    Send {
+        /// What the trainer half returned.
+        shipped: WeightUpdate,
+    },
+    /// Engine worker: the bridge's engine half, then the engine applies what it returned.
+    /// Answered with [`BridgeReply::Applied`].
+    Apply {
+        /// What the trainer half returned.
+        shipped: WeightUpdate,
+    },
+}
+
+impl BridgeCall {
+    /// The call's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BridgeCall::Install { .. } => "bridge install",
+            BridgeCall::Export { .. } => "bridge export",
+            BridgeCall::Send { .. } => "bridge send",
+            BridgeCall::Apply { .. } => "bridge apply",
+        }
+    }
+}
+
+/// The result of a [`BridgeCall`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum BridgeReply {
+    /// The bridge is in place; its plan.
+    Installed(BridgePlan),
+    /// What ships to the engines.
+    Shipped(WeightUpdate),
+    /// The data moved.
+    Sent,
+    /// What the engine reports after applying.
+    Applied(UpdateReport),
 }
 
 impl Call {
@@ -117,6 +182,7 @@ impl Call {
         match self {
             Call::Engine(c) => c.name(),
             Call::Trainer(c) => c.name(),
+            Call::Bridge(c) => c.name(),
             Call::Exit => "exit",
         }
     }
@@ -127,6 +193,7 @@ impl Call {
         match self {
             Call::Engine(c) => c.quick(),
             Call::Trainer(c) => c.quick(),
+            Call::Bridge(_) => false,
             Call::Exit => true,
         }
     }
@@ -139,6 +206,8 @@ pub enum Reply {
     Engine(EngineReply),
     /// The result of a trainer method.
     Trainer(TrainerReply),
+    /// The result of a bridge call.
+    Bridge(BridgeReply),
     /// The answer to [`Call::Exit`].
     Exit,
 }
@@ -149,6 +218,10 @@ impl Reply {
         match self {
             Reply::Engine(r) => r.name(),
             Reply::Trainer(r) => r.name(),
+            Reply::Bridge(BridgeReply::Installed(_)) => "bridge install",
+            Reply::Bridge(BridgeReply::Shipped(_)) => "bridge export",
+            Reply::Bridge(BridgeReply::Sent) => "bridge send",
+            Reply::Bridge(BridgeReply::Applied(_)) => "bridge apply",
             Reply::Exit => "exit",
         }
     }

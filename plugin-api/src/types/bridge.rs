@@ -28,4 +28,7 @@ pub struct BridgePlan {
     /// The halves move data over the transport group [`BRIDGE_GROUP`]: the host builds it
     /// and runs the trainer half's `send` while every engine applies the update.
     pub transport: bool,
+    /// The host syncs once after the trainer's init, before the first rollout (e.g. engines
+    /// start serving the trainer's own memory and free their copy).
+    pub sync_at_start: bool,
 }

@@ -161,7 +161,7 @@ impl Ctx<'_> {
         if mode == "checkpoint" {
             bridge_opts.insert("restart".into(), toml::Value::Boolean(restart));
         }
-        let mut driver = BridgeDriver::new(mode, verify, &bridge_opts)?;
+        let mut driver = BridgeDriver::builtin(mode, verify, &bridge_opts)?;
         // The ipc setup applies the trainer's region: updates go to paused engines.
         pause(&engines)?;
         driver.setup(&trainer, &mut engines, &mut launcher)?;

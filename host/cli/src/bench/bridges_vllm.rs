@@ -238,7 +238,7 @@ impl Session {
         if mode == "checkpoint" {
             bridge_opts.insert("restart".into(), toml::Value::Boolean(false));
         }
-        let mut driver = BridgeDriver::new(mode, false, &bridge_opts)?;
+        let mut driver = BridgeDriver::builtin(mode, false, &bridge_opts)?;
         driver.setup(&self.trainer, &mut self.engines, &mut self.launcher)?;
         let mut lat = Vec::with_capacity(n);
         for _ in 0..n {

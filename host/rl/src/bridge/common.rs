@@ -1,20 +1,21 @@
-//! What every bridge mode shares: the version bookkeeping (versions only go up), the digest
-//! checks on both ends of a sync, shipping one update to every engine, and the sync's record.
+//! What every bridge shares on the controller's side: the version bookkeeping (versions only
+//! go up), the digest checks on both ends of a sync, the bytes a sync moved, and its record.
 
 use std::path::Path;
 
 use crate::error::RlError;
-use tandem_plugin_api::{BridgeMode, RString, UpdatePayload, UpdateReport, WeightUpdate};
-use tandem_runtime::launch::{RemoteEngine, RemoteTrainer};
+use tandem_plugin_api::{RString, UpdatePayload, UpdateReport, WeightUpdate};
+use tandem_runtime::launch::RemoteEngine;
 
 /// What one sync did (→ metrics).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyncRecord {
     /// Weight version the engines serve after the sync.
     pub version: u64,
-    /// `ipc`, `lora` or `checkpoint`.
+    /// The bridge component (`ipc`, `lora`, `checkpoint`, `broadcast`, a third party's).
     pub mode: String,
-    /// Bytes shipped from the trainer to the engines (files each engine read; 0 for `ipc`).
+    /// Bytes shipped from the trainer to the engines (files each engine read, buckets each
+    /// engine received; 0 for `ipc`).
     pub bytes_moved: u64,
     /// Wall time of the sync, export to verified.
     pub latency_s: f64,
@@ -30,26 +31,25 @@ pub struct SyncRecord {
     pub restarted: bool,
 }
 
-/// The mode-independent state of a bridge: its mode, whether it verifies, and the version
+/// The controller's bookkeeping of a bridge: its name, whether it verifies, and the version
 /// the engines serve.
-pub(super) struct Common {
-    pub mode: BridgeMode,
+pub(super) struct Ledger {
+    pub name: String,
     pub verify: bool,
     /// The version the engines serve after the last sync (`None` before the first).
     pub version: Option<u64>,
 }
 
-impl Common {
-    /// The trainer half of a sync: the trainer exports its weights in this mode's kind; the
-    /// version may not go down and, with `verify`, a digest must come with it.
-    pub fn export(&self, trainer: &RemoteTrainer) -> Result<WeightUpdate, RlError> {
-        let update = trainer.export_weight_update(self.mode.update_kind())?;
-        let mode = self.mode.as_str();
+impl Ledger {
+    /// Checks what the trainer half shipped: the version may not go down and, with `verify`,
+    /// a digest must come with it.
+    pub fn check_export(&self, update: &WeightUpdate) -> Result<(), RlError> {
+        let name = &self.name;
         if let Some(v) = self.version
             && update.version < v
         {
             return Err(RlError::failed(format!(
-                "{mode} bridge: the trainer exported weight version {} after version {v} was \
+                "{name} bridge: the trainer exported weight version {} after version {v} was \
                  synced; versions only go up",
                 update.version
             ))
@@ -57,11 +57,11 @@ impl Common {
         }
         if self.verify && update.digest.is_empty() {
             return Err(RlError::usage(format!(
-                "{mode} bridge: `[bridge] verify` is on but the trainer exported no weight digest"
+                "{name} bridge: `[bridge] verify` is on but the trainer exported no weight digest"
             ))
             .with_help("let the trainer compute digests, or set `verify = false`"));
         }
-        Ok(update)
+        Ok(())
     }
 
     /// The update as engines get it: without the digest when verification is off.
@@ -73,30 +73,7 @@ impl Common {
         u
     }
 
-    /// Applies `shipped` on every engine in rank order; the first failure names the engine,
-    /// says it kept its previous weights and whether others already switched.
-    pub fn apply_all(
-        &self,
-        update: &WeightUpdate,
-        shipped: &WeightUpdate,
-        engines: &[RemoteEngine],
-    ) -> Result<Vec<UpdateReport>, RlError> {
-        let mut reports = Vec::with_capacity(engines.len());
-        for (i, e) in engines.iter().enumerate() {
-            let r = e.apply_weight_update(shipped.clone()).map_err(|err| {
-                RlError::failed(format!(
-                    "{} bridge: {} kept serving its previous weights: {err}{}",
-                    self.mode.as_str(),
-                    e.name(),
-                    mixed_note(i, update.version)
-                ))
-            })?;
-            reports.push(r);
-        }
-        Ok(reports)
-    }
-
-    /// Compares every engine's version and (when verifying) digest with the trainer's.
+    /// Compares every engine's version and (when verifying) digest with the shipped update.
     /// Returns whether the digest check ran and passed.
     pub fn check_reports(
         &self,
@@ -104,11 +81,11 @@ impl Common {
         reports: &[UpdateReport],
         engines: &[RemoteEngine],
     ) -> Result<bool, RlError> {
-        let mode = self.mode.as_str();
+        let name = &self.name;
         for (r, e) in reports.iter().zip(engines) {
             if r.version != update.version {
                 return Err(RlError::failed(format!(
-                    "{mode} bridge: {} reports version {} after applying version {}",
+                    "{name} bridge: {} reports version {} after applying version {}",
                     e.name(),
                     r.version,
                     update.version
@@ -121,7 +98,7 @@ impl Common {
                     r.digest.as_str()
                 };
                 return Err(RlError::failed(format!(
-                    "{mode} bridge: weight digest mismatch on {}: the trainer exported {} (v{}), \
+                    "{name} bridge: weight digest mismatch on {}: the trainer exported {} (v{}), \
                      the engine serves {served}",
                     e.name(),
                     update.digest,
@@ -135,14 +112,16 @@ impl Common {
 }
 
 /// Bytes an update ships to `engines` engines: the files of its directory each engine reads
-/// (checkpoint, adapter), nothing for a shared region.
+/// (checkpoint, adapter), the buckets each receives, nothing for a shared region.
 pub(super) fn shipped_bytes(update: &WeightUpdate, engines: usize) -> u64 {
-    match &update.payload {
+    let each = match &update.payload {
         UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. } => {
-            dir_bytes(Path::new(dir.as_str())) * engines as u64
+            dir_bytes(Path::new(dir.as_str()))
         }
-        _ => 0,
-    }
+        UpdatePayload::TensorBuckets { buckets, .. } => buckets.iter().map(|b| b.bytes).sum(),
+        UpdatePayload::SharedRegion { .. } => 0,
+    };
+    each * engines as u64
 }
 
 /// Total size of the files directly in `dir`.
@@ -157,11 +136,17 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The tail of a sync error when engines `0..failed` already switched to `version`.
-pub(super) fn mixed_note(failed: usize, version: u64) -> String {
-    if failed > 0 {
-        format!("; engines 0..{failed} already serve v{version}: the run must stop")
-    } else {
-        String::new()
+/// The tail of a sync error when the engines at `switched` already serve `version`.
+pub(super) fn mixed_note(switched: &[usize], version: u64) -> String {
+    match switched {
+        [] => String::new(),
+        [one] => format!("; engine {one} already serves v{version}: the run must stop"),
+        many => {
+            let list: Vec<String> = many.iter().map(ToString::to_string).collect();
+            format!(
+                "; engines {} already serve v{version}: the run must stop",
+                list.join(", ")
+            )
+        }
     }
 }

@@ -1,44 +1,40 @@
 //! Weight bridges: the sync driver the RL loop calls after each training step.
 //!
-//! [`BridgeDriver`] runs one of three modes chosen by the job file's `[bridge] mode`, one
-//! module each behind the internal `Mode` trait: `ipc` (engines serve the trainer's weights
-//! region in place), `lora` (hot-swapped PEFT adapters), `checkpoint` (atomic HF
-//! checkpoints, engines restarted on them or reloading in place). What they share — the
-//! version bookkeeping, the digest checks, shipping to every engine, the [`SyncRecord`] — is
-//! in `common`; `[bridge]` settings are parsed by [`parse_settings`] (what `tandem check`
-//! runs too).
+//! A bridge is a plugin component (`[bridge] plugin = "<component>"`; `mode` is the same key
+//! under its older name): the built-ins `ipc`, `lora`, `checkpoint` and `broadcast` of the
+//! `bridges` plugin, or a third party's. [`BridgeDriver`] owns the controller's part of every
+//! bridge and nothing mode-specific: it installs the bridge's halves in the trainer and
+//! engine workers, asks the trainer for the bridge's export kind, runs the trainer half there,
+//! ships what it returned through each engine's half and apply — in rank order, or all at once
+//! while the trainer half sends when the bridge moves data over the transport — and checks
+//! every engine's version and digest. What a bridge needs from the controller it says in its
+//! plan (`BridgePlan`): tags that stay resident, engine restarts on a checkpoint (only the
+//! controller owns processes: `restart.rs`), a transport group, a sync before the first
+//! rollout. The record of a sync is a [`SyncRecord`].
 //!
-//! A sync is: the trainer exports (versions only go up; with `verify` a digest comes with
-//! it) → the mode ships the update to every engine (or restarts them on it) → every engine
-//! reports what it now serves, compared with the trainer's digest unless `[bridge] verify =
-//! false` (an engine already refuses to switch to weights whose digest differs) → the
-//! record. The loop stages memory between the export and the shipping through
-//! [`SyncStages`] ([`BridgeDriver::sync_staged`]); benchmarks and tests use
-//! [`BridgeDriver::sync`].
-//!
-//! Where the halves run: the trainer half (export, atomic write, digest) is the trainer
-//! plugin's `export_weight_update` in the trainer's worker, the engine half (map / load /
-//! switch / digest) the engine plugin's `apply_weight_update` in the engine's worker; the
-//! controller-side part (restarts through the launcher, comparing digests, records) lives
-//! here because only the controller owns processes. See `BRIDGE-NOTES.md` beside this crate.
+//! The loop stages memory between the export and the shipping through [`SyncStages`]
+//! ([`BridgeDriver::sync_staged`]); benchmarks and tests use [`BridgeDriver::sync`]. See
+//! `BRIDGE-NOTES.md` beside this crate.
 
-mod checkpoint;
 mod common;
-mod ipc;
-mod lora;
+mod resolve;
+mod restart;
 pub mod rss;
-mod settings;
+mod ship;
 
 pub use common::SyncRecord;
-pub use settings::{BridgeProblem, BridgeSettings, parse_settings};
+pub use resolve::{BridgeChoice, BridgeProblem, resolve};
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::error::RlError;
-use common::Common;
-use tandem_plugin_api::{BridgeMode, UpdatePayload, UpdateReport, WeightUpdate};
+use common::Ledger;
+use tandem_plugin_api::{BridgePlan, ComponentConfig, UpdatePayload, WeightUpdate};
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
+use tandem_runtime::registry::Registry;
 
 /// Called with each restarted engine before its health check (tests use it to kill the
 /// engine mid-restart).
@@ -58,88 +54,79 @@ pub trait SyncStages {
     fn failed(&mut self);
 }
 
-/// One update on its way to the engines.
-struct Shipment<'a> {
-    update: &'a WeightUpdate,
-    engines: &'a mut [RemoteEngine],
-    launcher: &'a mut LocalLauncher,
-    meter: &'a mut rss::PeakMeter,
-}
-
-/// What differs between the bridge modes.
-trait Mode: Send {
-    /// Brings `update` to every engine; one report per engine, in rank order.
-    fn ship(
-        &mut self,
-        common: &Common,
-        shipment: Shipment<'_>,
-    ) -> Result<Vec<UpdateReport>, RlError>;
-    /// Bookkeeping once `update` was shipped and verified.
-    fn shipped(&mut self, _update: &WeightUpdate) {}
-    /// Once, after the trainer's init and before the first sync.
-    fn setup(
-        &mut self,
-        _common: &mut Common,
-        _trainer: &RemoteTrainer,
-        _engines: &mut [RemoteEngine],
-    ) -> Result<(), RlError> {
-        Ok(())
-    }
-    /// The engines serve the trainer's weights memory: neither side may let go of it.
-    fn keeps_weights_resident(&self) -> bool {
-        false
-    }
-    /// A sync starts the engines anew on the update.
-    fn restarts(&self) -> bool {
-        false
-    }
-    /// The adapter generate requests must name.
-    fn adapter(&self) -> Option<String> {
-        None
-    }
-    /// See [`BridgeDriver::set_restart_hook`].
-    fn set_restart_hook(&mut self, _hook: Option<RestartHook>) {}
-}
-
-/// Drives weight syncs from a trainer to its engines in one bridge mode.
+/// Drives weight syncs from a trainer to its engines through one bridge component.
 pub struct BridgeDriver {
-    common: Common,
-    mode: Box<dyn Mode>,
-    /// The model the trainer started from: a checkpoint dir the trainer exports gets its
-    /// companion files (tokenizer, generation config, chat template) before it is shipped.
+    choice: BridgeChoice,
+    plan: BridgePlan,
+    ledger: Ledger,
+    /// The adapter generate requests name (after a sync that shipped one).
+    adapter: Option<String>,
+    hook: Option<RestartHook>,
+    /// The model the trainer started from: a checkpoint dir the bridge ships gets its
+    /// companion files (tokenizer, generation config, chat template) before engines see it.
     source_model: Option<PathBuf>,
+    /// Worker pids holding this bridge's half.
+    installed: Mutex<HashSet<u32>>,
 }
 
 const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
 const ENGINE_TAGS: [&str; 3] = ["weights", "kv_cache", "activations"];
 
 impl BridgeDriver {
-    /// `mode` = job file `[bridge] mode`, `verify` = `[bridge] verify`, options =
-    /// `[bridge.options]`. Refuses what [`parse_settings`] refuses (validation already
-    /// reported it, with positions).
-    pub fn new(mode: &str, verify: bool, options: &toml::Table) -> Result<BridgeDriver, RlError> {
-        let BridgeSettings { mode, restart } =
-            parse_settings(mode, options).map_err(|p| settings::problems_error(&p))?;
-        let driver: Box<dyn Mode> = match mode {
-            BridgeMode::Ipc => Box::<ipc::Ipc>::default(),
-            BridgeMode::Lora => Box::<lora::Lora>::default(),
-            _ => Box::new(checkpoint::Checkpoint {
-                restart,
-                hook: None,
-            }),
+    /// The bridge component `name` (`[bridge] plugin`) of `registry` with `options`
+    /// (`[bridge.options]`), `verify` = `[bridge] verify`. Refuses what [`resolve`] refuses
+    /// (validation already reported it, with positions), then asks a controller-side instance
+    /// of the bridge for its plan.
+    pub fn new(
+        registry: &Registry,
+        name: &str,
+        verify: bool,
+        options: &toml::Table,
+    ) -> Result<BridgeDriver, RlError> {
+        let choice = resolve(registry, name, options).map_err(|p| resolve::problems_error(&p))?;
+        let config = ComponentConfig {
+            component: name.into(),
+            model_path: "".into(),
+            options_json: choice.options_json.as_str().into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: "".into(),
         };
+        let services = tandem_runtime::services::Services::new();
+        let plan = registry
+            .new_bridge(config, services.handle())?
+            .plan()
+            .into_result()
+            .map_err(|e| RlError::failed(format!("{name} bridge: its plan: {e}")))?;
         Ok(BridgeDriver {
-            common: Common {
-                mode,
+            ledger: Ledger {
+                name: name.to_owned(),
                 verify,
                 version: None,
             },
-            mode: driver,
+            choice,
+            plan,
+            adapter: None,
+            hook: None,
             source_model: None,
+            installed: Mutex::new(HashSet::new()),
         })
     }
 
-    /// Sets the model the trainer started from: every checkpoint dir the trainer exports is
+    /// [`new`](Self::new) with the registry of this process's built-in plugins and the
+    /// plugin libraries beside its executable (benchmarks and tests).
+    pub fn builtin(
+        name: &str,
+        verify: bool,
+        options: &toml::Table,
+    ) -> Result<BridgeDriver, RlError> {
+        let registry = Registry::discover(&[])
+            .map_err(|e| RlError::Runtime(tandem_runtime::RuntimeError::Plugins(e)))?;
+        BridgeDriver::new(&registry, name, verify, options)
+    }
+
+    /// Sets the model the trainer started from: every checkpoint dir the bridge ships is
     /// completed with its companion files before an engine sees it
     /// (`tandem_model::companion`), so a restarted engine, Hugging Face tools and vLLM load
     /// it as it is.
@@ -147,57 +134,142 @@ impl BridgeDriver {
         self.source_model = Some(dir.to_path_buf());
     }
 
-    /// The mode's job-file name.
-    pub fn mode(&self) -> &'static str {
-        self.common.mode.as_str()
+    /// The bridge component's name.
+    pub fn mode(&self) -> &str {
+        &self.ledger.name
     }
 
-    /// Whether checkpoint syncs restart the engines (`[bridge.options] restart`).
+    /// The bridge as resolved (component, plugin, kinds).
+    pub fn choice(&self) -> &BridgeChoice {
+        &self.choice
+    }
+
+    /// What the bridge asked of the controller.
+    pub fn plan(&self) -> &BridgePlan {
+        &self.plan
+    }
+
+    /// Whether syncs restart the engines (`checkpoint`, `restart = true`).
     pub fn restarts(&self) -> bool {
-        self.mode.restarts()
+        self.plan.restart_engines
+    }
+
+    /// Whether the bridge moves data over the transport group `bridge`: the workers must be
+    /// launched in a transport world that has it (trainer rank 0 first, then the engines).
+    pub fn needs_transport(&self) -> bool {
+        self.plan.transport
     }
 
     /// The version the engines serve after the last sync (`None` before the first).
     pub fn version(&self) -> Option<u64> {
-        self.common.version
+        self.ledger.version
     }
 
     /// Sets a hook called with each restarted engine before its health check.
     pub fn set_restart_hook(&mut self, hook: Option<RestartHook>) {
-        self.mode.set_restart_hook(hook);
+        self.hook = hook;
     }
 
-    /// Tags the loop may offload on the trainer after training (ipc: excludes "weights").
+    /// Tags the loop may offload on the trainer after training (not the bridge's resident
+    /// tags, e.g. `weights` for `ipc`).
     pub fn trainer_offload_tags(&self) -> Vec<String> {
         self.tags(&TRAINER_TAGS)
     }
 
-    /// Tags the drained offload releases on engines (ipc: excludes the shared weights).
+    /// Tags the drained offload releases on engines (not the bridge's resident tags).
     pub fn engine_release_tags(&self) -> Vec<String> {
         self.tags(&ENGINE_TAGS)
     }
 
     fn tags(&self, all: &[&str]) -> Vec<String> {
-        let resident = self.mode.keeps_weights_resident();
+        let resident = &self.plan.resident_tags;
         all.iter()
-            .filter(|t| !(resident && **t == "weights"))
+            .filter(|t| !resident.iter().any(|r| r.as_str() == **t))
             .map(|t| t.to_string())
             .collect()
     }
 
-    /// The adapter name generate requests must carry (lora mode), None otherwise.
+    /// The adapter name generate requests must carry (after a sync that shipped an adapter).
     pub fn request_adapter(&self) -> Option<String> {
-        self.mode.adapter()
+        self.adapter.clone()
     }
 
-    /// Once, after the trainer's init and before the first sync (ipc: attach + layout check).
+    /// Installs the bridge's half in a worker unless it holds it already.
+    fn install(
+        &self,
+        pid: u32,
+        install: impl FnOnce() -> Result<BridgePlan, tandem_runtime::RuntimeError>,
+    ) -> Result<(), RlError> {
+        let mut done = self.installed.lock().unwrap_or_else(|p| p.into_inner());
+        if done.contains(&pid) {
+            return Ok(());
+        }
+        let plan = install()?;
+        if plan != self.plan {
+            return Err(RlError::failed(format!(
+                "{} bridge: a worker's instance plans {plan:?}, the controller's {:?}",
+                self.ledger.name, self.plan
+            ))
+            .with_help("the bridge's plan must depend on its options only"));
+        }
+        done.insert(pid);
+        Ok(())
+    }
+
+    fn install_trainer(&self, trainer: &RemoteTrainer, engines: usize) -> Result<(), RlError> {
+        let c = &self.choice;
+        self.install(trainer.pid(), || {
+            trainer.bridge_install(&c.component, &c.options_json, engines as u32)
+        })
+    }
+
+    fn install_engine(&self, engine: &RemoteEngine, engines: usize) -> Result<(), RlError> {
+        let c = &self.choice;
+        self.install(engine.pid(), || {
+            engine.bridge_install(&c.component, &c.options_json, engines as u32)
+        })
+    }
+
+    fn install_all(
+        &self,
+        trainer: &RemoteTrainer,
+        engines: &[RemoteEngine],
+    ) -> Result<(), RlError> {
+        self.install_trainer(trainer, engines.len())?;
+        engines
+            .iter()
+            .try_for_each(|e| self.install_engine(e, engines.len()))
+    }
+
+    /// Once, after the trainer's init and before the first sync: installs the bridge's halves
+    /// in the workers and, when its plan asks (`ipc`), syncs the trainer's current weights.
     pub fn setup(
         &mut self,
         trainer: &RemoteTrainer,
         engines: &mut [RemoteEngine],
-        _launcher: &mut LocalLauncher,
+        launcher: &mut LocalLauncher,
     ) -> Result<(), RlError> {
-        self.mode.setup(&mut self.common, trainer, engines)
+        self.install_all(trainer, engines)?;
+        if self.plan.sync_at_start {
+            let rec = self.sync(trainer, engines, launcher)?;
+            tracing::info!(
+                "{} bridge: {} engine(s) serve the trainer's weights (v{}, {})",
+                self.mode(),
+                engines.len(),
+                rec.version,
+                rec.digest
+            );
+        }
+        Ok(())
+    }
+
+    /// The trainer half: the trainer exports the bridge's kind and the bridge turns it into
+    /// what ships; checked (versions only go up, a digest when verifying).
+    fn export(&self, trainer: &RemoteTrainer, engines: usize) -> Result<WeightUpdate, RlError> {
+        self.install_trainer(trainer, engines)?;
+        let shipped = trainer.bridge_export(self.choice.export)?;
+        self.ledger.check_export(&shipped)?;
+        Ok(shipped)
     }
 
     /// One sync, export to verified, nothing in between. Engines are paused (not generating)
@@ -212,13 +284,13 @@ impl BridgeDriver {
         // The meter reads the workers' memory before the clock starts and after it stops.
         let mut meter = rss::PeakMeter::start(launcher.live_pids());
         let start = Instant::now();
-        let update = self.common.export(trainer)?;
+        let update = self.export(trainer, engines.len())?;
         tracing::debug!(
             "{} sync: trainer export took {:.2} ms",
             self.mode(),
             start.elapsed().as_secs_f64() * 1e3
         );
-        let rec = self.ship(update, engines, launcher, &mut meter)?;
+        let rec = self.ship(update, trainer, engines, launcher, &mut meter)?;
         Ok(SyncRecord {
             latency_s: start.elapsed().as_secs_f64(),
             peak_rss_bytes: meter.finish(),
@@ -235,23 +307,38 @@ impl BridgeDriver {
         stages: &mut dyn SyncStages,
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, RlError> {
-        let update = self.common.export(stages.trainer())?;
+        let engines = stages.engines().len();
+        let update = self.export(stages.trainer(), engines)?;
         stages.exported(update.version, self.restarts())?;
-        self.apply(update, stages.engines(), launcher)
+        let trainer = stages.trainer().clone();
+        self.apply_from(&trainer, update, stages.engines(), launcher)
             .inspect_err(|_| stages.failed())
     }
 
-    /// Ships an update the trainer already exported: apply on every engine, or restart them
-    /// on it, then verify.
+    /// Ships an update as the trainer half returns it: through every engine's half and apply
+    /// (or a restart on it), then verified. (A bridge that sends over the transport needs its
+    /// trainer half: use [`sync`](Self::sync).)
     pub fn apply(
         &mut self,
+        update: WeightUpdate,
+        trainer: &RemoteTrainer,
+        engines: &mut [RemoteEngine],
+        launcher: &mut LocalLauncher,
+    ) -> Result<SyncRecord, RlError> {
+        self.install_trainer(trainer, engines.len())?;
+        self.apply_from(trainer, update, engines, launcher)
+    }
+
+    fn apply_from(
+        &mut self,
+        trainer: &RemoteTrainer,
         update: WeightUpdate,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, RlError> {
         let mut meter = rss::PeakMeter::start(launcher.live_pids());
         let start = Instant::now();
-        let rec = self.ship(update, engines, launcher, &mut meter)?;
+        let rec = self.ship(update, trainer, engines, launcher, &mut meter)?;
         Ok(SyncRecord {
             latency_s: start.elapsed().as_secs_f64(),
             peak_rss_bytes: meter.finish(),
@@ -263,6 +350,7 @@ impl BridgeDriver {
     fn ship(
         &mut self,
         update: WeightUpdate,
+        trainer: &RemoteTrainer,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
         meter: &mut rss::PeakMeter,
@@ -274,24 +362,41 @@ impl BridgeDriver {
             (&update.payload, &self.source_model)
             && Path::new(dir.as_str()).is_dir()
         {
-            // (A vanished dir is the mode's to report: the engines keep their weights.)
+            // (A vanished dir is the bridge's to report: the engines keep their weights.)
             tandem_model::companion::complete(source, Path::new(dir.as_str()))?;
         }
-        let shipment = Shipment {
-            update: &update,
-            engines: &mut *engines,
-            launcher,
-            meter,
+        let n = engines.len();
+        let reports = if restarted {
+            let mut hook = self.hook.take();
+            let install = |e: &RemoteEngine| self.install_engine(e, n);
+            let restarts = restart::Restarts {
+                engines: &mut *engines,
+                launcher,
+                meter,
+                hook: hook.as_mut(),
+                install: &install,
+            };
+            let done = restart::restart_all(&self.ledger, &update, restarts);
+            self.hook = hook;
+            done?
+        } else {
+            engines.iter().try_for_each(|e| self.install_engine(e, n))?;
+            if self.plan.transport {
+                ship::together(&self.ledger, &update, trainer, engines)?
+            } else {
+                ship::in_order(&self.ledger, &update, engines)?
+            }
         };
-        let reports = self.mode.ship(&self.common, shipment)?;
         tracing::debug!(
             "{} sync: shipping to the engines took {:.2} ms",
             self.mode(),
             shipping.elapsed().as_secs_f64() * 1e3
         );
-        let verified = self.common.check_reports(&update, &reports, engines)?;
-        self.mode.shipped(&update);
-        self.common.version = Some(update.version);
+        let verified = self.ledger.check_reports(&update, &reports, engines)?;
+        if let UpdatePayload::Adapter { name, .. } = &update.payload {
+            self.adapter = Some(name.to_string());
+        }
+        self.ledger.version = Some(update.version);
         Ok(SyncRecord {
             version: update.version,
             mode: self.mode().to_string(),

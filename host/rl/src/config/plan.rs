@@ -57,11 +57,13 @@ pub struct ResolvedComponent {
 /// A resolved bridge.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResolvedBridge {
-    /// Mode name.
+    /// The bridge component (`[bridge] plugin`).
     pub mode: String,
-    /// Update kind both sides must support.
-    pub update_kind: String,
-    /// Plugin providing the bridge, or `None` if no loaded plugin implements the mode.
+    /// Update kind the trainer must export (empty when the bridge is not found).
+    pub export_kind: String,
+    /// Update kind every engine must apply.
+    pub apply_kind: String,
+    /// Plugin providing the bridge, or `None` if no loaded plugin provides it.
     pub provider: Option<String>,
     /// Verify every sync.
     pub verify: bool,

@@ -179,8 +179,10 @@ pub struct TrainerSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BridgeSection {
-    /// Bridge mode: `ipc`, `lora`, `checkpoint` or `broadcast`.
-    pub mode: Spanned<String>,
+    /// The bridge component: the built-ins `ipc`, `lora`, `checkpoint`, `broadcast`, or a
+    /// third-party plugin's (`mode` is the same key under its older name).
+    #[serde(alias = "mode")]
+    pub plugin: Spanned<String>,
     /// Check after every sync that the engine serves the trainer's weights.
     #[serde(default = "yes")]
     pub verify: bool,

@@ -29,6 +29,7 @@ pub(super) struct Parts {
     pub bridge: BridgeDriver,
     pub events: EventLog,
     pub files: RunFiles,
+    pub world: Option<super::world::World>,
 }
 
 /// The newest complete checkpoint to resume from, and the loop state saved with it.
@@ -76,6 +77,7 @@ impl<'a> Loop<'a> {
             cursor,
             last_checkpoint: None,
             eval: parts.eval,
+            _world: parts.world,
         };
         l.first_onload()?;
         l.progress = Progress::new(l.cursor.first_step, l.cursor.total_steps, opts.progress);

@@ -4,6 +4,7 @@
 
 use super::eval::Evaluation;
 use super::rundir::{self, RunFiles, absolute};
+use super::world::World;
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
 use crate::checkpoint;
@@ -41,8 +42,12 @@ impl<'a> Loop<'a> {
         let j = &job.job;
         let task = crate::task::build_for_run(&j.task, j.run.seed, &j.eval)
             .map_err(|e| e.into_error(&job.path.display().to_string()))?;
-        let mut bridge =
-            BridgeDriver::new(&plan.bridge.mode, plan.bridge.verify, &j.bridge.options)?;
+        let mut bridge = BridgeDriver::new(
+            registry,
+            &plan.bridge.mode,
+            plan.bridge.verify,
+            &j.bridge.options,
+        )?;
         bridge.set_source_model(&plan.model_path);
         rundir::prepare(job, opts)?;
         let model = warmstart::ModelPlan {
@@ -80,7 +85,8 @@ impl<'a> Loop<'a> {
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
-        let (engines, trainer) = launch.spawn(&mut launcher, &bridge, &events)?;
+        let world = bridge_world(&launcher, plan, &j.transport, &bridge)?;
+        let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &events)?;
         let parts = super::init::Parts {
             task,
             codec,
@@ -89,9 +95,38 @@ impl<'a> Loop<'a> {
             bridge,
             events,
             files,
+            world,
         };
         Loop::init(launch, parts, engines, trainer, resume_from)
     }
+}
+
+/// The transport world of a run whose bridge moves data over it: world rank 0 is trainer
+/// rank 0, world rank `1 + i` engine rank `i`; the group `bridge` holds them in that order.
+fn bridge_world(
+    launcher: &LocalLauncher,
+    plan: &ResolvedPlan,
+    transport: &crate::config::TransportSection,
+    bridge: &BridgeDriver,
+) -> Result<Option<World>, RlError> {
+    if !bridge.needs_transport() {
+        return Ok(None);
+    }
+    let n = plan.engine.ranks;
+    let everyone: Vec<u32> = (0..=n).collect();
+    let groups = vec![
+        ("world".to_string(), everyone.clone()),
+        (tandem_plugin_api::BRIDGE_GROUP.to_string(), everyone),
+    ];
+    World::start(
+        launcher.token(),
+        "bridge",
+        n + 1,
+        groups,
+        &transport.backend,
+        transport.timeout_secs,
+    )
+    .map(Some)
 }
 
 /// The run's evaluation (`[eval] every > 0`): the held-out set encoded as the rollouts'
@@ -116,12 +151,18 @@ impl Launch<'_> {
         &self,
         launcher: &mut LocalLauncher,
         bridge: &BridgeDriver,
+        world: Option<&World>,
         events: &EventLog,
     ) -> Result<(Engines, RemoteTrainer), RlError> {
         let engine_specs = (0..self.plan.engine.ranks)
-            .map(|r| self.spec(Role::Engine, r))
-            .collect::<Result<Vec<_>, _>>()?;
-        let trainer_spec = self.spec(Role::Trainer, 0)?;
+            .map(|r| {
+                let mut s = self.spec(Role::Engine, r)?;
+                s.transport = world.map(|w| w.spec(1 + r));
+                Ok(s)
+            })
+            .collect::<Result<Vec<_>, RlError>>()?;
+        let mut trainer_spec = self.spec(Role::Trainer, 0)?;
+        trainer_spec.transport = world.map(|w| w.spec(0));
         let remotes: Vec<RemoteEngine> = launcher.spawn_engines(&engine_specs)?;
         let trainer = launcher
             .spawn_trainers(&[trainer_spec])?

@@ -29,6 +29,7 @@ mod record;
 mod rundir;
 mod step;
 mod trainer;
+mod world;
 
 pub use rundir::{RunFiles, job_of_run};
 
@@ -138,6 +139,8 @@ struct Loop<'a> {
     cursor: Cursor,
     last_checkpoint: Option<PathBuf>,
     eval: Option<eval::Evaluation>,
+    /// The workers' transport world, when the bridge moves data over it (kept alive).
+    _world: Option<world::World>,
 }
 
 /// Wall time of each phase of a step (s), by name.

@@ -15,8 +15,9 @@ use crate::error::RuntimeError;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tandem_control::protocol::{Call, Reply};
+use tandem_control::protocol::{BridgeCall, BridgeReply, Call, Reply};
 use tandem_control::{Channel, ControlError};
+use tandem_plugin_api::{BridgePlan, UpdateKind, UpdateReport, WeightUpdate};
 
 const SHUT_DOWN: &str = "the worker was shut down";
 
@@ -98,6 +99,24 @@ pub(crate) fn exit_worker(
 
 macro_rules! common_methods {
     () => {
+        /// Installs the bridge component `component` with `options_json` in the worker,
+        /// beside its engine or trainer (`engines`: the run's engine ranks); its plan.
+        pub fn bridge_install(
+            &self,
+            component: &str,
+            options_json: &str,
+            engines: u32,
+        ) -> Result<BridgePlan, RuntimeError> {
+            let call = BridgeCall::Install {
+                component: component.into(),
+                options_json: options_json.into(),
+                engines,
+            };
+            self.request(Call::Bridge(call), |r| match r {
+                Reply::Bridge(BridgeReply::Installed(plan)) => Ok(plan),
+                other => Err(other.kind()),
+            })
+        }
         /// The worker's name as used in errors: role, rank, pid, log file.
         pub fn name(&self) -> &str {
             &self.r.proc.name
@@ -169,6 +188,15 @@ impl RemoteEngine {
     }
 
     common_methods!();
+
+    /// The engine half of the worker's bridge on `shipped`, then the engine applies what it
+    /// returned; the engine's report.
+    pub fn bridge_apply(&self, shipped: WeightUpdate) -> Result<UpdateReport, RuntimeError> {
+        self.request(Call::Bridge(BridgeCall::Apply { shipped }), |r| match r {
+            Reply::Bridge(BridgeReply::Applied(report)) => Ok(report),
+            other => Err(other.kind()),
+        })
+    }
 }
 
 /// A trainer in a worker process.
@@ -189,4 +217,20 @@ impl RemoteTrainer {
     }
 
     common_methods!();
+
+    /// The trainer exports `kind` and the worker's bridge turns it into what ships.
+    pub fn bridge_export(&self, kind: UpdateKind) -> Result<WeightUpdate, RuntimeError> {
+        self.request(Call::Bridge(BridgeCall::Export { kind }), |r| match r {
+            Reply::Bridge(BridgeReply::Shipped(update)) => Ok(update),
+            other => Err(other.kind()),
+        })
+    }
+
+    /// The worker's bridge moves the data of `shipped` over its transport group.
+    pub fn bridge_send(&self, shipped: WeightUpdate) -> Result<(), RuntimeError> {
+        self.request(Call::Bridge(BridgeCall::Send { shipped }), |r| match r {
+            Reply::Bridge(BridgeReply::Sent) => Ok(()),
+            other => Err(other.kind()),
+        })
+    }
 }

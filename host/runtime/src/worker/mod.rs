@@ -13,6 +13,7 @@
 //! where every local user could read it in `ps`. A worker whose parent process dies exits
 //! within [`PARENT_POLL`], even in the middle of a plugin call.
 
+mod bridge;
 mod serve;
 
 use crate::error::RuntimeError;
@@ -194,8 +195,14 @@ impl WorkerSpec {
     }
 }
 
-/// The constructed component a worker serves.
-pub(crate) enum Component {
+/// The constructed component a worker serves, and the bridge it may hold beside it.
+pub(crate) struct Component {
+    pub role: RoleComponent,
+    pub bridges: bridge::Bridges,
+}
+
+/// The worker's engine or trainer.
+pub(crate) enum RoleComponent {
     Engine(EngineBox),
     Trainer(TrainerBox),
 }
@@ -302,11 +309,13 @@ fn construct(
     };
     let registry = Registry::discover(&spec.plugin_dirs).map_err(RuntimeError::Plugins)?;
     let config = spec.component_config();
-    let component = match spec.role {
-        Role::Engine => Component::Engine(registry.new_engine(config, services.handle())?),
-        Role::Trainer => Component::Trainer(registry.new_trainer(config, services.handle())?),
+    let role = match spec.role {
+        Role::Engine => RoleComponent::Engine(registry.new_engine(config, services.handle())?),
+        Role::Trainer => RoleComponent::Trainer(registry.new_trainer(config, services.handle())?),
     };
-    Ok((component, spec.component, services))
+    let name = spec.component.clone();
+    let bridges = bridge::Bridges::new(registry, spec, services.clone());
+    Ok((Component { role, bridges }, name, services))
 }
 
 /// A start failure as (context, plugin error) for the wire; user errors keep `InvalidInput`

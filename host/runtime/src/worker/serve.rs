@@ -5,8 +5,11 @@
 //! `Send + Sync`: the controller pauses an engine while a `generate` is in flight). Trainer
 //! calls run one at a time, in arrival order, on one thread (the trainer trait is `&mut self`).
 //! Replies share the socket behind a mutex; a frame is written whole, so they never interleave.
+//! Bridge calls run where their half needs: the trainer half on the trainer's thread, in
+//! order with the trainer's calls; the engine half on a thread of its own like an engine call.
 
-use super::Component;
+use super::bridge;
+use super::{Component, RoleComponent};
 use crate::error::RuntimeError;
 use crate::services::Services;
 use std::io::BufReader;
@@ -14,7 +17,7 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tandem_control::frame::{self, FrameError, MAX_FRAME_BYTES};
-use tandem_control::protocol::{Call, Reply, ToController, ToWorker, TrainerCall};
+use tandem_control::protocol::{BridgeCall, Call, Reply, ToController, ToWorker, TrainerCall};
 use tandem_plugin_api::{PluginError, TrainerBox};
 
 type Outcome = Result<Reply, PluginError>;
@@ -44,13 +47,17 @@ pub(super) fn serve(
     };
     let replier = Replier(Arc::new(Mutex::new(stream.try_clone().map_err(io)?)));
     let mut reader = BufReader::new(stream);
-    let role = match &component {
-        Component::Engine(_) => "engine",
-        Component::Trainer(_) => "trainer",
+    let role = match &component.role {
+        RoleComponent::Engine(_) => "engine",
+        RoleComponent::Trainer(_) => "trainer",
     };
-    let (engine, trainer_queue) = match component {
-        Component::Engine(e) => (Some(Arc::new(e)), None),
-        Component::Trainer(t) => (None, Some(trainer_thread(t, replier.clone())?)),
+    let bridges = Arc::new(component.bridges);
+    let (engine, trainer_queue) = match component.role {
+        RoleComponent::Engine(e) => (Some(Arc::new(e)), None),
+        RoleComponent::Trainer(t) => {
+            let queue = trainer_thread(t, bridges.clone(), replier.clone())?;
+            (None, Some(queue))
+        }
     };
     loop {
         let (id, call) = match frame::read::<ToWorker>(&mut reader, MAX_FRAME_BYTES) {
@@ -92,8 +99,26 @@ pub(super) fn serve(
                     replier.send(id, Err(err));
                 }
             }
+            (Call::Bridge(c), Some(engine), _) => {
+                let (engine, bridges, r) = (engine.clone(), bridges.clone(), replier.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("call-bridge".into())
+                    .spawn(move || {
+                        let result = bridge::on_engine(c, &engine, &bridges);
+                        r.send(id, result.map(Reply::Bridge));
+                    });
+                if let Err(e) = spawned {
+                    let err = PluginError::runtime(format!("worker: cannot start a thread: {e}"));
+                    replier.send(id, Err(err));
+                }
+            }
             (Call::Trainer(c), _, Some(queue)) => {
-                if queue.send((id, c)).is_err() {
+                if queue.send((id, Work::Trainer(c))).is_err() {
+                    return Err(RuntimeError::runtime("worker: the trainer thread ended"));
+                }
+            }
+            (Call::Bridge(c), _, Some(queue)) => {
+                if queue.send((id, Work::Bridge(c))).is_err() {
                     return Err(RuntimeError::runtime("worker: the trainer thread ended"));
                 }
             }
@@ -108,16 +133,28 @@ pub(super) fn serve(
     }
 }
 
+/// What the trainer thread runs, in arrival order.
+enum Work {
+    Trainer(TrainerCall),
+    Bridge(BridgeCall),
+}
+
 fn trainer_thread(
     mut trainer: TrainerBox,
+    bridges: Arc<bridge::Bridges>,
     replier: Replier,
-) -> Result<mpsc::Sender<(u64, TrainerCall)>, RuntimeError> {
-    let (tx, rx) = mpsc::channel::<(u64, TrainerCall)>();
+) -> Result<mpsc::Sender<(u64, Work)>, RuntimeError> {
+    let (tx, rx) = mpsc::channel::<(u64, Work)>();
     std::thread::Builder::new()
         .name("trainer".into())
         .spawn(move || {
-            for (id, call) in rx {
-                let result = call.dispatch(&mut trainer).map(Reply::Trainer);
+            for (id, work) in rx {
+                let result = match work {
+                    Work::Trainer(call) => call.dispatch(&mut trainer).map(Reply::Trainer),
+                    Work::Bridge(call) => {
+                        bridge::on_trainer(call, &mut trainer, &bridges).map(Reply::Bridge)
+                    }
+                };
                 replier.send(id, result);
             }
         })

@@ -56,15 +56,15 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
             "set ranks = 1",
         );
     }
-    if j.bridge.mode.get_ref() != "checkpoint" {
+    if j.bridge.plugin.get_ref() != "checkpoint" {
         issues.push(
-            "bridge.mode",
-            Some(j.bridge.mode.span()),
+            "bridge.plugin",
+            Some(j.bridge.plugin.span()),
             format!(
                 "a drafter job moves the drafter to the engines as a directory, not with `{}`",
-                j.bridge.mode.get_ref()
+                j.bridge.plugin.get_ref()
             ),
-            "set mode = \"checkpoint\"".into(),
+            "set plugin = \"checkpoint\"".into(),
         );
     }
     let d = &j.drafter;

@@ -62,7 +62,7 @@ pub fn validate_with(
     let mut issues = Issues::new(job);
     let devices_ok = placement::check(&mut issues, &j.placement);
     let (engine, trainer) = placement::components(&mut issues, registry, j);
-    bridge::check(&mut issues, j, &engine, &trainer);
+    bridge::check(&mut issues, j, registry, &engine, &trainer);
     let model_path = job.resolve_path(&j.model.path);
     model::check(
         &mut issues,

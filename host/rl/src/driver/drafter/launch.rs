@@ -8,6 +8,7 @@ use crate::config::{EvalSection, LoadedJob, ResolvedPlan};
 use crate::driver::RunOptions;
 use crate::driver::launch::Launch;
 use crate::driver::rundir::{self, RunFiles};
+use crate::driver::world::World;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::progress::Progress;
@@ -18,8 +19,6 @@ use tandem_control::protocol::Role;
 use tandem_plugin_api::stats as hidden_stats;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteTrainer};
 use tandem_runtime::registry::Registry;
-use tandem_runtime::worker::TransportSpec;
-use tandem_transport::store::StoreServer;
 
 /// Name of the transport group of engine rank `i` and the trainer.
 pub(super) fn pair_group(i: usize) -> String {
@@ -63,19 +62,17 @@ impl<'a> DrafterLoop<'a> {
         let mut options = LaunchOptions::new(rundir::absolute(&opts.run_dir));
         options.exe = opts.exe.clone();
         let mut launcher = LocalLauncher::new(options)?;
-        let store = StoreServer::start("127.0.0.1:0", launcher.token()).map_err(|e| {
-            RlError::failed(format!("cannot start the transport rendezvous store: {e}"))
-        })?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
-        let world = World {
-            store: store.addr().to_string(),
-            name: format!("drafter-{}-{}", std::process::id(), nanos()),
-            engines: plan.engine.ranks,
-            backend: j.transport.backend.clone(),
-            timeout_secs: j.transport.timeout_secs,
-        };
+        let world = World::start(
+            launcher.token(),
+            "drafter",
+            plan.engine.ranks + 1,
+            groups(plan.engine.ranks),
+            &j.transport.backend,
+            j.transport.timeout_secs,
+        )?;
         let engine_specs = (0..plan.engine.ranks)
             .map(|r| {
                 let mut s = launch.spec(Role::Engine, r)?;
@@ -118,7 +115,7 @@ impl<'a> DrafterLoop<'a> {
             codec,
             held_out,
             launcher,
-            _store: store,
+            _world: world,
             engines,
             trainer,
             layers,
@@ -133,39 +130,14 @@ impl<'a> DrafterLoop<'a> {
     }
 }
 
-/// The transport world of a drafter job.
-struct World {
-    store: String,
-    name: String,
-    engines: u32,
-    backend: String,
-    timeout_secs: f64,
-}
-
-impl World {
-    /// World rank `rank`'s spec: the trainer is 0, engine `i` is `1 + i`.
-    fn spec(&self, rank: u32) -> TransportSpec {
-        let mut groups = vec![("world".to_string(), (0..=self.engines).collect())];
-        for i in 0..self.engines {
-            groups.push((pair_group(i as usize), vec![1 + i, 0]));
-        }
-        TransportSpec {
-            store: self.store.clone(),
-            name: self.name.clone(),
-            world_rank: rank,
-            world_size: self.engines + 1,
-            groups,
-            backend: self.backend.clone(),
-            timeout_secs: self.timeout_secs,
-        }
+/// The groups of a drafter job's world: the trainer is world rank 0, engine `i` is `1 + i`;
+/// `world` holds everyone, `pair<i>` engine `i` and the trainer.
+fn groups(engines: u32) -> Vec<(String, Vec<u32>)> {
+    let mut groups = vec![("world".to_string(), (0..=engines).collect())];
+    for i in 0..engines {
+        groups.push((pair_group(i as usize), vec![1 + i, 0]));
     }
-}
-
-fn nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
+    groups
 }
 
 /// The layers the trainer's drafter reads and the width of one feature row, as the trainer

@@ -46,7 +46,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
-use tandem_transport::store::StoreServer;
 
 pub use metrics::DrafterStepMetrics;
 
@@ -107,7 +106,7 @@ struct DrafterLoop<'a> {
     held_out: Vec<Vec<u32>>,
     launcher: LocalLauncher,
     /// Kept alive for the workers' rendezvous.
-    _store: StoreServer,
+    _world: crate::driver::world::World,
     engines: Vec<RemoteEngine>,
     trainer: RemoteTrainer,
     /// The layers the drafter reads and the width of a feature row.

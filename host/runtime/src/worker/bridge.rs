@@ -1,0 +1,127 @@
+//! The weight bridge a worker holds beside its component. The controller's bridge driver
+//! installs it ([`BridgeCall::Install`]: the component from the worker's registry, with the
+//! worker's services — memory, the transport group `bridge`, the run directory), then runs
+//! its halves: the trainer half next to the trainer (on the trainer's thread), the engine
+//! half next to the engine.
+
+use super::WorkerSpec;
+use crate::registry::Registry;
+use crate::services::Services;
+use std::sync::{Arc, Mutex};
+use tandem_control::protocol::{BridgeCall, BridgeReply};
+use tandem_plugin_api::{BridgeBox, EngineBox, PluginError, TrainerBox};
+
+/// What a worker needs to install a bridge, and the bridge it holds.
+pub(crate) struct Bridges {
+    registry: Registry,
+    spec: WorkerSpec,
+    services: Services,
+    current: Mutex<Option<Arc<BridgeBox>>>,
+}
+
+impl Bridges {
+    pub(super) fn new(registry: Registry, spec: WorkerSpec, services: Services) -> Bridges {
+        Bridges {
+            registry,
+            spec,
+            services,
+            current: Mutex::new(None),
+        }
+    }
+
+    fn install(
+        &self,
+        component: &str,
+        options_json: &str,
+        engines: u32,
+    ) -> Result<BridgeReply, PluginError> {
+        let mut config = self.spec.component_config();
+        config.component = component.into();
+        config.options_json = options_json.into();
+        config.world_size = engines;
+        let bridge = self
+            .registry
+            .new_bridge(config, self.services.handle())
+            .map_err(|e| match e {
+                crate::error::RuntimeError::Plugin { source, .. } => source,
+                other => PluginError::invalid_input(other.to_string()),
+            })?;
+        let plan = bridge.plan().into_result()?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(bridge));
+        Ok(BridgeReply::Installed(plan))
+    }
+
+    fn get(&self, call: &BridgeCall) -> Result<Arc<BridgeBox>, PluginError> {
+        let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        current.clone().ok_or_else(|| {
+            PluginError::invalid_state(format!(
+                "`{}` reached a worker with no weight bridge installed",
+                call.name()
+            ))
+        })
+    }
+}
+
+/// A bridge call in a trainer worker (on the trainer's thread: the export reads the trainer).
+pub(super) fn on_trainer(
+    call: BridgeCall,
+    trainer: &mut TrainerBox,
+    bridges: &Bridges,
+) -> Result<BridgeReply, PluginError> {
+    if let BridgeCall::Install {
+        component,
+        options_json,
+        engines,
+    } = &call
+    {
+        return bridges.install(component, options_json, *engines);
+    }
+    let bridge = bridges.get(&call)?;
+    match call {
+        BridgeCall::Export { kind } => {
+            let exported = trainer.export_weight_update(kind).into_result()?;
+            bridge
+                .trainer_side(exported)
+                .into_result()
+                .map(BridgeReply::Shipped)
+        }
+        BridgeCall::Send { shipped } => bridge
+            .send(shipped)
+            .into_result()
+            .map(|()| BridgeReply::Sent),
+        call => Err(PluginError::invalid_input(format!(
+            "trainer worker got `{}`, an engine's bridge call",
+            call.name()
+        ))),
+    }
+}
+
+/// A bridge call in an engine worker.
+pub(super) fn on_engine(
+    call: BridgeCall,
+    engine: &EngineBox,
+    bridges: &Bridges,
+) -> Result<BridgeReply, PluginError> {
+    if let BridgeCall::Install {
+        component,
+        options_json,
+        engines,
+    } = &call
+    {
+        return bridges.install(component, options_json, *engines);
+    }
+    let bridge = bridges.get(&call)?;
+    match call {
+        BridgeCall::Apply { shipped } => {
+            let update = bridge.engine_side(shipped).into_result()?;
+            engine
+                .apply_weight_update(update)
+                .into_result()
+                .map(BridgeReply::Applied)
+        }
+        call => Err(PluginError::invalid_input(format!(
+            "engine worker got `{}`, a trainer's bridge call",
+            call.name()
+        ))),
+    }
+}
