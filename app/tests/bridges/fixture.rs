@@ -11,6 +11,7 @@ use tandem_plugin_api::{
     UpdatePayload, WeightUpdate, WhichWeights,
 };
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
+use tandem_rl::driver::world::World;
 use tandem_runtime::worker::WorkerSpec;
 
 /// A model written once by `tandem model init` (per preset and seed).
@@ -31,6 +32,8 @@ pub(crate) fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> W
 }
 
 pub(crate) struct Rig {
+    /// The workers' transport world (bridges that move data over the transport).
+    pub(crate) _world: Option<World>,
     pub(crate) _dir: tempfile::TempDir,
     pub(crate) run_dir: PathBuf,
     pub(crate) launcher: LocalLauncher,
@@ -39,26 +42,47 @@ pub(crate) struct Rig {
 }
 
 pub(crate) fn rig(trainer_model: &Path, engine_model: &Path, trainer_options: &str) -> Rig {
+    rig_n(trainer_model, engine_model, trainer_options, 1, None, &[])
+}
+
+/// A trainer and `engines` engine workers; with `transport_timeout` (s), in a transport world
+/// with the group `bridge` (trainer first, then the engines), as a run whose bridge moves data
+/// over the transport launches them.
+pub(crate) fn rig_n(
+    trainer_model: &Path,
+    engine_model: &Path,
+    trainer_options: &str,
+    engines: u32,
+    transport_timeout: Option<f64>,
+    plugin_dirs: &[PathBuf],
+) -> Rig {
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().to_path_buf();
     let mut opts = LaunchOptions::new(&run_dir);
     opts.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
     let mut launcher = LocalLauncher::new(opts).unwrap();
+    let world = transport_timeout
+        .map(|t| World::for_bridge(launcher.token(), engines, "shm", t).unwrap());
     let engine_opts = r#"{"max_batch": 2, "max_seq_len": 64}"#;
-    let engines = launcher
-        .spawn_engines(&[spec(Role::Engine, engine_model, engine_opts, &run_dir)])
-        .unwrap();
-    let mut trainers = launcher
-        .spawn_trainers(&[spec(
-            Role::Trainer,
-            trainer_model,
-            trainer_options,
-            &run_dir,
-        )])
-        .unwrap();
+    let specs: Vec<WorkerSpec> = (0..engines)
+        .map(|i| {
+            let mut s = spec(Role::Engine, engine_model, engine_opts, &run_dir);
+            s.rank = i;
+            s.world_size = engines;
+            s.transport = world.as_ref().map(|w| w.spec(1 + i));
+            s.plugin_dirs = plugin_dirs.to_vec();
+            s
+        })
+        .collect();
+    let engines = launcher.spawn_engines(&specs).unwrap();
+    let mut trainer_spec = spec(Role::Trainer, trainer_model, trainer_options, &run_dir);
+    trainer_spec.transport = world.as_ref().map(|w| w.spec(0));
+    trainer_spec.plugin_dirs = plugin_dirs.to_vec();
+    let mut trainers = launcher.spawn_trainers(&[trainer_spec]).unwrap();
     let trainer = trainers.pop().unwrap();
     trainer.init().unwrap();
     Rig {
+        _world: world,
         _dir: dir,
         run_dir,
         launcher,

@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod broadcast;
 #[path = "../common/mod.rs"]
 mod common;
 mod fixture;

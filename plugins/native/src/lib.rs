@@ -32,11 +32,20 @@ fn strs(v: &[&str]) -> tandem_plugin_api::RVec<RString> {
     v.iter().map(|s| RString::from(*s)).collect()
 }
 
-/// The update kinds both native components speak (the engine applies, the trainer exports).
+/// The update kinds the trainer exports.
 const UPDATE_KINDS: [UpdateKind; 3] = [
     UpdateKind::SharedRegion,
     UpdateKind::CheckpointDir,
     UpdateKind::Adapter,
+];
+
+/// The update kinds the engine applies: the trainer's, and tensor buckets over a transport
+/// group (the `broadcast` bridge).
+const ENGINE_UPDATE_KINDS: [UpdateKind; 4] = [
+    UpdateKind::SharedRegion,
+    UpdateKind::CheckpointDir,
+    UpdateKind::Adapter,
+    UpdateKind::TensorBuckets,
 ];
 
 impl Plugin for NativePlugin {
@@ -47,7 +56,7 @@ impl Plugin for NativePlugin {
             description: "Llama/Qwen2 CPU engine: batched KV-cache decode, LoRA, host regions"
                 .into(),
             caps: Capabilities {
-                update_kinds: UPDATE_KINDS.to_vec().into(),
+                update_kinds: ENGINE_UPDATE_KINDS.to_vec().into(),
                 releasable_tags: strs(&engine::RELEASABLE),
                 pause_modes: vec![PauseMode::Abort, PauseMode::Wait].into(),
                 hidden_states: true,

@@ -63,29 +63,34 @@ pub(super) fn together(
         .enumerate()
         .filter_map(|(i, r)| r.is_ok().then_some(i))
         .collect();
-    let mut reports = Vec::with_capacity(engines.len());
-    for (e, r) in engines.iter().zip(applied) {
-        match r {
-            Ok(report) => reports.push(report),
-            Err(err) => {
-                let sender = match &sent {
-                    Err(s) => format!(" (the trainer's send: {s})"),
-                    Ok(()) => String::new(),
-                };
-                return Err(RlError::failed(format!(
-                    "{} bridge: {} did not take v{}: {err}{sender}{}",
-                    ledger.name,
-                    e.name(),
-                    shipped.version,
-                    mixed_note(&switched, shipped.version)
-                ))
-                .with_help(
-                    "an engine that refused before the first bucket keeps its previous weights; \
-                     one that failed mid-stream refuses to serve until the next full sync",
-                ));
-            }
-        }
+    // The error to report: an engine whose worker itself failed (died, stopped answering)
+    // comes first — the others' errors (a peer gone mid-broadcast) are its consequences.
+    let culprit = applied
+        .iter()
+        .position(|r| matches!(r, Err(tandem_runtime::RuntimeError::Control(_))))
+        .or_else(|| applied.iter().position(Result::is_err));
+    if let Some(i) = culprit {
+        let err = match &applied[i] {
+            Err(err) => err.to_string(),
+            Ok(_) => String::new(),
+        };
+        let sender = match &sent {
+            Err(s) => format!(" (the trainer's send: {s})"),
+            Ok(()) => String::new(),
+        };
+        return Err(RlError::failed(format!(
+            "{} bridge: {} did not take v{}: {err}{sender}{}",
+            ledger.name,
+            engines[i].name(),
+            shipped.version,
+            mixed_note(&switched, shipped.version)
+        ))
+        .with_help(
+            "an engine that refused before its first copy keeps its previous weights; one that \
+             failed after it refuses to serve until the next complete sync",
+        ));
     }
+    let reports: Vec<UpdateReport> = applied.into_iter().filter_map(Result::ok).collect();
     sent.map_err(|e| {
         RlError::failed(format!(
             "{} bridge: the trainer's send of v{} failed after every engine applied it: {e}",

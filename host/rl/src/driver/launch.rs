@@ -101,8 +101,7 @@ impl<'a> Loop<'a> {
     }
 }
 
-/// The transport world of a run whose bridge moves data over it: world rank 0 is trainer
-/// rank 0, world rank `1 + i` engine rank `i`; the group `bridge` holds them in that order.
+/// The transport world of a run whose bridge moves data over it ([`World::for_bridge`]).
 fn bridge_world(
     launcher: &LocalLauncher,
     plan: &ResolvedPlan,
@@ -112,17 +111,9 @@ fn bridge_world(
     if !bridge.needs_transport() {
         return Ok(None);
     }
-    let n = plan.engine.ranks;
-    let everyone: Vec<u32> = (0..=n).collect();
-    let groups = vec![
-        ("world".to_string(), everyone.clone()),
-        (tandem_plugin_api::BRIDGE_GROUP.to_string(), everyone),
-    ];
-    World::start(
+    World::for_bridge(
         launcher.token(),
-        "bridge",
-        n + 1,
-        groups,
+        plan.engine.ranks,
         &transport.backend,
         transport.timeout_secs,
     )

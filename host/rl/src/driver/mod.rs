@@ -29,7 +29,7 @@ mod record;
 mod rundir;
 mod step;
 mod trainer;
-mod world;
+pub mod world;
 
 pub use rundir::{RunFiles, job_of_run};
 

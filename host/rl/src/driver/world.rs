@@ -9,7 +9,7 @@ use tandem_runtime::worker::TransportSpec;
 use tandem_transport::store::StoreServer;
 
 /// A transport world: its store (alive as long as this value) and its layout.
-pub(crate) struct World {
+pub struct World {
     _store: StoreServer,
     store: String,
     name: String,
@@ -22,7 +22,7 @@ pub(crate) struct World {
 impl World {
     /// Starts the store (authenticated by the run's `token`) for a world of `size` ranks with
     /// `groups` (world ranks in group-rank order); `what` names the world in its key space.
-    pub(crate) fn start(
+    pub fn start(
         token: &str,
         what: &str,
         size: u32,
@@ -44,8 +44,26 @@ impl World {
         })
     }
 
+    /// The world of a run whose bridge moves data over the transport: world rank 0 is
+    /// trainer rank 0, world rank `1 + i` engine rank `i`; the group
+    /// [`BRIDGE_GROUP`](tandem_plugin_api::BRIDGE_GROUP) holds them in that order (and so does
+    /// `world`).
+    pub fn for_bridge(
+        token: &str,
+        engines: u32,
+        backend: &str,
+        timeout_secs: f64,
+    ) -> Result<World, RlError> {
+        let everyone: Vec<u32> = (0..=engines).collect();
+        let groups = vec![
+            ("world".to_string(), everyone.clone()),
+            (tandem_plugin_api::BRIDGE_GROUP.to_string(), everyone),
+        ];
+        World::start(token, "bridge", engines + 1, groups, backend, timeout_secs)
+    }
+
     /// World rank `rank`'s spec.
-    pub(crate) fn spec(&self, rank: u32) -> TransportSpec {
+    pub fn spec(&self, rank: u32) -> TransportSpec {
         TransportSpec {
             store: self.store.clone(),
             name: self.name.clone(),

@@ -3,13 +3,20 @@
 //! worker's services — memory, the transport group `bridge`, the run directory), then runs
 //! its halves: the trainer half next to the trainer (on the trainer's thread), the engine
 //! half next to the engine.
+//!
+//! A trainer exports a region's tensor layout with its first export of the region only. The
+//! trainer worker keeps the last layout it saw and hands it to a bridge instance that has not
+//! been given it (one installed after that first export, e.g. a bridge replaced mid-run), so
+//! every bridge's trainer half sees the layout once, whenever it was installed.
 
 use super::WorkerSpec;
 use crate::registry::Registry;
 use crate::services::Services;
 use std::sync::{Arc, Mutex};
 use tandem_control::protocol::{BridgeCall, BridgeReply};
-use tandem_plugin_api::{BridgeBox, EngineBox, PluginError, TrainerBox};
+use tandem_plugin_api::{
+    BridgeBox, EngineBox, PluginError, RVec, TensorSpec, TrainerBox, UpdatePayload, WeightUpdate,
+};
 
 /// What a worker needs to install a bridge, and the bridge it holds.
 pub(crate) struct Bridges {
@@ -17,6 +24,35 @@ pub(crate) struct Bridges {
     spec: WorkerSpec,
     services: Services,
     current: Mutex<Option<Arc<BridgeBox>>>,
+    layouts: Mutex<Layouts>,
+}
+
+/// The trainer's last region layout, and whether the current bridge instance was given it.
+#[derive(Default)]
+struct Layouts {
+    last: Option<(String, RVec<TensorSpec>)>,
+    given: bool,
+}
+
+impl Layouts {
+    /// Records a layout the trainer exported, or fills in the recorded one for a bridge
+    /// instance that has not seen it.
+    fn complete(&mut self, update: &mut WeightUpdate) {
+        let UpdatePayload::SharedRegion { region, tensors } = &mut update.payload else {
+            return;
+        };
+        let key = region.key.as_str();
+        if !tensors.is_empty() {
+            self.last = Some((key.to_owned(), tensors.clone()));
+            self.given = true;
+        } else if !self.given
+            && let Some((k, t)) = &self.last
+            && k == key
+        {
+            *tensors = t.clone();
+            self.given = true;
+        }
+    }
 }
 
 impl Bridges {
@@ -26,6 +62,7 @@ impl Bridges {
             spec,
             services,
             current: Mutex::new(None),
+            layouts: Mutex::new(Layouts::default()),
         }
     }
 
@@ -48,6 +85,7 @@ impl Bridges {
             })?;
         let plan = bridge.plan().into_result()?;
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(bridge));
+        self.layouts.lock().unwrap_or_else(|p| p.into_inner()).given = false;
         Ok(BridgeReply::Installed(plan))
     }
 
@@ -79,7 +117,12 @@ pub(super) fn on_trainer(
     let bridge = bridges.get(&call)?;
     match call {
         BridgeCall::Export { kind } => {
-            let exported = trainer.export_weight_update(kind).into_result()?;
+            let mut exported = trainer.export_weight_update(kind).into_result()?;
+            bridges
+                .layouts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .complete(&mut exported);
             bridge
                 .trainer_side(exported)
                 .into_result()

@@ -26,6 +26,7 @@ use tandem_plugin_api::{
     RString, RVec, UpdateReport, WeightUpdate,
 };
 
+mod buckets;
 mod generate;
 mod spec;
 mod update;
@@ -84,6 +85,9 @@ struct Inner {
     feature_buf: Vec<f32>,
     /// Hidden states sent since start.
     hidden: spec::HiddenCounters,
+    /// The buffer `TensorBuckets` updates receive each bucket into (grows to the largest
+    /// bucket once, kept across syncs).
+    bucket_buf: Vec<f32>,
 }
 
 struct State {
@@ -158,6 +162,7 @@ impl NativeEngine {
                 draft_tokens: opts.draft_tokens,
                 feature_buf: Vec::new(),
                 hidden: spec::HiddenCounters::default(),
+                bucket_buf: Vec::new(),
             }),
             state: Mutex::new(State {
                 machine: EngineMachine::new(version),

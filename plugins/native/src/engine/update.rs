@@ -21,6 +21,8 @@
 //!   buffer is kept as the spare the next update of the same shape is read into: a sync then
 //!   touches no fresh memory (page faults on a new region cost more than reading the file),
 //!   and the engine holds two adapter buffers (the adapter is small beside the model).
+//! - `TensorBuckets` (`broadcast`): received bucket by bucket over a transport group and
+//!   copied into the served weights in place (`buckets.rs`).
 
 use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
@@ -41,7 +43,7 @@ use crate::provider::{AttachedRegion, Backing};
 
 /// The digest of `data` when the update asks for a check (carries a digest), else empty
 /// (not computed: a pass over the weights saved).
-fn served_digest(update: &WeightUpdate, data: &[f32]) -> String {
+pub(super) fn served_digest(update: &WeightUpdate, data: &[f32]) -> String {
     if update.digest.is_empty() {
         String::new()
     } else {
@@ -50,7 +52,7 @@ fn served_digest(update: &WeightUpdate, data: &[f32]) -> String {
 }
 
 /// Fails when the update carries a digest and `served` differs from it.
-fn check_digest(update: &WeightUpdate, served: &str, what: &str) -> Result<()> {
+pub(super) fn check_digest(update: &WeightUpdate, served: &str, what: &str) -> Result<()> {
     let want = update.digest.as_str();
     if want.is_empty() || want == served {
         return Ok(());
@@ -86,11 +88,8 @@ impl NativeEngine {
             UpdatePayload::Adapter { name, dir } => {
                 self.swap_adapter(&update, name.as_str(), Path::new(dir.as_str()))?
             }
-            other => {
-                return Err(PluginError::not_supported(
-                    &format!("apply_weight_update({})", other.kind().as_str()),
-                    "native",
-                ));
+            UpdatePayload::TensorBuckets { group, buckets } => {
+                self.apply_buckets(&update, group.as_str(), buckets.as_slice())?
             }
         };
         lock(&self.inner).weight_version = update.version;
