@@ -12,13 +12,28 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn two_colocated_engines_keep_the_offload_and_onload_order() {
+    // Reload in place (no restart), so every engine goes through the whole staged onload.
+    staged_order("checkpoint", "restart = false");
+}
+
+#[test]
+fn the_broadcast_bridge_keeps_the_offload_and_onload_order() {
+    // The trainer streams its weights to both engines at once over the run's transport world.
+    let t = staged_order("broadcast", "bucket_mb = 1.0");
+    for m in t.metrics() {
+        assert!(m["sync_bytes"].as_u64().unwrap() > 0, "{m}");
+    }
+}
+
+/// Three steps with two colocated engines on `bridge`: every phase in order on each step.
+fn staged_order(bridge: &str, bridge_options: &str) -> Scratch {
     let t = Scratch::warm();
-    // Reload in place (no restart), so every engine goes through the whole staged onload;
-    // a warm-started model and partial rewards, so that every step trains and syncs.
+    // A warm-started model and partial rewards, so that every step trains and syncs.
     let job = t.job(&JobOpts {
         engines: 2,
         steps: 3,
-        bridge_options: "restart = false".into(),
+        bridge: bridge.into(),
+        bridge_options: bridge_options.into(),
         ..JobOpts::default()
     });
     let out = t.run(&job, &[]);
@@ -81,6 +96,7 @@ fn two_colocated_engines_keep_the_offload_and_onload_order() {
             .join("run/checkpoints/step-000003/tandem_loop_state.json")
             .is_file()
     );
+    t
 }
 
 #[test]

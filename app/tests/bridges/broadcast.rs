@@ -34,7 +34,9 @@ fn broadcast_streams_buckets_to_two_engines_bit_exact() {
         .unwrap();
     r.resume();
     let before = r.engine_probe(0);
-    let weights = std::fs::metadata(m.join("model.safetensors")).unwrap().len();
+    let weights = std::fs::metadata(m.join("model.safetensors"))
+        .unwrap()
+        .len();
     for step in 1..=2u64 {
         r.train_step();
         let rec = d.sync(&r.trainer, &mut r.engines, &mut r.launcher).unwrap();
@@ -55,7 +57,11 @@ fn broadcast_streams_buckets_to_two_engines_bit_exact() {
         r.resume();
         let trainer = bits(&r.trainer_probe());
         for i in 0..2 {
-            assert_eq!(bits(&r.engine_probe(i)), trainer, "engine {i} at step {step}");
+            assert_eq!(
+                bits(&r.engine_probe(i)),
+                trainer,
+                "engine {i} at step {step}"
+            );
             assert_eq!(r.engines[i].health().unwrap().weight_version, step);
         }
     }

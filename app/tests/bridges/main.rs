@@ -73,13 +73,8 @@ fn ipc_serves_the_trainers_memory_in_place_bit_exact() {
         .iter()
         .find(|m| m.name.as_str() == "shared_weights");
     assert_eq!(shared.map(|m| m.value), Some(1.0), "{stats:?}");
-    // The shared weights can be neither offloaded by the trainer nor released by the engine.
-    let e = r
-        .trainer
-        .offload(&["weights".into()])
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("shared region"), "{e}");
+    // The engine serving the shared weights refuses to release them (the bridge's plan keeps
+    // them out of the tags the loop offloads and releases, checked above).
     r.engines[0].pause_generation(PauseMode::Wait).unwrap();
     let e = r.engines[0]
         .release_memory(&["weights".into()])

@@ -167,7 +167,10 @@ fn plan_copies(
                 .iter()
                 .map(|t| {
                     let e = layout.get(t.name.as_str()).ok_or_else(|| {
-                        format!("bucket {k} carries `{}`, a tensor the model has not", t.name)
+                        format!(
+                            "bucket {k} carries `{}`, a tensor the model has not",
+                            t.name
+                        )
                     })?;
                     let shape: Vec<u64> = e.shape.iter().map(|&d| d as u64).collect();
                     if t.dtype != DType::F32 || t.shape.as_slice() != shape.as_slice() {

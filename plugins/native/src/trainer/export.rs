@@ -3,8 +3,10 @@
 //! - `SharedRegion` (`ipc`, full fine-tuning, host memory only): the key of the host region
 //!   holding all the weights (the optimizer writes into it in place), the tensor layout inside
 //!   it (with the first export of the region only: it cannot change, and the host keeps it),
-//!   the version and the digest of the region's contents. No byte is copied; after the
-//!   first such export the trainer refuses to offload `weights` (the engine serves them).
+//!   the version and the digest of the region's contents. No byte is copied. Who reads the
+//!   region is the bridge's business: `ipc` engines serve it in place (its plan keeps
+//!   `weights` resident, and the engine refuses to release them), `broadcast` reads it only
+//!   while it sends; the trainer cannot tell them apart and does not try.
 //! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
 //!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
 //!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
@@ -232,7 +234,6 @@ impl NativeTrainer {
             device: "cpu".into(),
             len: (w.len() * 4) as u64,
         };
-        self.shared = true;
         self.layout_sent = Some(region.key.to_string());
         Ok(WeightUpdate {
             version: self.version,

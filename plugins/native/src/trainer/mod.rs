@@ -55,8 +55,6 @@ pub struct NativeTrainer {
     version: u64,
     snapshots: HashMap<String, Snap>,
     offloaded: BTreeSet<String>,
-    /// The weights region was exported as a `SharedRegion` (an engine may serve from it).
-    shared: bool,
     /// The key of the region whose tensor layout the last `SharedRegion` export carried:
     /// later exports of the same region leave the layout out (it cannot change).
     layout_sent: Option<String>,
@@ -94,7 +92,6 @@ impl NativeTrainer {
             version: 0,
             snapshots: HashMap::new(),
             offloaded: BTreeSet::new(),
-            shared: false,
             layout_sent: None,
         })
     }
@@ -327,13 +324,6 @@ impl TrainerImpl for NativeTrainer {
         check_tags(&tags, &OFFLOADABLE, "offload")?;
         if !self.host_backed() {
             return Err(not_host("offload"));
-        }
-        if self.shared && tags.iter().any(|t| t == "weights") {
-            return Err(PluginError::invalid_state(
-                "offload: `weights` were exported as a shared region an engine serves from \
-                 (ipc bridge); offloading them would pull the pages from under the engine",
-            )
-            .with_help("offload only grads, optimizer and activations with the ipc bridge"));
         }
         let fresh: Vec<String> = tags
             .into_iter()
