@@ -2,7 +2,9 @@
 //! below the host's minimum, are refused with one line; a plugin built before the root
 //! module's appended `validate_config` (API level 1) still loads and its jobs validate; a
 //! plugin built before the role traits' appended hidden-state methods (API level 2) still
-//! loads. The plugins are real: the fixture is rebuilt against a copy of `plugin-api/` whose
+//! loads; a bridge built before the bridge methods (API level 3) is refused by `tandem check`
+//! in one line, and one built against another API version by the loader. The plugins are
+//! real: the fixture is rebuilt against a copy of `plugin-api/` whose
 //! version is changed (or whose appended items are cut out), in a scratch workspace under
 //! `target/abi-skew` (incremental across runs).
 
@@ -60,13 +62,46 @@ fn cut_appended(path: &Path, name: &str) {
 /// Builds fixture-alpha against plugin-api stamped `api_version`, with an optional declared
 /// API level, and returns the library path (copied out of the scratch target dir).
 fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -> PathBuf {
-    build_fixture(api_version, api_level, 3, out)
+    build_fixture(api_version, api_level, CURRENT, out)
 }
 
-/// [`build_skewed_fixture`] against the API as it was at `api` (1, 2 or 3): level 2 lacks the
-/// role traits' appended `hidden_states` / `load_drafter` / `train_step_features` (and their
-/// SDK shims), level 1 also the root module's `validate_config`.
+/// The API level of this checkout (nothing cut out).
+const CURRENT: u32 = tandem_plugin_api::API_LEVEL;
+
+/// The engine fixture `fixture-alpha` against the API as it was at `api`.
 fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path) -> PathBuf {
+    build(Fixture::Alpha, api_version, api_level, api, out)
+}
+
+/// Which fixture crate to rebuild.
+#[derive(Clone, Copy, PartialEq)]
+enum Fixture {
+    /// `fixture-alpha`: an engine.
+    Alpha,
+    /// `fixture-lossy`: a bridge (its appended bridge methods are marked like the API's).
+    Lossy,
+}
+
+impl Fixture {
+    fn dir(self) -> &'static str {
+        match self {
+            Fixture::Alpha => "fixture-alpha",
+            Fixture::Lossy => "fixture-lossy",
+        }
+    }
+}
+
+/// A fixture against the API as it was at `api` (1 to 4): level 3 lacks the bridge's appended
+/// `plan` / `send`, level 2 also the role traits' appended `hidden_states` / `load_drafter` /
+/// `train_step_features` (and their SDK shims), level 1 also the root module's
+/// `validate_config`.
+fn build(
+    fixture: Fixture,
+    api_version: &str,
+    api_level: Option<u32>,
+    api: u32,
+    out: &Path,
+) -> PathBuf {
     // The tests share one scratch target dir: a build and the copy of its library must not
     // interleave with another test's build.
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -81,10 +116,8 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
         &root.join("tests/fixtures/common"),
         &w.join("tests/fixtures/common"),
     );
-    copy_dir(
-        &root.join("tests/fixtures/fixture-alpha"),
-        &w.join("tests/fixtures/fixture-alpha"),
-    );
+    let crate_dir = format!("tests/fixtures/{}", fixture.dir());
+    copy_dir(&root.join(&crate_dir), &w.join(&crate_dir));
     let manifest = w.join("plugin-api/Cargo.toml");
     let text = std::fs::read_to_string(&manifest).unwrap();
     let text = text.replacen(
@@ -94,6 +127,14 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
     );
     std::fs::write(&manifest, text).unwrap();
     let src = w.join("plugin-api/src");
+    if api < 4 {
+        for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
+            cut_appended(&src.join(file), "bridge");
+        }
+        if fixture == Fixture::Lossy {
+            cut_appended(&w.join(&crate_dir).join("src/lib.rs"), "bridge");
+        }
+    }
     if api < 3 {
         for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
             cut_appended(&src.join(file), "hidden_states");
@@ -103,14 +144,14 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
         cut_appended(&src.join("module.rs"), "validate_config");
         cut_appended(&src.join("sdk.rs"), "validate_config");
     }
-    if api < 3 {
+    if api < CURRENT {
         let lib = src.join("lib.rs");
         let text = std::fs::read_to_string(&lib).unwrap();
-        let level_3 = "pub const API_LEVEL: u32 = api_level::HIDDEN;";
-        assert!(text.contains(level_3), "plugin-api/src/lib.rs: {level_3}");
-        let level = if api < 2 { "BASE" } else { "VALIDATE" };
+        let current = "pub const API_LEVEL: u32 = api_level::BRIDGE;";
+        assert!(text.contains(current), "plugin-api/src/lib.rs: {current}");
+        let level = ["", "BASE", "VALIDATE", "HIDDEN"][api as usize];
         let text = text.replace(
-            level_3,
+            current,
             &format!("pub const API_LEVEL: u32 = api_level::{level};"),
         );
         std::fs::write(&lib, text).unwrap();
@@ -131,11 +172,13 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
         "tandem-plugin-api".into(),
         toml::Value::Table("path = \"plugin-api\"".parse().unwrap()),
     );
-    let mut ws_manifest: toml::Table = "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"tests/fixtures/fixture-alpha\"]\n\
+    let mut ws_manifest: toml::Table = format!(
+        "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"{crate_dir}\"]\n\
          [workspace.package]\nedition = \"2024\"\nrust-version = \"1.95\"\nlicense = \"Apache-2.0\"\npublish = false\n\
          [workspace.lints.rust]\n[workspace.lints.clippy]\n"
-        .parse()
-        .unwrap();
+    )
+    .parse()
+    .unwrap();
     ws_manifest
         .get_mut("workspace")
         .and_then(toml::Value::as_table_mut)
@@ -150,7 +193,8 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
     let target = root.join("target/abi-skew");
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(w)
-        .args(["build", "--offline", "-q", "-p", "tandem-fixture-alpha"])
+        .args(["build", "--offline", "-q", "-p"])
+        .arg(format!("tandem-{}", fixture.dir()))
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("TANDEM_FIXTURE_API_LEVEL");
     if let Some(level) = api_level {
@@ -158,12 +202,13 @@ fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path
     }
     let status = cmd.status().expect("run cargo");
     assert!(status.success(), "building the skewed fixture failed");
+    let name = fixture.dir().replace('-', "_");
     let lib = out.join(format!(
-        "libskewed_{}_{}_api{api}.so",
+        "libskewed_{name}_{}_{}_api{api}.so",
         api_version.replace('.', "_"),
         api_level.unwrap_or(tandem_plugin_api::API_LEVEL),
     ));
-    std::fs::copy(target.join("debug/libfixture_alpha.so"), &lib).unwrap();
+    std::fs::copy(target.join(format!("debug/lib{name}.so")), &lib).unwrap();
     lib
 }
 
@@ -326,4 +371,55 @@ fn a_plugin_built_before_the_hidden_state_methods_still_loads() {
     launcher
         .shutdown(std::time::Duration::from_secs(10))
         .unwrap();
+}
+
+#[test]
+fn a_bridge_built_before_the_bridge_methods_or_against_another_api_is_refused_in_one_line() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"native\"\n\n[trainer]\nplugin = \"native\"\n\n\
+         [bridge]\nplugin = \"lossy\"\n\n[bridge.options]\nbucket_mb = 1.0\n\
+         damage_bucket = 0\ndamage = \"flip\"\n",
+    )
+    .unwrap();
+    // Built before `plan`/`send` (level 3): it loads (it is listed), and the job choosing it
+    // is refused by the check, in one line.
+    let old = build(Fixture::Lossy, "0.1.0", None, 3, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_lossy.so")]);
+    let out = run(tandem()
+        .args(["plugins", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("bridge  lossy"), "{}", stdout(&out));
+    let out = run(tandem()
+        .args(["check", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "bridge `lossy` of plugin `fixture-lossy` is at API level 3; bridges need level 4"
+        ),
+        "{err}"
+    );
+    // Built against another version of the API: the loader refuses the library itself.
+    let newer = build(Fixture::Lossy, "0.2.0", None, CURRENT, out_dir.path());
+    let plugins = plugin_dir(&[(&newer, "libtandem_fixture_lossy.so")]);
+    let out = run(tandem()
+        .args(["check", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("built against tandem-plugin-api 0.2.0, this host needs 0.1.x"),
+        "{err}"
+    );
 }

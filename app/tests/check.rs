@@ -65,7 +65,9 @@ fn valid_job_resolves_to_a_plan() {
     let plan: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(plan["engine"]["component"], "fixture-alpha");
     assert_eq!(plan["trainer"]["plugin"], "fixture-beta");
-    assert_eq!(plan["bridge"]["update_kind"], "checkpoint_dir");
+    assert_eq!(plan["bridge"]["export_kind"], "checkpoint_dir");
+    assert_eq!(plan["bridge"]["apply_kind"], "checkpoint_dir");
+    assert_eq!(plan["bridge"]["provider"], "bridges");
     assert_eq!(plan["placement"], "colocate");
     let out_dir = plan["output_dir"].as_str().unwrap();
     assert!(
@@ -127,15 +129,23 @@ fn bridge_mode_not_declared_by_the_components_is_refused() {
     let (out, _p, _j) = check(&job, false);
     assert_eq!(out.status.code(), Some(2));
     let errors = error_lines(&out);
-    assert_eq!(errors.len(), 2, "engine and trainer: {}", stderr(&out));
-    assert!(errors[0].contains("needs shared_region updates, which engine `fixture-alpha` does not declare (it declares: checkpoint_dir)"));
-    assert!(errors[1].contains("trainer `fixture-beta`"));
+    assert_eq!(errors.len(), 2, "trainer and engine: {}", stderr(&out));
+    assert!(
+        errors[0].contains("bridge `ipc` needs the trainer to export shared_region updates, which trainer `fixture-beta`"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[1].contains("bridge `ipc` needs the engine to apply shared_region updates, which engine `fixture-alpha` does not declare (it declares: checkpoint_dir)"),
+        "{}",
+        errors[1]
+    );
     let job = VALID.replace("mode = \"checkpoint\"", "mode = \"carrier-pigeon\"");
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
     assert!(
-        line.contains("unknown bridge mode `carrier-pigeon`")
-            && line.contains("use `ipc`, `lora` or `checkpoint`"),
+        line.contains("bridge.plugin: no loaded plugin provides the bridge `carrier-pigeon`")
+            && line.contains("loaded bridges: broadcast, checkpoint, ipc, lora"),
         "{line}"
     );
 }

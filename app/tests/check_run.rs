@@ -79,10 +79,10 @@ const CASES: &[Case] = &[
         line_of: "restart = \"yes\"",
     },
     Case {
-        name: "bridge mode the sync driver does not run",
-        edits: &[("mode = \"ipc\"", "mode = \"broadcast\"")],
-        key: "bridge.mode",
-        line_of: "mode = \"broadcast\"",
+        name: "bridge no loaded plugin provides",
+        edits: &[("mode = \"ipc\"", "mode = \"zip\"")],
+        key: "bridge.plugin",
+        line_of: "mode = \"zip\"",
     },
     Case {
         name: "bridge mode the engine does not declare",

@@ -153,21 +153,35 @@ fn shipped(log: &str) -> Vec<([u64; 5], bool)> {
             let rest = l.split("delta bridge: v").nth(1)?;
             let words: Vec<&str> = rest.split([' ', ',']).filter(|w| !w.is_empty()).collect();
             // "3 ships 5 of 30 tensors 100 of 400 bytes in 2 buckets"
-            let n = |i: usize| words[i].parse::<u64>().unwrap();
+            let n = |i: usize| {
+                words
+                    .get(i)
+                    .and_then(|w| w.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("not a line of the delta bridge's format: {l}"))
+            };
             Some(([n(0), n(2), n(4), n(6), n(8)], l.contains("first sync")))
         })
         .collect()
 }
 
-#[test]
-fn three_steps_run_end_to_end_through_the_delta_bridge() {
-    let t = Scratch::new();
-    let job = delta_job(&t, 3, "bucket_mb = 1.0");
+/// `tandem run` of 3 steps in `placement` on a warm-started model (every step trains, so
+/// every step syncs): exit 0, versions going up, and each step's sync bytes are the bytes the
+/// bridge logged for that version, received by each engine.
+fn three_steps(placement: &str) {
+    let t = Scratch::warm();
+    let job = t.job(&JobOpts {
+        steps: 3,
+        engines: ENGINES as u32,
+        placement: placement.into(),
+        bridge: "delta".into(),
+        bridge_options: "bucket_mb = 1.0".into(),
+        ..JobOpts::default()
+    });
     let dir = plugins();
     let out = t.run(&job, &["--plugin-dir", dir.path().to_str().unwrap()]);
     assert!(
         out.status.success(),
-        "{}\n{}",
+        "{placement}: {}\n{}",
         out.stdout_text(),
         out.stderr_text()
     );
@@ -217,4 +231,14 @@ fn three_steps_run_end_to_end_through_the_delta_bridge() {
             m["step"]
         );
     }
+}
+
+#[test]
+fn three_colocated_steps_run_end_to_end_through_the_delta_bridge() {
+    three_steps("colocate");
+}
+
+#[test]
+fn three_disaggregated_steps_run_end_to_end_through_the_delta_bridge() {
+    three_steps("disaggregated");
 }

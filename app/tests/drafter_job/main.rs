@@ -248,7 +248,7 @@ fn bad_drafter_inputs_are_one_line_each() {
         .replace("mode = \"checkpoint\"", "mode = \"ipc\"");
     std::fs::write(&j, text).unwrap();
     let err = check_fails(&j, "does not declare that it can train a drafter");
-    assert!(err.contains("set mode = \"checkpoint\""), "{err}");
+    assert!(err.contains("set plugin = \"checkpoint\""), "{err}");
 
     // A drafter for another model (hidden size 512, not 256), named by the engine.
     let small = t.dir.join("small");

@@ -10,6 +10,8 @@
 //! - `checkpoint`: 1.5 × (write + read of the checkpoint at the disk bandwidth measured
 //!   beside each sync: a probe of the checkpoint's size before it and after it) + the
 //!   engine's start time on that model (restart), or without it (reload in place).
+//! - `broadcast` (two engines, `bridges_broadcast.rs`): GB/s of weights per sync beside the
+//!   transport's own broadcast of one bucket to the same ranks (target ≥ 0.7×).
 //! - memory: peak memory of engine + trainer during the sync (Pss at the start plus each
 //!   process's growth to its RSS high-water mark: `bridge::rss`), less their non-weight buffers
 //!   (grads, optimizer, KV cache, activations as the workers report them) and a worker
@@ -85,20 +87,21 @@ fn run_in(scratch: &Path, quick: bool) -> Result<Vec<Figure>, CliError> {
         figures.extend(ctx.mode("lora", true, &format!(r#"{{"lora": {LORA}}}"#), None)?);
         figures.extend(ctx.mode("checkpoint", true, "", Some(true))?);
         figures.extend(ctx.mode("checkpoint", true, "", Some(false))?);
+        figures.extend(ctx.broadcast_rows()?);
     }
     Ok(figures)
 }
 
-struct Ctx<'a> {
-    scratch: &'a Path,
-    model: &'a Path,
-    size: &'a str,
-    weights: u64,
-    memcpy: f64,
-    syncs: usize,
+pub(super) struct Ctx<'a> {
+    pub(super) scratch: &'a Path,
+    pub(super) model: &'a Path,
+    pub(super) size: &'a str,
+    pub(super) weights: u64,
+    pub(super) memcpy: f64,
+    pub(super) syncs: usize,
 }
 
-fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> WorkerSpec {
+pub(super) fn spec(role: Role, model: &Path, options: &str, run_dir: &Path) -> WorkerSpec {
     WorkerSpec::single_cpu(role, "native", model, options, run_dir, vec![])
 }
 
@@ -316,7 +319,7 @@ impl Ctx<'_> {
 
 /// Bytes of the workers' buffers other than weights (grads, optimizer, KV, activations); in
 /// LoRA mode the trainer's adapter buffers are counted as weights of their own.
-fn non_weight_bytes(
+pub(super) fn non_weight_bytes(
     trainer: &RemoteTrainer,
     engines: &[RemoteEngine],
     _lora: bool,
@@ -336,21 +339,24 @@ fn non_weight_bytes(
     Ok(sum as u64)
 }
 
-fn pause(engines: &[RemoteEngine]) -> Result<(), CliError> {
+pub(super) fn pause(engines: &[RemoteEngine]) -> Result<(), CliError> {
     for e in engines {
         e.pause_generation(tandem_plugin_api::PauseMode::Wait)?;
     }
     Ok(())
 }
 
-fn resume(engines: &[RemoteEngine]) -> Result<(), CliError> {
+pub(super) fn resume(engines: &[RemoteEngine]) -> Result<(), CliError> {
     for e in engines {
         e.continue_generation()?;
     }
     Ok(())
 }
 
-fn train_step(trainer: &RemoteTrainer, engines: &[RemoteEngine]) -> Result<(), CliError> {
+pub(super) fn train_step(
+    trainer: &RemoteTrainer,
+    engines: &[RemoteEngine],
+) -> Result<(), CliError> {
     pause(engines)?;
     let batch = sft_batch();
     trainer.train_step(batch).map(drop).map_err(CliError::from)

@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod bridges;
+mod bridges_broadcast;
 pub mod bridges_vllm;
 pub mod command;
 pub mod control;

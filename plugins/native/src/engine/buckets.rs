@@ -59,14 +59,13 @@ impl NativeEngine {
             )));
         }
         // Refusals found before any byte arrives: every bucket is still taken off the group.
-        let mut problem = match &inner.shared {
-            Some(key) => Some(PluginError::invalid_state(format!(
+        let mut problem = inner.shared.as_ref().map(|key| {
+            PluginError::invalid_state(format!(
                 "weight update v{}: the engine serves the trainer's region {key} in place (ipc); \
                  received buckets would overwrite the trainer's weights",
                 update.version
-            ))),
-            None => None,
-        };
+            ))
+        });
         let plans: Vec<Vec<Copy>> = match plan_copies(&inner.engine.model.layout, manifest) {
             Ok(p) => p,
             Err(e) => {
