@@ -3,7 +3,8 @@
 //! --plugin-dir` lists its bridge, `tandem check` resolves a job's `[bridge] plugin =
 //! "delta"` to it (and refuses its bad options at their key), and `tandem run` syncs a native
 //! trainer and two native engines through it for 3 steps: the first sync ships every tensor,
-//! and each step's sync bytes are what the bridge says it shipped, once per engine.
+//! and each step's sync bytes are what the bridge says it shipped, once per engine. Its own
+//! `tests/conformance.rs` passes the bridge checks of `tandem-conformance`.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -72,6 +73,27 @@ fn the_delta_bridge_builds_out_of_tree_and_is_listed() {
         text.contains("updates: shared_region, tensor_buckets"),
         "{text}"
     );
+}
+
+#[test]
+fn the_delta_bridge_passes_the_conformance_suite() {
+    let root = workspace_root();
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "test",
+            "--offline",
+            "-q",
+            "--test",
+            "conformance",
+            "--manifest-path",
+        ])
+        .arg(root.join("examples/out-of-tree-bridge/Cargo.toml"))
+        .env("CARGO_TARGET_DIR", root.join("target/out-of-tree"))
+        .output()
+        .expect("run cargo");
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("4 passed; 0 failed"), "{text}");
 }
 
 #[test]

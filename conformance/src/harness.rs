@@ -2,7 +2,7 @@
 //! the suite macros call.
 
 use crate::engine::EngineHarness;
-use crate::setup::{EngineSetup, TrainerSetup};
+use crate::setup::{BridgeSetup, EngineSetup, TrainerSetup};
 use crate::trainer::TrainerHarness;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -264,4 +264,24 @@ fn pair_in(
         *t_cell = None;
     }
     outcome
+}
+
+/// The setup functions of a bridge check: the bridge, the engine, the trainer.
+pub type BridgeSetups = (
+    fn() -> BridgeSetup,
+    fn() -> EngineSetup,
+    fn() -> TrainerSetup,
+);
+
+/// A bridge check (see [`crate::checks::bridge`]).
+pub type BridgeCheck = fn(&BridgeSetup, &EngineSetup, &TrainerSetup) -> Outcome;
+
+/// Runs a bridge check: the bridge, engine and trainer setups it is given build what the
+/// check needs (a sync builds an engine and a trainer of its own, whose services carry the
+/// bridge's transport group), so no shared component is involved.
+pub fn run_bridge(name: &str, setups: BridgeSetups, check: BridgeCheck) {
+    let (b, e, t) = (setups.0(), setups.1(), setups.2());
+    let outcome = catch_unwind(AssertUnwindSafe(|| check(&b, &e, &t)))
+        .unwrap_or_else(|p| Err(Failure::new("no panic", panic_text(p.as_ref()))));
+    report(name, outcome);
 }

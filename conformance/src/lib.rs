@@ -10,6 +10,11 @@
 //! tandem_conformance::engine_suite!(engine());
 //! ```
 //!
+//! A weight bridge is checked between an engine and a trainer (`bridge: BridgeSetup::new(source,
+//! "component", options_json)` beside `engine:` and `trainer:`, group `bridge`): its
+//! declarations and plan, its halves' kind refusals, and two syncs through both halves — over
+//! an in-process transport world of two ranks when its plan asks for one.
+//!
 //! What is checked is driven by the component's **declared capabilities** (its manifest): each
 //! declared pause mode, releasable tag and update kind must work, everything undeclared must
 //! answer `NotSupported` (or be refused), and random lifecycle sequences must be accepted or
@@ -26,6 +31,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bridge;
 mod engine;
 mod expect;
 mod features;
@@ -37,12 +43,16 @@ mod suite;
 mod trainer;
 
 pub use engine::EngineHarness;
-pub use harness::{Failure, Outcome, Shared, run_engine, run_pair, run_trainer, users};
-pub use setup::{EngineSetup, Source, TrainerSetup, target_profile_dir, tiny_model};
+pub use harness::{
+    BridgeCheck, BridgeSetups, Failure, Outcome, Shared, run_bridge, run_engine, run_pair,
+    run_trainer, users,
+};
+pub use setup::{BridgeSetup, EngineSetup, Source, TrainerSetup, target_profile_dir, tiny_model};
 pub use trainer::TrainerHarness;
 
 /// The checks, by role: each is a plain function a test (or a harness of your own) can call.
 pub mod checks {
+    pub use crate::bridge::checks as bridge;
     pub use crate::engine::checks as engine;
     pub use crate::features::checks as features;
     pub use crate::pair::checks as pair;

@@ -23,7 +23,10 @@ fn common_kinds(e: &EngineHarness, t: &TrainerHarness) -> Vec<UpdateKind> {
 }
 
 /// The engine's logprobs of the trainer setup's completions (`score`, completion part).
-fn engine_logprobs(e: &EngineHarness, t: &TrainerHarness) -> Result<Vec<Vec<f32>>, Failure> {
+pub(crate) fn engine_logprobs(
+    e: &EngineHarness,
+    t: &TrainerHarness,
+) -> Result<Vec<Vec<f32>>, Failure> {
     let seqs: RVec<RVec<u32>> = t
         .setup
         .sequences
@@ -46,7 +49,7 @@ fn engine_logprobs(e: &EngineHarness, t: &TrainerHarness) -> Result<Vec<Vec<f32>
 }
 
 /// Pauses, applies `update` through the mirror, continues.
-fn apply(e: &mut EngineHarness, update: WeightUpdate) -> Result<UpdateReport, Failure> {
+pub(crate) fn apply(e: &mut EngineHarness, update: WeightUpdate) -> Result<UpdateReport, Failure> {
     let rule = "declared updates are applied";
     let Some(mode) = e.pause_mode() else {
         return Err(Failure::new(

@@ -107,13 +107,19 @@ pub(crate) struct Parts {
     pub config: tandem_plugin_api::ComponentConfig,
 }
 
-/// Loads `source` and prepares the construction of its `component` of `kind`.
+/// Transport groups (name → communicator) a component's services carry: the groups of one
+/// rank of an in-process world (the `bridge` group of a bridge check).
+pub(crate) type Groups = std::collections::BTreeMap<String, tandem_transport::Communicator>;
+
+/// Loads `source` and prepares the construction of its `component` of `kind`, with
+/// `transport` attached to its services when given.
 pub(crate) fn parts(
     source: &Source,
     kind: ComponentKind,
     component: &str,
     model: &Path,
     options_json: &str,
+    transport: Option<Groups>,
 ) -> Result<Parts, crate::Failure> {
     use crate::Failure;
     use tandem_memory::{ManagerConfig, MemoryManager};
@@ -132,11 +138,15 @@ pub(crate) fn parts(
         device: "cpu".into(),
         run_dir: run_dir.path().display().to_string().into(),
     };
+    let services = tandem_services::Services::with_memory(manager);
     Ok(Parts {
         module,
         decl,
         run_dir,
-        services: tandem_services::Services::with_memory(manager),
+        services: match transport {
+            Some(groups) => services.with_transport(groups),
+            None => services,
+        },
         config,
     })
 }
@@ -272,5 +282,29 @@ impl TrainerSetup {
     pub fn options(mut self, json: &str) -> Self {
         self.options_json = json.into();
         self
+    }
+}
+
+/// A weight bridge under test: it moves the weights of the suite's trainer setup to its
+/// engine setup.
+#[derive(Debug, Clone)]
+pub struct BridgeSetup {
+    /// Where the plugin comes from.
+    pub source: Source,
+    /// Component name (`[bridge] plugin = ...`).
+    pub component: String,
+    /// `[bridge.options]` as JSON.
+    pub options_json: String,
+}
+
+impl BridgeSetup {
+    /// The bridge `component` of `source` with `options_json` (JSON object text, `{}` for the
+    /// defaults).
+    pub fn new(source: Source, component: &str, options_json: &str) -> BridgeSetup {
+        BridgeSetup {
+            source,
+            component: component.into(),
+            options_json: options_json.into(),
+        }
     }
 }

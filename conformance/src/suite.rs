@@ -1,11 +1,12 @@
 //! The `suite!` macro: one `#[test]` per check of the chosen groups, sharing one engine and one
-//! trainer per test binary.
+//! trainer per test binary (the `bridge` group builds its own per check).
 //!
 //! ```text
 //! tandem_conformance::suite! {
-//!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`)
-//!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`)
-//!     checks: [engine, trainer, pair],   // and `features`: a trainer on hidden states
+//!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`, `bridge`)
+//!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`, `bridge`)
+//!     bridge: my_bridge(),          // fn call returning BridgeSetup (needed by `bridge`)
+//!     checks: [engine, trainer, pair],   // `features`: a trainer on hidden states; `bridge`
 //!     no_digests: "why",            // optional: the pair carries no digests (checked instead)
 //!     ignore: "why",                // optional: the whole suite needs something absent here
 //! }
@@ -17,12 +18,15 @@ macro_rules! suite {
     (
         $( engine: $engine:expr, )?
         $( trainer: $trainer:expr, )?
+        $( bridge: $bridge:expr, )?
         checks: [ $( $group:ident ),* $(,)? ],
         $( no_digests: $nd:literal, )?
         $( ignore: $why:literal, )?
     ) => {
         const __TANDEM_GROUPS: &[&str] = &[$( stringify!($group) ),*];
         $(
+            // Unused when only the `bridge` group uses the setup.
+            #[allow(dead_code)]
             static __TANDEM_ENGINE: $crate::Shared<$crate::EngineHarness> =
                 $crate::Shared::new($crate::users(__TANDEM_GROUPS, "engine"));
             fn __tandem_engine_setup() -> $crate::EngineSetup {
@@ -30,10 +34,16 @@ macro_rules! suite {
             }
         )?
         $(
+            #[allow(dead_code)]
             static __TANDEM_TRAINER: $crate::Shared<$crate::TrainerHarness> =
                 $crate::Shared::new($crate::users(__TANDEM_GROUPS, "trainer"));
             fn __tandem_trainer_setup() -> $crate::TrainerSetup {
                 $trainer
+            }
+        )?
+        $(
+            fn __tandem_bridge_setup() -> $crate::BridgeSetup {
+                $bridge
             }
         )?
         $crate::__tandem_groups!({ $( $nd )? } { $( $why )? } $( $group )*);
@@ -101,6 +111,32 @@ macro_rules! __tandem_group {
             pair_lower_version_refused = lower_version_refused,
         );
         $crate::__tandem_digest_test!($nd $why);
+    };
+    (bridge $nd:tt $why:tt) => {
+        $crate::__tandem_bridge_tests!(
+            $why
+            bridge_declared_and_planned = declared_and_planned,
+            bridge_refuses_undeclared_kinds = refuses_undeclared_kinds,
+            bridge_syncs_twice = syncs_twice,
+            bridge_resident_tags_declared = resident_tags_declared,
+        );
+    };
+}
+
+/// Bridge tests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_bridge_tests {
+    ($why:tt $( $name:ident = $check:ident, )*) => {
+        $(
+            $crate::__tandem_test!($why $name {
+                $crate::run_bridge(
+                    stringify!($name),
+                    (__tandem_bridge_setup, __tandem_engine_setup, __tandem_trainer_setup),
+                    $crate::checks::bridge::$check,
+                );
+            });
+        )*
     };
 }
 

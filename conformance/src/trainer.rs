@@ -2,7 +2,7 @@
 
 use crate::expect::{not_supported, ok, refused};
 use crate::harness::{Failure, Outcome};
-use crate::setup::{Parts, TrainerSetup, parts};
+use crate::setup::{Groups, Parts, TrainerSetup, parts};
 use tandem_plugin_api::{
     ComponentDecl, ComponentKind, ErrorCode, LossConfig, LossKind, RResult, RString, RVec,
     TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind, WhichWeights,
@@ -30,6 +30,14 @@ pub struct TrainerHarness {
 impl TrainerHarness {
     /// Loads the plugin, constructs the trainer and calls `init`.
     pub fn new(setup: TrainerSetup) -> Result<TrainerHarness, Failure> {
+        Self::with_transport(setup, None)
+    }
+
+    /// [`TrainerHarness::new`] with `transport` groups attached to the trainer's services.
+    pub(crate) fn with_transport(
+        setup: TrainerSetup,
+        transport: Option<Groups>,
+    ) -> Result<TrainerHarness, Failure> {
         let Parts {
             module,
             decl,
@@ -42,6 +50,7 @@ impl TrainerHarness {
             &setup.component,
             &setup.model,
             &setup.options_json,
+            transport,
         )?;
         let mut trainer = ok(
             (module.new_trainer())(config, services.handle()),

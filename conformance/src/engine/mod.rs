@@ -8,7 +8,7 @@ mod serving;
 
 use crate::expect::ok;
 use crate::harness::{Failure, Outcome};
-use crate::setup::{EngineSetup, Parts, parts};
+use crate::setup::{EngineSetup, Groups, Parts, parts};
 use tandem_memory::MemoryManager;
 use tandem_plugin_api::lifecycle::{EngineMachine, EngineOp, EngineState};
 use tandem_plugin_api::{
@@ -45,6 +45,14 @@ impl Drop for EngineHarness {
 impl EngineHarness {
     /// Loads the plugin, constructs and starts the engine, and checks it reports ready.
     pub fn new(setup: EngineSetup) -> Result<EngineHarness, Failure> {
+        Self::with_transport(setup, None)
+    }
+
+    /// [`EngineHarness::new`] with `transport` groups attached to the engine's services.
+    pub(crate) fn with_transport(
+        setup: EngineSetup,
+        transport: Option<Groups>,
+    ) -> Result<EngineHarness, Failure> {
         let Parts {
             module,
             decl,
@@ -57,6 +65,7 @@ impl EngineHarness {
             &setup.component,
             &setup.model,
             &setup.options_json,
+            transport,
         )?;
         let api_level = match (module.manifest())() {
             RResult::ROk(m) => m.api_level,

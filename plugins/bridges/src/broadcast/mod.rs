@@ -149,17 +149,39 @@ impl BridgeImpl for Broadcast {
             return Err(PluginError::invalid_state("broadcast bridge: no region"));
         };
         let group = RStr::from(group.as_str());
-        for (k, (bucket, start)) in manifest.iter().zip(starts).enumerate() {
-            let data = mapped.bytes_mut(start, bucket.bytes)?;
-            let mut trailer = buckets::trailer(data, shipped.version, k as u32);
-            self.host
-                .broadcast(group, 0, RSliceMut::from_mut_slice(data))
-                .into_result()
-                .map_err(|e| sent_failed(k, manifest.len(), e))?;
+        let n = manifest.len();
+        // Each bucket's checksum is taken while the bucket before it is on the wire: the
+        // sender never leaves the receivers idle while it hashes.
+        let mut trailer = match manifest.first() {
+            Some(b) => buckets::trailer(mapped.bytes(starts[0], b.bytes)?, shipped.version, 0),
+            None => return Ok(()),
+        };
+        for k in 0..n {
+            let next = (k + 1 < n).then(|| (starts[k + 1], manifest[k + 1].bytes));
+            let (data, following) = mapped.split((starts[k], manifest[k].bytes), next)?;
+            let (sent, next_trailer) = std::thread::scope(|s| {
+                let hashing = following
+                    .map(|f| s.spawn(move || buckets::trailer(f, shipped.version, k as u32 + 1)));
+                let sent = self
+                    .host
+                    .broadcast(group, 0, RSliceMut::from_mut_slice(data))
+                    .into_result();
+                (sent, hashing.map(|h| h.join()))
+            });
+            sent.map_err(|e| sent_failed(k, n, e))?;
             self.host
                 .broadcast(group, 0, RSliceMut::from_mut_slice(&mut trailer))
                 .into_result()
-                .map_err(|e| sent_failed(k, manifest.len(), e))?;
+                .map_err(|e| sent_failed(k, n, e))?;
+            match next_trailer {
+                Some(Ok(t)) => trailer = t,
+                Some(Err(_)) => {
+                    return Err(PluginError::runtime(
+                        "broadcast bridge: the checksum thread panicked",
+                    ));
+                }
+                None => {}
+            }
         }
         Ok(())
     }

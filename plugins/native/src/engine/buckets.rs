@@ -2,10 +2,11 @@
 //! group in buckets of whole tensors, in the wire format of
 //! [`tandem_plugin_api::sdk::buckets`].
 //!
-//! Each bucket is received into one buffer the engine keeps across syncs (it grows to the
-//! largest bucket once), its trailer checked (index, version, length, checksum), and only then
-//! its tensors copied into the served weights in place — no staged copy of the model: during
-//! a sync the engine holds the weights once plus one bucket. When every bucket is in, the
+//! Each bucket is received into one of two buffers the engine keeps across syncs (they grow to
+//! the largest bucket once; `bucket_stream.rs` receives the next bucket into one while this
+//! module copies out of the other), its trailer checked (index, version, length, checksum),
+//! and only then its tensors copied into the served weights in place — no staged copy of the
+//! model: during a sync the engine holds the weights once plus two buckets. When every bucket is in, the
 //! digest of the served weights is compared with the trainer's.
 //!
 //! Failures:
@@ -25,9 +26,10 @@
 //! - A digest mismatch after the last bucket: damaged, likewise.
 
 use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::sdk::buckets::{self, TRAILER_BYTES};
-use tandem_plugin_api::{DType, PluginError, RSliceMut, RStr, TensorBucket, WeightUpdate};
+use tandem_plugin_api::sdk::buckets;
+use tandem_plugin_api::{DType, PluginError, TensorBucket, WeightUpdate};
 
+use super::bucket_stream;
 use super::update::{check_digest, served_digest};
 use super::{NativeEngine, lock};
 use tandem_native_core::layout::ParamLayout;
@@ -78,26 +80,31 @@ impl NativeEngine {
             }
         };
         let words = (largest as usize).div_ceil(4);
-        if inner.bucket_buf.len() < words {
-            inner.bucket_buf.resize(words, 0.0);
+        let mut bufs = std::mem::take(&mut inner.bucket_bufs);
+        for b in &mut bufs {
+            if b.len() < words {
+                b.resize(words, 0.0);
+            }
         }
-        let group = RStr::from(group);
         let mut copied_any = false;
-        let mut received = 0u64;
-        for (k, bucket) in manifest.iter().enumerate() {
-            let n = bucket.bytes as usize;
-            let data: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut inner.bucket_buf[..])[..n];
-            let mut trailer = [0u8; TRAILER_BYTES];
-            let got = self
-                .host
-                .broadcast(group, 0, RSliceMut::from_mut_slice(data))
-                .into_result()
-                .and_then(|()| {
-                    self.host
-                        .broadcast(group, 0, RSliceMut::from_mut_slice(&mut trailer))
-                        .into_result()
-                });
-            if let Err(e) = got {
+        let weights = inner.engine.model.weights.as_mut_slice();
+        let streamed = bucket_stream::receive(&self.host, group, manifest, &mut bufs, |r| {
+            if problem.is_some() {
+                return;
+            }
+            if let Err(e) = buckets::check(r.data, r.trailer, update.version, r.k as u32) {
+                problem = Some(e);
+                return;
+            }
+            for c in &plans[r.k] {
+                weights[c.dst..c.dst + c.len].copy_from_slice(&r.words[c.src..c.src + c.len]);
+            }
+            copied_any = true;
+        });
+        inner.bucket_bufs = bufs;
+        let received = match streamed {
+            Ok(n) => n,
+            Err((k, e)) => {
                 let e = PluginError::new(
                     e.code,
                     format!(
@@ -109,21 +116,7 @@ impl NativeEngine {
                 );
                 return Err(self.fail(e, copied_any));
             }
-            received += bucket.bytes;
-            if problem.is_some() {
-                continue;
-            }
-            if let Err(e) = buckets::check(data, &trailer, update.version, k as u32) {
-                problem = Some(e);
-                continue;
-            }
-            let src: &[f32] = &inner.bucket_buf[..words];
-            let dst = inner.engine.model.weights.as_mut_slice();
-            for c in &plans[k] {
-                dst[c.dst..c.dst + c.len].copy_from_slice(&src[c.src..c.src + c.len]);
-            }
-            copied_any = true;
-        }
+        };
         if let Some(e) = problem {
             return Err(self.fail(e, copied_any));
         }

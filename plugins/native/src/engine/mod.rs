@@ -26,6 +26,7 @@ use tandem_plugin_api::{
     RString, RVec, UpdateReport, WeightUpdate,
 };
 
+mod bucket_stream;
 mod buckets;
 mod generate;
 mod spec;
@@ -85,9 +86,9 @@ struct Inner {
     feature_buf: Vec<f32>,
     /// Hidden states sent since start.
     hidden: spec::HiddenCounters,
-    /// The buffer `TensorBuckets` updates receive each bucket into (grows to the largest
+    /// The two buffers `TensorBuckets` updates receive buckets into (they grow to the largest
     /// bucket once, kept across syncs).
-    bucket_buf: Vec<f32>,
+    bucket_bufs: [Vec<f32>; 2],
 }
 
 struct State {
@@ -162,7 +163,7 @@ impl NativeEngine {
                 draft_tokens: opts.draft_tokens,
                 feature_buf: Vec::new(),
                 hidden: spec::HiddenCounters::default(),
-                bucket_buf: Vec::new(),
+                bucket_bufs: [Vec::new(), Vec::new()],
             }),
             state: Mutex::new(State {
                 machine: EngineMachine::new(version),
