@@ -77,8 +77,14 @@ impl Communicator {
             match self.setup_segment() {
                 Ok(s) => *st = s,
                 Err(e) => {
+                    let rank = match &e {
+                        TransportError::Timeout { rank, .. }
+                        | TransportError::PeerDied { rank, .. }
+                        | TransportError::Broken { rank, .. } => *rank,
+                        _ => self.global_rank(),
+                    };
                     *st = State::Broken {
-                        rank: self.global_rank(),
+                        rank,
                         addr: "broadcast segment set-up".into(),
                         cause: e.to_string(),
                     };
@@ -180,8 +186,18 @@ impl Communicator {
             let seg = Segment::create(n, u64::from(tag), &opts)
                 .map_err(|e| TransportError::io("creating the shm broadcast segment", e))?;
             for r in 1..n {
-                self.shm_link_or_err(r)?
-                    .send_fd(tag, seg.cap(), Some(seg.fd()), idle)?;
+                let sent = self
+                    .shm_link_or_err(r)
+                    .and_then(|l| l.send_fd(tag, seg.cap(), Some(seg.fd()), idle));
+                if let Err(e) = sent {
+                    // Members that already mapped the segment stop at once, naming `r`.
+                    let reason = match e {
+                        TransportError::PeerDied { .. } => Reason::Died,
+                        _ => Reason::Protocol,
+                    };
+                    seg.abort(r, reason);
+                    return Err(e);
+                }
             }
             seg
         } else {

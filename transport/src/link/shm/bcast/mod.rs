@@ -312,3 +312,115 @@ impl Segment {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! In-process checks of the segment protocol with one thread per member (frames of every
+    //! size wrapping a small ring from every root, abort, liveness); the multi-process
+    //! behaviour is covered by `tests/broadcast.rs`.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    const IDLE: Duration = Duration::from_secs(20);
+
+    fn group(n: usize, cap: usize) -> Vec<Segment> {
+        let o = ShmOptions {
+            broadcast_bytes: cap,
+            chunk_bytes: 4096,
+            spin: Duration::from_micros(5),
+            ..Default::default()
+        };
+        let first = Segment::create(n, 7, &o).unwrap();
+        let mut v: Vec<Segment> = (1..n)
+            .map(|r| Segment::open(first.fd().try_clone_to_owned().unwrap(), n, r, 7, &o).unwrap())
+            .collect();
+        v.insert(0, first);
+        v
+    }
+
+    fn bytes(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|j| (j * 31 + i * 7) as u8).collect()
+    }
+
+    #[test]
+    fn frames_of_every_size_wrap_a_small_ring_from_every_root() {
+        let sizes: Vec<usize> = (0..60).map(|i| (i * 7919 * 13) % 200_000).collect();
+        std::thread::scope(|s| {
+            for (me, seg) in group(3, 64 << 10).into_iter().enumerate() {
+                let sizes = &sizes;
+                s.spawn(move || {
+                    let mut cur = Cursor::default();
+                    let alive = |_| true;
+                    for (i, &len) in sizes.iter().enumerate() {
+                        let root = i % 3;
+                        if me == root {
+                            seg.publish(&mut cur, root as u64, &bytes(i, len), IDLE, &alive)
+                                .unwrap();
+                        } else {
+                            let mut got = vec![0u8; len];
+                            let sent = seg
+                                .receive(&mut cur, root, root as u64, &mut got, IDLE, &alive)
+                                .unwrap();
+                            assert_eq!(sent, len as u64);
+                            assert!(got == bytes(i, len), "frame {i} of {len} bytes");
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn mismatch_consumes_the_frame_and_abort_stops_waiters() {
+        let segs = group(3, 64 << 10);
+        let alive = |_| true;
+        let mut curs = [Cursor::default(); 3];
+        segs[0]
+            .publish(&mut curs[0], 0, &bytes(1, 1000), IDLE, &alive)
+            .unwrap();
+        let mut small = vec![0u8; 10];
+        let sent = segs[1].receive(&mut curs[1], 0, 0, &mut small, IDLE, &alive);
+        assert_eq!(sent.unwrap(), 1000);
+        assert_eq!(small, vec![0u8; 10], "a mismatched receive copies nothing");
+        let mut ok = vec![0u8; 1000];
+        segs[2]
+            .receive(&mut curs[2], 0, 0, &mut ok, IDLE, &alive)
+            .unwrap();
+        assert_eq!(ok, bytes(1, 1000));
+        // Member 1 waits for broadcast 2; member 2 reports member 0 dead.
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let mut b = vec![0u8; 5];
+                segs[1].receive(&mut curs[1], 0, 0, &mut b, IDLE, &alive)
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            segs[2].abort(0, Reason::Died);
+            match waiter.join().unwrap() {
+                Err(End::Aborted {
+                    culprit: 0,
+                    reporter: 2,
+                    reason: Reason::Died,
+                }) => {}
+                other => panic!("expected Aborted, got {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn a_dead_root_or_a_dead_lagging_member_is_named() {
+        let segs = group(2, 64 << 10);
+        let dead = |_| false;
+        let mut b = [0u8; 8];
+        match segs[1].receive(&mut Cursor::default(), 0, 0, &mut b, IDLE, &dead) {
+            Err(End::Dead(0)) => {}
+            other => panic!("expected Dead(0), got {other:?}"),
+        }
+        // The root fills the ring, then waits for member 1, which is gone.
+        let big = vec![1u8; 200 << 10];
+        match segs[0].publish(&mut Cursor::default(), 0, &big, IDLE, &dead) {
+            Err(End::Dead(1)) => {}
+            other => panic!("expected Dead(1), got {other:?}"),
+        }
+    }
+}
