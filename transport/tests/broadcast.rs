@@ -19,7 +19,7 @@ child_roles! {
     "stream" => |w, c| stream(w, c).map_err(text),
     "mixed" => |w, _| mixed(w).map_err(text),
     "kill" => kill,
-    "absent" => |w, _| absent(w),
+    "absent" => absent,
 }
 
 fn text(e: TransportError) -> String {
@@ -207,25 +207,34 @@ fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
     }
 }
 
-/// Rank 2 never broadcasts (it sleeps, then leaves). Whichever of ranks 0 and 1 times out
-/// first names rank 2 (rank 1 learns from the segment that the root waits for it); the other
-/// is told that the broadcast was abandoned because of rank 2.
-fn absent(w: &Communicator) -> Result<(), String> {
+/// Rank 2 never broadcasts (it waits in the store until the others are done, then leaves).
+/// Whichever of ranks 0 and 1 times out first names rank 2 (rank 1 learns from the segment
+/// that the root waits for it); the other is told that the broadcast was abandoned because of
+/// rank 2.
+fn absent(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
+    let store = StoreClient::connect(&cfg.store_addr, &cfg.token, Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
     if w.rank() == 2 {
-        std::thread::sleep(Duration::from_secs(6));
-        return Ok(());
+        return store
+            .wait(
+                &["absent/done/0", "absent/done/1"],
+                Duration::from_secs(120),
+            )
+            .map_err(|e| e.to_string());
     }
     let mut buf = pattern(3, 16 << 20);
-    match (w.rank(), w.broadcast(0, &mut buf)) {
-        (
-            _,
-            Err(TransportError::Timeout { rank: 2, .. } | TransportError::Broken { rank: 2, .. }),
-        ) => {}
-        (r, other) => return Err(format!("rank {r}: unexpected {other:?}")),
-    }
+    let first = w.broadcast(0, &mut buf);
     // The group stays broken: the next call fails at once.
-    match w.broadcast(0, &mut buf) {
-        Err(TransportError::Broken { .. } | TransportError::Timeout { .. }) => Ok(()),
+    let second = w.broadcast(0, &mut buf);
+    store
+        .set(&format!("absent/done/{}", w.rank()), b"1")
+        .map_err(|e| e.to_string())?;
+    match first {
+        Err(TransportError::Timeout { rank: 2, .. } | TransportError::Broken { rank: 2, .. }) => {}
+        other => return Err(format!("rank {}: unexpected {other:?}", w.rank())),
+    }
+    match second {
+        Err(TransportError::Broken { .. }) => Ok(()),
         other => Err(format!("second broadcast: expected Broken, got {other:?}")),
     }
 }
