@@ -46,8 +46,9 @@ impl Segment {
             if off < span {
                 let mut free = self.free(pos);
                 if free == 0 {
+                    // Wait for a whole piece: fewer, larger copies and fewer sleeps.
                     self.publish_head(pos);
-                    self.wait_space(pos + LINE, idle, alive)?;
+                    self.wait_space(pos + chunk.min(span - off), idle, alive)?;
                     free = self.free(pos);
                 }
                 let n = free.min(chunk).min(span - off);
@@ -156,8 +157,13 @@ impl Segment {
         let c = self.ctrl();
         self.tail(self.me).store(pos, SeqCst);
         if c.space_waiters.load(SeqCst) != 0 {
-            c.space_seq.fetch_add(1, SeqCst);
-            futex::wake_all(&c.space_seq);
+            // Wake the root only when its wait is over (the root's own tail is at its head,
+            // past the mark).
+            let mark = c.space_need.load(SeqCst).saturating_sub(self.cap);
+            if (0..self.members).all(|r| self.tail(r).load(SeqCst) >= mark) {
+                c.space_seq.fetch_add(1, SeqCst);
+                futex::wake_all(&c.space_seq);
+            }
         }
     }
 
@@ -179,6 +185,7 @@ impl Segment {
                 .fold(0u64, u64::wrapping_add)
         };
         let c = self.ctrl();
+        c.space_need.store(need, SeqCst);
         let stalled = || {
             c.stalled
                 .store(lagging().map_or(0, |r| r as u64 + 1), SeqCst)
@@ -269,7 +276,12 @@ impl Segment {
             if ready() {
                 return Ok(());
             }
-            check()?;
+            if let Err(e) = check() {
+                // A member that gave up stored the abort word before it could exit: its
+                // reason (naming the culprit) wins over its own departure.
+                self.check_abort()?;
+                return Err(e);
+            }
             let p = progress();
             if p != seen {
                 seen = p;

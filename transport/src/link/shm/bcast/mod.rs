@@ -17,7 +17,10 @@
 //!   publishes its tail after each piece.
 //! - waits spin briefly, then sleep on a futex word (`data_seq` for receivers, `space_seq` for
 //!   the root) after counting themselves in a waiter count; the other side wakes only when
-//!   the count is non-zero (SeqCst on both sides = no lost wake-up). Every wait runs in 50 ms
+//!   the count is non-zero (SeqCst on both sides = no lost wake-up). A root out of space
+//!   waits for a whole chunk (`space_need`), and a receiver wakes it only when its release
+//!   leaves every tail past that mark (of receivers finishing together, at least one sees
+//!   all the stores), so the root is not woken by each receiver's every piece. Every wait runs in 50 ms
 //!   slices, checks the abort word and the liveness of the member it waits for, and ends
 //!   with [`End::Timeout`] after `idle` without progress, naming the member it waited for (a
 //!   receiver names the member the root itself waits for, from `stalled`, if any).
@@ -62,7 +65,9 @@ struct Ctrl {
     claim: AtomicU64,
     /// While the root waits for ring space: 1 + the group rank it waits for, else 0.
     stalled: AtomicU64,
-    _p4: [u8; 48],
+    /// The end position the root's last wait for space needed (every tail >= it - cap).
+    space_need: AtomicU64,
+    _p4: [u8; 40],
     /// 0, or `1 << 63 | reason << 48 | reporter << 24 | culprit` (group-local ranks).
     abort: AtomicU64,
     _p5: [u8; 56],
