@@ -1,8 +1,10 @@
 //! Runs the transport benchmark and prints each figure beside its limit (what
 //! `tandem bench transport` prints). `cargo run --release -p tandem-transport --example
-//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp [nobcast
-//! [spin_us [single_copy_min_bytes]]]]]]]]` (`single_copy_min_bytes` 0 = single copy off;
-//! otherwise on from that size; absent = auto).
+//! bench_transport [max_bytes [min_bytes [shm_ring_bytes [shm_chunk_bytes [shm|tcp
+//! [nobcast|bcastonly [spin_us [single_copy_min_bytes [broadcast_bytes]]]]]]]]]` (`single_copy_min_bytes` 0 =
+//! single copy off; otherwise on from that size; absent = auto; `broadcast_bytes` = ring bytes
+//! of the shared broadcast segment, 0 = broadcast by the chain over the links; absent =
+//! default). Arguments that do not parse as numbers (e.g. `-`) keep their default.
 
 fn main() {
     tandem_transport::bench::child_main_if_requested();
@@ -26,8 +28,10 @@ fn main() {
         Some("tcp") => opts.backends = vec![tandem_transport::BackendKind::Tcp],
         _ => {}
     }
-    if args.get(6).is_some_and(|s| s == "nobcast") {
-        opts.broadcast_ranks = 0;
+    match args.get(6).map(String::as_str) {
+        Some("nobcast") => opts.broadcast_ranks = 0,
+        Some("bcastonly") => opts.p2p = false,
+        _ => {}
     }
     if let Some(us) = arg(7) {
         opts.shm.spin = std::time::Duration::from_micros(us as u64);
@@ -39,6 +43,9 @@ fn main() {
             opts.shm.single_copy_min_bytes = min;
         }
         None => {}
+    }
+    if let Some(b) = arg(9) {
+        opts.shm.broadcast_bytes = b;
     }
     match tandem_transport::bench::bench(&opts) {
         Ok(ms) => {

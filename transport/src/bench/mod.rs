@@ -59,6 +59,8 @@ pub struct BenchOptions {
     pub backends: Vec<BackendKind>,
     /// Ranks in the broadcast world (default 4); below 2 skips broadcast.
     pub broadcast_ranks: usize,
+    /// Measure the two-rank p2p figures (default true).
+    pub p2p: bool,
     /// Round trips for the latency figure (default 2000).
     pub latency_iters: usize,
     /// Program to spawn as ranks (default: the current executable).
@@ -78,6 +80,7 @@ impl Default for BenchOptions {
             max_bytes: 1 << 30,
             backends: vec![BackendKind::Shm, BackendKind::Tcp],
             broadcast_ranks: 4,
+            p2p: true,
             latency_iters: 2000,
             child_program: None,
             child_args: Vec::new(),
@@ -137,7 +140,9 @@ pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
                 limit: user,
             });
         }
-        out.extend(run_world(opts, b, 2, "p2p", &sizes)?);
+        if opts.p2p {
+            out.extend(run_world(opts, b, 2, "p2p", &sizes)?);
+        }
         if opts.broadcast_ranks >= 2 {
             out.extend(run_world(opts, b, opts.broadcast_ranks, "bcast", &sizes)?);
         }

@@ -1,7 +1,8 @@
 //! Collectives built on the group's point-to-point links.
 //!
-//! - `broadcast`: a pipelined chain root -> root+1 -> ... in chunks, so every link streams at
-//!   once and a 1 GiB broadcast costs about one 1 GiB transfer, not n-1 of them.
+//! - `broadcast`: through the group's shared segment when every pair of members is shm (see
+//!   `bcast.rs`); otherwise a pipelined chain root -> root+1 -> ... in chunks, so every link
+//!   streams at once and a 1 GiB broadcast costs about one 1 GiB transfer, not n-1 of them.
 //! - `all_gather`: ring algorithm, n-1 steps; each step sends one block to the next rank on a
 //!   scoped thread while receiving another block from the previous rank.
 //! - `barrier`: dissemination barrier, ceil(log2 n) rounds of 1-byte messages.
@@ -14,11 +15,12 @@ const CHUNK: usize = 4 << 20;
 
 impl Communicator {
     /// Copies `buf` of group rank `root` into `buf` on every other member. All members must
-    /// pass buffers of the same length.
+    /// pass buffers of the same length (a receiver whose length differs fails with
+    /// `SizeMismatch` naming both). The root may return before the receivers have copied.
     pub fn broadcast(&self, root: usize, buf: &mut [u8]) -> Result<()> {
         let n = self.world_size();
         self.world_rank(root)?;
-        if n == 1 {
+        if n == 1 || self.broadcast_shared(root, buf)? {
             return Ok(());
         }
         let pos = (self.rank() + n - root) % n;
@@ -26,7 +28,9 @@ impl Communicator {
         let next = (self.rank() + 1) % n;
         // The first frame carries the total length so a mismatch names both sizes.
         let len = (buf.len() as u64).to_le_bytes();
-        if pos != 0 {
+        if pos == 0 {
+            self.send_kind(next, &len, kind::BROADCAST, 0)?;
+        } else {
             let mut theirs = [0u8; 8];
             self.recv_kind(prev, &mut theirs, kind::BROADCAST, 0)?;
             let sent = u64::from_le_bytes(theirs);
@@ -34,6 +38,9 @@ impl Communicator {
                 self.send_kind(next, &theirs, kind::BROADCAST, 0)?;
             }
             if sent != buf.len() as u64 {
+                // Still pass the root's chunks on, so the members after this one (and the
+                // next broadcast) are not left waiting.
+                self.chain_drain(sent, prev, (pos != n - 1).then_some(next))?;
                 return Err(TransportError::SizeMismatch {
                     src: self.ranks()[root],
                     dst: self.global_rank(),
@@ -42,8 +49,6 @@ impl Communicator {
                     expected: buf.len() as u64,
                 });
             }
-        } else {
-            self.send_kind(next, &len, kind::BROADCAST, 0)?;
         }
         for chunk in buf.chunks_mut(CHUNK) {
             if pos != 0 {
@@ -52,6 +57,22 @@ impl Communicator {
             if pos != n - 1 {
                 self.send_kind(next, chunk, kind::BROADCAST, 1)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Receives the `len` chunked bytes of a chain broadcast into scratch space and forwards
+    /// them to `next`.
+    fn chain_drain(&self, len: u64, prev: usize, next: Option<usize>) -> Result<()> {
+        let mut scratch = vec![0u8; len.min(CHUNK as u64) as usize];
+        let mut left = len;
+        while left > 0 {
+            let m = left.min(CHUNK as u64) as usize;
+            self.recv_kind(prev, &mut scratch[..m], kind::BROADCAST, 1)?;
+            if let Some(next) = next {
+                self.send_kind(next, &scratch[..m], kind::BROADCAST, 1)?;
+            }
+            left -= m as u64;
         }
         Ok(())
     }

@@ -38,6 +38,9 @@ pub mod env {
     pub const SHM_SINGLE_COPY: &str = "TANDEM_TRANSPORT_SHM_SINGLE_COPY";
     /// Smallest message sent by single copy, in bytes (default 262144).
     pub const SHM_SINGLE_COPY_MIN: &str = "TANDEM_TRANSPORT_SHM_SINGLE_COPY_MIN";
+    /// Ring bytes of a group's shared broadcast segment (default 8 MiB; 0 = broadcasts take
+    /// the chain over the links).
+    pub const SHM_BROADCAST_BYTES: &str = "TANDEM_TRANSPORT_SHM_BROADCAST_BYTES";
     /// IP address to listen on and advertise for tcp links (default: the interface that
     /// routes to the store).
     pub const TCP_IP: &str = "TANDEM_TRANSPORT_TCP_IP";
@@ -138,6 +141,9 @@ impl CommConfig {
         if let Some(b) = get(env::SHM_SINGLE_COPY_MIN) {
             c.shm.single_copy_min_bytes = num(env::SHM_SINGLE_COPY_MIN, b)?;
         }
+        if let Some(b) = get(env::SHM_BROADCAST_BYTES) {
+            c.shm.broadcast_bytes = num(env::SHM_BROADCAST_BYTES, b)?;
+        }
         if let Some(b) = get(env::SHM_SPIN_US) {
             c.shm.spin = Duration::from_micros(num(env::SHM_SPIN_US, b)? as u64);
         }
@@ -168,6 +174,10 @@ impl CommConfig {
             (
                 env::SHM_SINGLE_COPY_MIN,
                 self.shm.single_copy_min_bytes.to_string(),
+            ),
+            (
+                env::SHM_BROADCAST_BYTES,
+                self.shm.broadcast_bytes.to_string(),
             ),
         ];
         if let Some(ip) = self.tcp_ip {

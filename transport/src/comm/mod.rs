@@ -16,6 +16,7 @@
 //! # Ok::<(), tandem_transport::TransportError>(())
 //! ```
 
+mod bcast;
 mod collective;
 pub(crate) mod config;
 mod handle;
@@ -51,6 +52,8 @@ struct World {
     store: StoreClient,
     timeout: Duration,
     name: String,
+    shm: crate::link::shm::ShmOptions,
+    segments: bcast::Segments,
 }
 
 /// A communicator over a group of ranks. Cheap to clone; clones share links.
@@ -110,6 +113,8 @@ impl Communicator {
                 store: j.store,
                 timeout: cfg.timeout,
                 name: cfg.name.clone(),
+                shm: cfg.shm,
+                segments: Default::default(),
             }),
         })
     }
@@ -150,9 +155,10 @@ impl Communicator {
     }
 
     /// Counters of the shm links to this group's members (summed): which messages went by
-    /// single copy and how many payload bytes crossed the rings.
+    /// single copy and how many payload bytes crossed the rings; plus this group's broadcasts
+    /// through its shared segment.
     pub fn shm_stats(&self) -> crate::link::shm::ShmStats {
-        let mut total = crate::link::shm::ShmStats::default();
+        let mut total = self.world.segments.stats(&self.ranks);
         for &w in self.ranks.iter() {
             if let Some(s) = self.world.peers[w]
                 .as_ref()

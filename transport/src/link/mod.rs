@@ -126,6 +126,11 @@ pub(crate) trait Link: Send + Sync {
     fn shm_stats(&self) -> Option<shm::ShmStats> {
         None
     }
+    /// The shm link itself (liveness, fd passing for broadcast segments); `None` for other
+    /// backends.
+    fn as_shm(&self) -> Option<&shm::ShmLink> {
+        None
+    }
     /// Peer identity.
     fn peer(&self) -> &PeerInfo;
 }

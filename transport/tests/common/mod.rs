@@ -35,8 +35,9 @@ macro_rules! child_roles {
 
 /// The body of a test binary's `child_entry` test. A transport bench child runs its bench role;
 /// a test child (role in [`ROLE`]) joins the world its environment describes (ranks listed in
-/// `TT_RING_ONLY` with the single-copy path off), runs `run` and exits 0, or 1 naming the
-/// failure. Run directly (no role), it says so and returns.
+/// `TT_RING_ONLY` with the single-copy path off, those in `TT_OTHER_HOST` on another host id,
+/// every rank with `TT_BCAST_BYTES` of shared broadcast segment when set), runs `run` and
+/// exits 0, or 1 naming the failure. Run directly (no role), it says so and returns.
 pub fn child_main(run: Role) {
     tandem_transport::bench::child_main_if_requested();
     let Ok(role) = std::env::var(ROLE) else {
@@ -61,6 +62,16 @@ fn join_and_run(role: &str, run: Role) -> Result<(), String> {
         && list.split(',').any(|r| r == cfg.rank.to_string())
     {
         cfg.shm.single_copy = tandem_transport::SingleCopy::Off;
+    }
+    // TT_BCAST_BYTES sets the shared broadcast segment size of every rank.
+    if let Ok(b) = std::env::var("TT_BCAST_BYTES") {
+        cfg.shm.broadcast_bytes = b.parse().map_err(|_| format!("TT_BCAST_BYTES={b}"))?;
+    }
+    // Ranks listed in TT_OTHER_HOST claim another host (their pairs plan on tcp under auto).
+    if let Ok(list) = std::env::var("TT_OTHER_HOST")
+        && list.split(',').any(|r| r == cfg.rank.to_string())
+    {
+        cfg.placement.host = format!("{}-elsewhere", cfg.placement.host);
     }
     let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
     run(role, &world, &cfg)

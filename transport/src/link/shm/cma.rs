@@ -144,6 +144,7 @@ impl Cma {
             ring_bytes_sent: self.ring_sent.load(Relaxed),
             ring_bytes_received: self.ring_received.load(Relaxed),
             fallbacks: self.fallbacks.load(Relaxed),
+            ..ShmStats::default()
         }
     }
 

@@ -6,13 +6,16 @@
 //! Layout of the memfd: page 0 = header {magic, cap}; page 1 = control of direction 0
 //! (lower -> higher rank); page 2 = direction 1; then ring 0 and ring 1 (`cap` bytes each).
 
+mod bcast;
 mod cma;
 mod copy;
+mod fdpass;
 mod futex;
 mod policy;
 mod ring;
 mod vm;
 
+pub(crate) use bcast::{Cursor, End, Reason, Segment};
 pub use policy::{AUTO_RATIO, ShmStats, SingleCopy, single_copy_calibration};
 pub(crate) use vm::allow_peer_reads;
 
@@ -24,7 +27,7 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, s
 use ring::{Ring, WaitEnd};
 use std::fs::File;
 use std::io::{IoSlice, IoSliceMut, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -50,6 +53,11 @@ pub struct ShmOptions {
     /// Smallest message sent by single copy (default 256 KiB). Such sends return only once the
     /// receiver has copied the message (rendezvous), like ring sends larger than the ring.
     pub single_copy_min_bytes: usize,
+    /// Ring bytes of a group's shared broadcast segment (rounded up to a power of two, at least
+    /// 64 KiB; default 8 MiB), made at the group's first broadcast when every pair of members
+    /// is shm. 0 = no segment: broadcasts take the pipelined chain over the links. Group rank
+    /// 0's value decides for the group.
+    pub broadcast_bytes: usize,
 }
 
 impl Default for ShmOptions {
@@ -60,6 +68,7 @@ impl Default for ShmOptions {
             chunk_bytes: 0,
             single_copy: SingleCopy::Auto,
             single_copy_min_bytes: 256 << 10,
+            broadcast_bytes: 8 << 20,
         }
     }
 }
@@ -72,6 +81,7 @@ pub(crate) struct ShmLink {
     sock: UnixStream,
     peer: PeerInfo,
     cma: cma::Cma,
+    inbox: fdpass::Inbox,
 }
 
 impl ShmLink {
@@ -230,6 +240,7 @@ impl ShmLink {
             },
             sock,
             peer,
+            inbox: fdpass::Inbox::default(),
         })
     }
 
@@ -238,8 +249,40 @@ impl ShmLink {
         self.peer = peer;
     }
 
+    /// Hands `value` and `fd` (if any) to the peer under `tag` (see `fdpass.rs`).
+    pub(crate) fn send_fd(
+        &self,
+        tag: u32,
+        value: u64,
+        fd: Option<BorrowedFd<'_>>,
+        idle: Duration,
+    ) -> Result<()> {
+        fdpass::send(&self.sock, tag, value, fd, idle).map_err(|e| match e {
+            nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET => {
+                self.peer.died("passing a broadcast segment")
+            }
+            e => TransportError::io(
+                format!("passing a broadcast segment to {}", self.peer),
+                e.into(),
+            ),
+        })
+    }
+
+    /// Receives the peer's `send_fd` message for `tag`.
+    pub(crate) fn recv_fd(&self, tag: u32, idle: Duration) -> Result<(u64, Option<OwnedFd>)> {
+        let what = "receiving a broadcast segment";
+        fdpass::recv(&self.sock, &self.inbox, tag, idle).map_err(|e| match e {
+            fdpass::RecvEnd::Timeout => self.peer.timeout(what),
+            fdpass::RecvEnd::Dead => self.peer.died(what),
+            fdpass::RecvEnd::Protocol(msg) => TransportError::Protocol {
+                peer: self.peer.to_string(),
+                msg,
+            },
+        })
+    }
+
     /// True while the peer process holds its end of the socket.
-    fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         let mut b = [0u8; 1];
         match nix::sys::socket::recv(
             self.sock.as_raw_fd(),
@@ -326,6 +369,10 @@ impl Link for ShmLink {
 
     fn shm_stats(&self) -> Option<ShmStats> {
         Some(self.cma.stats())
+    }
+
+    fn as_shm(&self) -> Option<&ShmLink> {
+        Some(self)
     }
 
     fn peer(&self) -> &PeerInfo {

@@ -23,6 +23,11 @@ pub struct ShmStats {
     /// Single-copy reads this process refused or could not do, answered with a fallback to
     /// the ring.
     pub fallbacks: u64,
+    /// Broadcasts this process took part in through a group's shared segment (root or
+    /// receiver), not the chain over the links.
+    pub shared_broadcasts: u64,
+    /// Payload bytes of those broadcasts.
+    pub shared_broadcast_bytes: u64,
 }
 
 impl std::ops::AddAssign for ShmStats {
@@ -33,6 +38,8 @@ impl std::ops::AddAssign for ShmStats {
         self.ring_bytes_sent += o.ring_bytes_sent;
         self.ring_bytes_received += o.ring_bytes_received;
         self.fallbacks += o.fallbacks;
+        self.shared_broadcasts += o.shared_broadcasts;
+        self.shared_broadcast_bytes += o.shared_broadcast_bytes;
     }
 }
 
