@@ -144,7 +144,7 @@ fn bridge_mode_not_declared_by_the_components_is_refused() {
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
     assert!(
-        line.contains("bridge.plugin: no loaded plugin provides the bridge `carrier-pigeon`")
+        line.contains("bridge.mode: no loaded plugin provides the bridge `carrier-pigeon`")
             && line.contains("loaded bridges: broadcast, checkpoint, ipc, lora"),
         "{line}"
     );

@@ -81,7 +81,7 @@ const CASES: &[Case] = &[
     Case {
         name: "bridge no loaded plugin provides",
         edits: &[("mode = \"ipc\"", "mode = \"zip\"")],
-        key: "bridge.plugin",
+        key: "bridge.mode",
         line_of: "mode = \"zip\"",
     },
     Case {

@@ -120,7 +120,7 @@ fn tandem_check_resolves_the_delta_bridge_to_its_plugin() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let errors = error_lines(&out);
     assert!(
-        errors[0].contains("bridge.plugin: no loaded plugin provides the bridge `delta`"),
+        errors[0].contains("bridge.mode: no loaded plugin provides the bridge `delta`"),
         "{errors:?}"
     );
 }

@@ -9,6 +9,16 @@ use crate::config::JobFile;
 use crate::config::plan::ResolvedBridge;
 use tandem_runtime::registry::Registry;
 
+/// The key a job chose its bridge with: `bridge.plugin`, or `bridge.mode` (the older name)
+/// when that is what the file says — problems are reported at the key the user wrote.
+pub(super) fn plugin_key(job: &crate::config::LoadedJob) -> &'static str {
+    if job.span_of("bridge.mode").is_some() {
+        "bridge.mode"
+    } else {
+        "bridge.plugin"
+    }
+}
+
 /// The bridge, then the components' update kinds.
 pub(super) fn check(
     issues: &mut Issues<'_>,
@@ -22,7 +32,10 @@ pub(super) fn check(
         Ok(c) => c,
         Err(problems) => {
             for p in problems {
-                let key = format!("bridge.{}", p.key);
+                let key = match p.key.as_str() {
+                    "plugin" => plugin_key(issues.job).to_owned(),
+                    k => format!("bridge.{k}"),
+                };
                 let span = (p.key == "plugin").then(|| j.bridge.plugin.span());
                 issues.push(&key, span, p.message, p.help);
             }
@@ -38,7 +51,7 @@ pub(super) fn check(
         {
             let declared: Vec<&str> = caps.update_kinds.iter().map(|k| k.as_str()).collect();
             issues.push(
-                "bridge.plugin",
+                plugin_key(issues.job),
                 Some(j.bridge.plugin.span()),
                 format!(
                     "bridge `{name}` needs the {side} to {verb} {} updates, which {side} `{}` does not declare (it declares: {})",

@@ -58,7 +58,7 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
     }
     if j.bridge.plugin.get_ref() != "checkpoint" {
         issues.push(
-            "bridge.plugin",
+            super::bridge::plugin_key(issues.job),
             Some(j.bridge.plugin.span()),
             format!(
                 "a drafter job moves the drafter to the engines as a directory, not with `{}`",
