@@ -27,6 +27,12 @@ pub(crate) struct Bridges {
     layouts: Mutex<Layouts>,
 }
 
+/// An `Install` answered, or the bridge a call runs on.
+enum Held {
+    Installed(BridgeReply),
+    Bridge(Arc<BridgeBox>),
+}
+
 /// The trainer's last region layout, and whether the current bridge instance was given it.
 #[derive(Default)]
 struct Layouts {
@@ -89,6 +95,21 @@ impl Bridges {
         Ok(BridgeReply::Installed(plan))
     }
 
+    /// Answers an `Install` call, or the installed bridge for any other call.
+    fn install_or_get(&self, call: &BridgeCall) -> Result<Held, PluginError> {
+        if let BridgeCall::Install {
+            component,
+            options_json,
+            engines,
+        } = call
+        {
+            return self
+                .install(component, options_json, *engines)
+                .map(Held::Installed);
+        }
+        self.get(call).map(Held::Bridge)
+    }
+
     fn get(&self, call: &BridgeCall) -> Result<Arc<BridgeBox>, PluginError> {
         let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         current.clone().ok_or_else(|| {
@@ -106,15 +127,10 @@ pub(super) fn on_trainer(
     trainer: &mut TrainerBox,
     bridges: &Bridges,
 ) -> Result<BridgeReply, PluginError> {
-    if let BridgeCall::Install {
-        component,
-        options_json,
-        engines,
-    } = &call
-    {
-        return bridges.install(component, options_json, *engines);
-    }
-    let bridge = bridges.get(&call)?;
+    let bridge = match bridges.install_or_get(&call)? {
+        Held::Installed(reply) => return Ok(reply),
+        Held::Bridge(b) => b,
+    };
     match call {
         BridgeCall::Export { kind } => {
             let mut exported = trainer.export_weight_update(kind).into_result()?;
@@ -145,15 +161,10 @@ pub(super) fn on_engine(
     engine: &EngineBox,
     bridges: &Bridges,
 ) -> Result<BridgeReply, PluginError> {
-    if let BridgeCall::Install {
-        component,
-        options_json,
-        engines,
-    } = &call
-    {
-        return bridges.install(component, options_json, *engines);
-    }
-    let bridge = bridges.get(&call)?;
+    let bridge = match bridges.install_or_get(&call)? {
+        Held::Installed(reply) => return Ok(reply),
+        Held::Bridge(b) => b,
+    };
     match call {
         BridgeCall::Apply { shipped } => {
             let update = bridge.engine_side(shipped).into_result()?;
