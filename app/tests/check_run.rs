@@ -317,9 +317,11 @@ fn the_valid_quickstart_still_checks() {
         "{}",
         stdout(&out)
     );
-    // And the shipped example itself.
-    let out = run(tandem()
-        .arg("check")
-        .arg(workspace_root().join("examples/quickstart.toml")));
-    assert!(out.status.success(), "{}", stderr(&out));
+    // And the shipped examples themselves.
+    for example in ["quickstart", "broadcast"] {
+        let out = run(tandem()
+            .arg("check")
+            .arg(workspace_root().join(format!("examples/{example}.toml"))));
+        assert!(out.status.success(), "{example}: {}", stderr(&out));
+    }
 }
