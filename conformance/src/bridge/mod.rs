@@ -23,6 +23,19 @@ use tandem_services::Services;
 /// An option key no component has, for the unknown-option rule.
 const UNKNOWN_OPTION: &str = "conformance_no_such_option";
 
+/// The declaration of component `name` of `kind` in `source`'s plugin.
+pub(crate) fn declared(
+    source: &Source,
+    kind: ComponentKind,
+    name: &str,
+) -> Result<ComponentDecl, Failure> {
+    source
+        .load()
+        .and_then(|m| declaration(m, kind, name))
+        .map(|(_, d)| d)
+        .map_err(|e| Failure::new("the component is declared", e))
+}
+
 /// The bridge's root module and declaration, checked to be a bridge at API level
 /// [`api_level::BRIDGE`] or later.
 pub(crate) fn load(b: &BridgeSetup) -> Result<(PluginModuleRef, ComponentDecl), Failure> {
@@ -287,15 +300,8 @@ pub mod checks {
     /// exactly those out of what it offloads and releases.
     pub fn resident_tags_declared(b: &BridgeSetup, e: &EngineSetup, t: &TrainerSetup) -> Outcome {
         let (module, _) = load(b)?;
-        let decl = |source: &Source, kind, name: &str| {
-            source
-                .load()
-                .and_then(|m| declaration(m, kind, name))
-                .map(|(_, d)| d)
-                .map_err(|e| Failure::new("the component is declared", e))
-        };
-        let engine = decl(&e.source, ComponentKind::Engine, &e.component)?;
-        let trainer = decl(&t.source, ComponentKind::Trainer, &t.component)?;
+        let engine = declared(&e.source, ComponentKind::Engine, &e.component)?;
+        let trainer = declared(&t.source, ComponentKind::Trainer, &t.component)?;
         let dir = tempfile::tempdir()
             .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
         let services = plain_services("bridge-tags");

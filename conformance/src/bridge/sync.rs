@@ -8,12 +8,12 @@
 //! engine applies the shipped update in place instead (the native engine reloads a checkpoint
 //! directory in place), which checks the same halves and the same weights.
 
-use super::{construct, kinds, load, plan, world};
+use super::{construct, declared, kinds, load, plan, world};
 use crate::engine::EngineHarness;
 use crate::expect::ok;
 use crate::harness::{Failure, Outcome};
 use crate::pair::{apply, engine_logprobs};
-use crate::setup::{BridgeSetup, EngineSetup, TrainerSetup, declaration};
+use crate::setup::{BridgeSetup, EngineSetup, TrainerSetup};
 use crate::trainer::{TrainerHarness, max_diff};
 use tandem_plugin_api::{
     BridgeBox, BridgePlan, ComponentKind, UpdateKind, UpdateReport, WeightUpdate,
@@ -34,15 +34,8 @@ struct Bridge {
 /// setup's `kinds`); otherwise the pair cannot carry this bridge and the suite must say so.
 fn speaks(e: &EngineSetup, t: &TrainerSetup, first: UpdateKind, last: UpdateKind) -> Outcome {
     let rule = "the engine and trainer take the bridge's kinds";
-    let decl = |source: &crate::Source, kind, name: &str| {
-        source
-            .load()
-            .and_then(|m| declaration(m, kind, name))
-            .map(|(_, d)| d)
-            .map_err(|e| Failure::new("the component is declared", e))
-    };
-    let engine = decl(&e.source, ComponentKind::Engine, &e.component)?;
-    let trainer = decl(&t.source, ComponentKind::Trainer, &t.component)?;
+    let engine = declared(&e.source, ComponentKind::Engine, &e.component)?;
+    let trainer = declared(&t.source, ComponentKind::Trainer, &t.component)?;
     let exports = trainer.caps.update_kinds.contains(&first)
         && t.kinds.as_ref().is_none_or(|only| only.contains(&first));
     let missing = if !exports {
