@@ -7,11 +7,12 @@
 //!
 //! Layering: `raw.rs` holds the unsafe driver calls; this file holds RAII owners
 //! ([`CudaVmm`], [`VmmRegion`]). Every entry point first checks that libcuda can be loaded,
-//! because cudarc panics (rather than erring) when it cannot. Compiled in CI, never run here.
+//! because cudarc panics (rather than erring) when it cannot. Compiled in CI; run on an H100 by
+//! `tests/cuda_vmm.rs` (figures in memory/ARCH-NOTES.md, "On a GPU").
 
 mod raw;
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
@@ -90,6 +91,47 @@ impl CudaVmm {
         })
     }
 
+    /// Free and total bytes of this device (`cuMemGetInfo`), for checks that a pause really
+    /// returned the physical memory.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        // SAFETY: driver loaded, context current.
+        unsafe { raw::mem_info() }
+    }
+
+    /// Maps memory another region exported with [`VmmRegion::export_fd`] (in this or another
+    /// process, on this device) at a new address of this process. `len` is the exporter's
+    /// [`VmmRegion::len`]. Both sides then see the same physical bytes; the memory lives until
+    /// every process has dropped its mapping.
+    pub fn import_fd(&self, fd: BorrowedFd<'_>, len: usize) -> Result<ImportedRegion> {
+        let g = self.granularity;
+        if len == 0 || !len.is_multiple_of(g) {
+            return Err(MemoryError::InvalidArgument(format!(
+                "imported CUDA region of {len} bytes: the length must be the exporter's, a \
+                 non-zero multiple of the granularity {g}"
+            )));
+        }
+        self.bind()?;
+        // SAFETY: driver loaded, context current; the fd is open for the call.
+        let handle = unsafe { raw::import_fd(fd.as_raw_fd()) }?;
+        // SAFETY: as above; len is granular.
+        let ptr = match unsafe { raw::reserve(len, g) } {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: the handle is live, unmapped, released once here.
+                let _ = unsafe { raw::release(handle) };
+                return Err(e);
+            }
+        };
+        let va = Reservation { ptr, size: len };
+        let phys = Physical::map_handle(self, ptr, len, handle)?;
+        Ok(ImportedRegion {
+            vmm: self.clone(),
+            phys,
+            _va: va,
+        })
+    }
+
     fn bind(&self) -> Result<()> {
         self.ctx
             .bind_to_thread()
@@ -125,6 +167,17 @@ impl Physical {
         let dev = vmm.ctx.cu_device();
         // SAFETY: driver loaded and context current (caller bound it); size is granular.
         let handle = unsafe { raw::create(size, &raw::prop(dev)) }?;
+        Physical::map_handle(vmm, ptr, size, handle)
+    }
+
+    /// Maps the live `handle` (created here or imported; owned from now on) at `ptr`.
+    fn map_handle(
+        vmm: &CudaVmm,
+        ptr: CUdeviceptr,
+        size: usize,
+        handle: CUmemGenericAllocationHandle,
+    ) -> Result<Physical> {
+        let dev = vmm.ctx.cu_device();
         // SAFETY: ptr..ptr+size is in our reservation and unmapped; handle is live and sized.
         if let Err(e) = unsafe { raw::map(ptr, size, handle, dev) } {
             // SAFETY: the handle is live and not mapped; released once here.
@@ -210,6 +263,30 @@ impl VmmRegion {
         Ok(())
     }
 
+    /// Copies `src` to the device at byte `offset` (synchronous).
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let phys = self.resident("write")?;
+        check_range(self.va.size, offset, src.len())?;
+        self.vmm.bind()?;
+        // SAFETY: the range is mapped and inside the region (checked); `src` is readable.
+        unsafe { raw::copy_htod(phys.ptr + offset as u64, src.as_ptr(), src.len()) }
+    }
+
+    /// Copies `dst.len()` bytes from byte `offset` of the device to `dst` (synchronous).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let phys = self.resident("read")?;
+        check_range(self.va.size, offset, dst.len())?;
+        self.vmm.bind()?;
+        // SAFETY: the range is mapped and inside the region (checked); `dst` is writable.
+        unsafe { raw::copy_dtoh(dst.as_mut_ptr(), phys.ptr + offset as u64, dst.len()) }
+    }
+
+    fn resident(&self, what: &str) -> Result<&Physical> {
+        self.phys.as_ref().ok_or_else(|| {
+            MemoryError::Cuda(format!("cannot {what} a paused region: resume it first"))
+        })
+    }
+
     /// Exports the physical memory as a POSIX fd another process can import and map.
     pub fn export_fd(&self) -> Result<OwnedFd> {
         let phys = self.phys.as_ref().ok_or_else(|| {
@@ -220,6 +297,54 @@ impl VmmRegion {
         let fd = unsafe { raw::export_fd(phys.handle) }?;
         // SAFETY: the driver returned a fresh descriptor that we now own.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+fn check_range(size: usize, offset: usize, n: usize) -> Result<()> {
+    match offset.checked_add(n) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(MemoryError::InvalidArgument(format!(
+            "bytes {offset}..{offset}+{n} are outside the {size}-byte CUDA region"
+        ))),
+    }
+}
+
+/// Another region's physical memory mapped into this process ([`CudaVmm::import_fd`]);
+/// unmapped and its address range freed on drop.
+#[derive(Debug)]
+pub struct ImportedRegion {
+    vmm: CudaVmm,
+    // field order matters: `phys` drops (unmaps) before `_va` frees the range
+    phys: Physical,
+    _va: Reservation,
+}
+
+impl ImportedRegion {
+    /// Device address in this process.
+    pub fn device_ptr(&self) -> u64 {
+        self.phys.ptr
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.phys.size
+    }
+    /// Always false; for clippy's `len_without_is_empty`.
+    pub fn is_empty(&self) -> bool {
+        self.phys.size == 0
+    }
+    /// Copies `src` to the device at byte `offset` (synchronous).
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(self.phys.size, offset, src.len())?;
+        self.vmm.bind()?;
+        // SAFETY: the range is mapped and inside the region (checked); `src` is readable.
+        unsafe { raw::copy_htod(self.phys.ptr + offset as u64, src.as_ptr(), src.len()) }
+    }
+    /// Copies `dst.len()` bytes from byte `offset` of the device to `dst` (synchronous).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(self.phys.size, offset, dst.len())?;
+        self.vmm.bind()?;
+        // SAFETY: the range is mapped and inside the region (checked); `dst` is writable.
+        unsafe { raw::copy_dtoh(dst.as_mut_ptr(), self.phys.ptr + offset as u64, dst.len()) }
     }
 }
 

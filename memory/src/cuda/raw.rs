@@ -154,3 +154,31 @@ pub(crate) unsafe fn copy_htod(dst: CUdeviceptr, src: *const u8, len: usize) -> 
         sys::cuMemcpyHtoD_v2(dst, src.cast(), len)
     })
 }
+
+/// Imports a POSIX fd exported by [`export_fd`] (this or another process) as a new handle.
+///
+/// # Safety
+/// As for [`granularity`]; `fd` is an open descriptor (the driver does not take ownership).
+pub(crate) unsafe fn import_fd(fd: i32) -> Result<CUmemGenericAllocationHandle> {
+    let mut h: CUmemGenericAllocationHandle = 0;
+    let ty = CUmemAllocationHandleType_enum::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    // SAFETY: for the POSIX-fd type the driver takes the descriptor's value cast to a pointer
+    // (not a pointer to it); `h` is a valid out-pointer.
+    check("cuMemImportFromShareableHandle", unsafe {
+        sys::cuMemImportFromShareableHandle(&mut h, fd as isize as *mut std::ffi::c_void, ty)
+    })?;
+    Ok(h)
+}
+
+/// Free and total bytes of the current context's device, as the driver reports them.
+///
+/// # Safety
+/// As for [`granularity`].
+pub(crate) unsafe fn mem_info() -> Result<(usize, usize)> {
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: both out-pointers are valid for the call.
+    check("cuMemGetInfo", unsafe {
+        sys::cuMemGetInfo_v2(&mut free, &mut total)
+    })?;
+    Ok((free, total))
+}

@@ -1,9 +1,11 @@
 //! NCCL link (feature `cuda`): two 2-rank NCCL communicators per pair, one per direction (so
 //! a send and a receive on one pair progress concurrently, each on its own stream), with
 //! unique ids exchanged through the rendezvous store. Host bytes are staged through device
-//! memory in chunks; the lower rank is NCCL rank 0 of both. Compile-checked here (no GPU on the build machine);
-//! every entry point checks that libcuda and libnccl are loadable first, because cudarc
-//! panics instead of returning an error when they are missing.
+//! memory in chunks; the lower rank is NCCL rank 0 of both. Compile-checked here (no GPU on
+//! the build machine); run on one H100 by `tests/nccl.rs`, where it hangs intermittently (see
+//! transport/ARCH-NOTES.md, "On a GPU"). Every entry point checks that libcuda and libnccl
+//! are loadable first, because cudarc panics instead of returning an error when they are
+//! missing.
 //!
 //! Known gap: NCCL calls block on the stream and do not honour the idle timeout; a dead peer
 //! is reported by NCCL itself (or hangs until NCCL's own watchdog), not by this layer.

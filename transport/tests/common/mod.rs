@@ -36,7 +36,8 @@ macro_rules! child_roles {
 /// The body of a test binary's `child_entry` test. A transport bench child runs its bench role;
 /// a test child (role in [`ROLE`]) joins the world its environment describes (ranks listed in
 /// `TT_RING_ONLY` with the single-copy path off, those in `TT_OTHER_HOST` on another host id,
-/// every rank with `TT_BCAST_BYTES` of shared broadcast segment when set), runs `run` and
+/// every rank with `TT_BCAST_BYTES` of shared broadcast segment when set, every rank on the GPU
+/// `TT_ONE_GPU` names, as its own NCCL host, when set), runs `run` and
 /// exits 0, or 1 naming the failure. Run directly (no role), it says so and returns.
 pub fn child_main(run: Role) {
     tandem_transport::bench::child_main_if_requested();
@@ -73,7 +74,30 @@ fn join_and_run(role: &str, run: Role) -> Result<(), String> {
     {
         cfg.placement.host = format!("{}-elsewhere", cfg.placement.host);
     }
+    // TT_ONE_GPU=cuda:N puts every rank on that device, each on its own host id, and gives
+    // NCCL a distinct NCCL_HOSTID per rank: NCCL then treats the ranks as separate hosts (its
+    // network transport over TCP) instead of refusing two ranks on one GPU ("Duplicate GPU
+    // detected"). Lets the NCCL link run between processes sharing the one GPU of a test
+    // machine; see tests/nccl.rs.
+    if let Ok(dev) = std::env::var("TT_ONE_GPU") {
+        cfg.placement.device = dev.parse().map_err(|e| format!("TT_ONE_GPU={dev}: {e}"))?;
+        cfg.placement.host = format!("{}-gpu-rank{}", cfg.placement.host, cfg.rank);
+        // SAFETY: set before anything in this child started another thread or read NCCL_HOSTID
+        // (NCCL reads it when the first communicator is created, inside Communicator::init).
+        unsafe { std::env::set_var("NCCL_HOSTID", format!("tandem-test-rank{}", cfg.rank)) };
+    }
+    if std::env::var_os("TT_ONE_GPU").is_some() {
+        eprintln!("[rank {}] joining as host {}", cfg.rank, cfg.placement.host);
+    }
+    let t = std::time::Instant::now();
     let world = Communicator::init(&cfg).map_err(|e| e.to_string())?;
+    if std::env::var_os("TT_ONE_GPU").is_some() {
+        eprintln!(
+            "[rank {}] Communicator::init took {:.2} s",
+            cfg.rank,
+            t.elapsed().as_secs_f64()
+        );
+    }
     run(role, &world, &cfg)
 }
 
