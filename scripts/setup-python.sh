@@ -9,7 +9,8 @@
 #
 # The venv lives at ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/venv-<first 16 hex of the sha256 of
 # both locks>, so a machine that already has it skips the install (a few seconds for the import
-# check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s; 5.5 GB on disk).
+# check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s on an idle machine,
+# 11 min on 2 busy cores; 5.8 GB on disk).
 # Its python is also recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python (one line,
 # replaced atomically), where the vllm and fsdp plugins look when neither their `python`
 # option nor $TANDEM_PYTHON names one.

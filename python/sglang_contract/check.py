@@ -71,6 +71,14 @@ class Contract:
     """SGLang's definitions, imported once."""
 
     def __init__(self) -> None:
+        import warnings
+
+        # SGLang's model layer warns at import that AWQ/GGUF kernels need CUDA: not our concern
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._import()
+
+    def _import(self) -> None:
         import_sglang()
         import pydantic
         from fastapi.dependencies.utils import request_body_to_args, request_params_to_args
@@ -125,7 +133,9 @@ class Contract:
     def _check_generate(self, body: Any, obj: Any) -> None:
         err = self._generate_contract_error(body)
         if err is not None:
-            raise Mismatch("request (sglang.api.v1.GenerateRequest)", err)
+            field = self._locate(self.api_types.GenerateRequest, body)
+            where = f"request field {field}" if field else "request"
+            raise Mismatch(f"{where} (sglang.api.v1.GenerateRequest)", err)
         try:
             copy.deepcopy(obj).normalize_batch_and_arguments()
         except (ValueError, TypeError, AssertionError) as e:
@@ -178,7 +188,23 @@ class Contract:
         try:
             cls.from_json_value(value)
         except self.api_types.JsonContractError as e:
-            raise Mismatch(f"{what} ({cls.__name__})", str(e)) from e
+            field = self._locate(cls, value)
+            where = f"{what} field {field} ({cls.__name__})" if field else f"{what} ({cls.__name__})"
+            raise Mismatch(where, str(e)) from e
+
+    def _locate(self, cls: Any, value: Any) -> str:
+        """The key whose value alone fails cls's decoder (its errors name no field), or ""."""
+        if not isinstance(value, dict):
+            return ""
+        nested = {"meta_info": self.api_types.GenerateMetaInfo}  # sampling_params: named by serde
+        for key, item in value.items():
+            try:
+                cls.from_json_value({key: item})
+            except self.api_types.JsonContractError:
+                inner = nested.get(key)
+                sub = self._locate(inner, item) if inner is not None else ""
+                return f"{key}.{sub}" if sub else key
+        return ""
 
 
 def _model(name: str) -> Callable[[Contract, Any], None]:

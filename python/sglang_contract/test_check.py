@@ -63,7 +63,14 @@ GOOD = [
     rec("POST", "/generate", GEN_REQ, GEN_RESP),
     rec("POST", "/generate", {"text": ["a", "b"], "sampling_params": {"max_new_tokens": 1}},
         [GEN_RESP, GEN_RESP]),
-    rec("POST", "/generate", dict(GEN_REQ, stream=True), [GEN_RESP, GEN_RESP]),
+    rec("POST", "/generate", dict(GEN_REQ, stream=True), [
+        dict(GEN_RESP, meta_info=dict(GEN_RESP["meta_info"], finish_reason=None)),
+        dict(GEN_RESP, meta_info=dict(GEN_RESP["meta_info"],
+                                      finish_reason={"type": "stop", "matched": 2})),
+        {"error": {"message": "x", "type": "invalid_request_error", "code": 400,
+                   "retryable": False}}]),
+    rec("POST", "/generate", dict(GEN_REQ, lora_path="lora-v3"), dict(GEN_RESP, meta_info=dict(
+        GEN_RESP["meta_info"], finish_reason={"type": "abort", "message": "aborted"}))),
     rec("POST", "/generate", {"input_ids": [1], "sampling_params": {"max_new_tokens": 1}},
         {"error": {"message": "aborted", "type": "invalid_request_error"}}, status=400),
     rec("POST", "/update_weights_from_disk", {"model_path": "/ckpt", "weight_version": "4"},
@@ -96,7 +103,7 @@ GOOD = [
 # (record, substrings the failure line must contain)
 BAD = [
     (rec("POST", "/generate", dict(GEN_REQ, sampling_params={"max_new_tokens": 4, "foo": 1})),
-     ["POST /generate", "unknown field `foo`"]),
+     ["POST /generate", "request field sampling_params", "unknown field `foo`"]),
     (rec("POST", "/generate", {"sampling_params": {"max_new_tokens": 1}}),
      ["POST /generate", "normalize_batch_and_arguments"]),
     (rec("POST", "/generate", {"input_ids": "not ids"}), ["POST /generate", "input_ids"]),
@@ -107,11 +114,15 @@ BAD = [
     (rec("POST", "/update_weight_version", {"abort_all_requests": True}),
      ["/update_weight_version", "new_version"]),
     (rec("GET", "/flush_cache", query="timeout=-1"), ["/flush_cache", "query field timeout"]),
+    (rec("POST", "/continue_generation"), ["/continue_generation", "request: Field required"]),
     (rec("POST", "/no_such_route", {}), ["/no_such_route", "not a route of sglang 0.5.23"]),
     (rec("GET", "/generate"), ["GET /generate", "not a route"]),
     (rec("POST", "/generate", GEN_REQ, dict(GEN_RESP, meta_info=dict(
         GEN_RESP["meta_info"], output_token_logprobs=[["x", 5, None]]))),
      ["POST /generate", "response"]),
+    (rec("POST", "/generate", GEN_REQ, dict(GEN_RESP, meta_info=dict(
+        GEN_RESP["meta_info"], finish_reason="length"))),  # OpenAI's string, not SGLang's map
+     ["POST /generate", "GenerateResponse", "expected map"]),
     (rec("POST", "/generate", GEN_REQ, {"text": "ab", "output_ids": [5]}),
      ["POST /generate", "meta_info"]),
     (rec("POST", "/update_weights_from_disk", {"model_path": "/c"}, {"message": "ok"}),
