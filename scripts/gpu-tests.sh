@@ -8,6 +8,7 @@
 #   # copy the executables of the targets cuda_vmm, nccl, tandem_memory, tandem_transport
 #   # (and any other test targets) into DIR under those names, strip them, then on the GPU:
 #   cd DIR && bash gpu-tests.sh            # writes $OUT/log (default /tmp/out/log)
+#   NCCL_ONLY=1 REPEAT=3 NCCL_LIMIT=40 bash gpu-tests.sh   # only the NCCL tests, each 3 times
 #
 # libcuda comes from the driver; libnccl from PyTorch's nvidia-nccl-cu13 wheel, which ships
 # only libnccl.so.2 while cudarc looks for libnccl.so: the script links one into /tmp/ncclib.
@@ -29,10 +30,16 @@ export LD_LIBRARY_PATH=/tmp/ncclib:$(dirname "$NCCL_SO"):$CUDA_DIR:$LD_LIBRARY_P
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 export RUST_BACKTRACE=1
 t() { local lim=$1; shift; echo; echo "== [$SECONDS s] $* (limit ${lim}s)"; timeout -k 5 "$lim" "$@"; echo "== rc=$? [$SECONDS s]"; }
-t 30 ./tandem_memory cuda:: --test-threads=1 --nocapture
-t 90 ./cuda_vmm --ignored --skip child_ --test-threads=1 --nocapture
-t 75 ./nccl --ignored --exact nccl_link_two_ranks_on_one_gpu --test-threads=1 --nocapture
-t 75 ./nccl --ignored --exact nccl_link_three_ranks_on_one_gpu --test-threads=1 --nocapture
+if [ -z "$NCCL_ONLY" ]; then
+  t 30 ./tandem_memory cuda:: --test-threads=1 --nocapture
+  t 90 ./cuda_vmm --ignored --skip child_ --test-threads=1 --nocapture
+fi
+for test in nccl_link_two_ranks_on_one_gpu nccl_link_three_ranks_on_one_gpu; do
+  for i in $(seq "${REPEAT:-1}"); do
+    t "${NCCL_LIMIT:-75}" ./nccl --ignored --exact "$test" --test-threads=1 --nocapture
+  done
+done
+[ -n "$NCCL_ONLY" ] && { echo "== total ${SECONDS}s"; exit 0; }
 for b in tandem_memory tandem_transport plan store policy pause_resume processes multiproc; do
   [ -x "./$b" ] && t 60 "./$b" --test-threads=2
 done

@@ -1,7 +1,7 @@
 //! The NCCL link (feature `cuda`) on a real GPU: worlds of 2 and 3 child processes whose every
-//! pair is planned on NCCL, running p2p (sizes across the link's 64 MiB staging chunk, tags out
-//! of order, isend/irecv both ways at once), broadcast from every root, all_gather and barrier,
-//! plus a 256 MiB transfer timed.
+//! pair is planned on NCCL, running p2p (0 B to 64 MiB + 3, across the link's 8 MiB round chunk
+//! and 16 MiB pipes; tags out of order; isend/irecv both ways at once), broadcast from every
+//! root, all_gather and barrier, plus a 256 MiB transfer timed.
 //!
 //! A test machine has one GPU, and NCCL refuses two ranks of one communicator on one device
 //! ("Duplicate GPU detected"). `TT_ONE_GPU` (tests/common) therefore gives every rank its own
@@ -10,12 +10,11 @@
 //! host -> device -> NCCL -> device -> host through the real link code. Run with
 //! `NCCL_SOCKET_IFNAME=lo` where the machine has no other interface NCCL accepts.
 //!
-//! Needs a CUDA GPU and libnccl (as `libnccl.so` on the library path: cudarc does not look for
-//! `libnccl.so.2`), so every test is `#[ignore]`d; on a GPU machine see `scripts/gpu-tests.sh`
-//! and transport/ARCH-NOTES.md ("On a GPU"). On an H100 (NCCL 2.28.9) these tests HANG
-//! intermittently: the 2-rank world passed once and stopped at the 4096-byte p2p step in
-//! another run; the 3-rank world hung in all five runs, in `all_gather` (after every broadcast
-//! passed) in the four that printed progress. Each child prints a progress line per step, so the log shows where.
+//! Needs a CUDA GPU and libnccl (as `libnccl.so` on the library path: cudarc never opens
+//! `libnccl.so.2`, see `cuda_available`), so every test is `#[ignore]`d; on a GPU machine see
+//! `scripts/gpu-tests.sh` and transport/ARCH-NOTES.md ("On a GPU", which also records how the
+//! earlier link, two communicators per pair driven from the caller threads, hung here). Each
+//! child prints a progress line per step, so a log shows where a run stopped.
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -52,7 +51,7 @@ fn nccl(w: &Communicator) -> Result<(), TransportError> {
     }
     let next = (me + 1) % n;
     let prev = (me + n - 1) % n;
-    // 64 MiB + 3 crosses the link's 64 MiB device staging chunk.
+    // 5 MiB and 64 MiB + 3 cross the link's 8 MiB round chunk and 16 MiB pipe credit.
     for &len in &[0usize, 1, 4096, 5 * MIB, 64 * MIB + 3] {
         let out = pattern((me * 1000 + len) as u64, len);
         let h = w.isend(next, out, 3);
@@ -130,7 +129,8 @@ fn nccl(w: &Communicator) -> Result<(), TransportError> {
 fn run(n: usize) {
     assert!(
         cuda_available(),
-        "libcuda and libnccl must load (put libnccl.so on LD_LIBRARY_PATH)"
+        "libcuda and libnccl must load: cudarc opens libnccl.so, never libnccl.so.2, so link \
+         libnccl.so -> libnccl.so.2 in a directory on LD_LIBRARY_PATH"
     );
     let t = Instant::now();
     let w = common::spawn(
@@ -152,13 +152,13 @@ fn run(n: usize) {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU and libnccl; hangs intermittently on one GPU (see the module doc)"]
+#[ignore = "needs a CUDA GPU and libnccl (see the module doc)"]
 fn nccl_link_two_ranks_on_one_gpu() {
     run(2);
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU and libnccl; hangs intermittently on one GPU (see the module doc)"]
+#[ignore = "needs a CUDA GPU and libnccl (see the module doc)"]
 fn nccl_link_three_ranks_on_one_gpu() {
     run(3);
 }

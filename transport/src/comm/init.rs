@@ -26,7 +26,12 @@ pub(crate) struct Joined {
     pub peers: Vec<Option<Peer>>,
 }
 
-/// True when this build can use NCCL on this machine.
+/// True when this build can use NCCL on this machine: built with the `cuda` feature, and
+/// libcuda and libnccl load. cudarc (the CUDA binding) opens `libnccl.so` (or `.so.12`,
+/// `.11`, ...) but never `libnccl.so.2`, the only name NCCL packages and the
+/// `nvidia-nccl-cu12`/`-cu13` wheels install, so with those this is false until a
+/// `libnccl.so -> libnccl.so.2` symlink sits in a directory on `LD_LIBRARY_PATH`; when that is
+/// the cause, the first call logs (tracing `warn`) the exact `ln -s` to run.
 pub fn cuda_available() -> bool {
     #[cfg(feature = "cuda")]
     {
@@ -209,14 +214,13 @@ pub(crate) fn join(cfg: &CommConfig) -> Result<Joined> {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    // NCCL pairs last, in the global order of (lower, higher) rank pairs: every rank walks a
-    // subsequence of one total order, so the blocking NCCL inits cannot wait in a cycle.
-    let mut nccl: Vec<usize> = (0..n)
+    // NCCL pairs last: one worker per world joins their communicators in the global order of
+    // (lower, higher) rank pairs, so the blocking NCCL inits cannot wait in a cycle.
+    let nccl: Vec<usize> = (0..n)
         .filter(|&r| r != me && plan.backend(me, r) == BackendKind::Nccl)
         .collect();
-    nccl.sort_by_key(|&r| (r.min(me), r.max(me)));
-    for r in nccl {
-        peers[r] = Some(Peer::new(nccl_link(cfg, &store, me, r)?, me));
+    for (r, link) in nccl_links(cfg, &store, me, &nccl)? {
+        peers[r] = Some(Peer::new(link, me));
     }
     Ok(Joined {
         store,
@@ -267,16 +271,30 @@ fn nonce() -> u64 {
 }
 
 #[cfg(feature = "cuda")]
-fn nccl_link(cfg: &CommConfig, store: &StoreClient, me: usize, r: usize) -> Result<Box<dyn Link>> {
-    Ok(Box::new(crate::link::nccl::NcclLink::connect(
-        cfg, store, me, r,
-    )?))
+fn nccl_links(
+    cfg: &CommConfig,
+    store: &StoreClient,
+    me: usize,
+    peers: &[usize],
+) -> Result<Vec<(usize, Box<dyn Link>)>> {
+    Ok(crate::link::nccl::connect_all(cfg, store, me, peers)?
+        .into_iter()
+        .map(|(r, l)| (r, Box::new(l) as Box<dyn Link>))
+        .collect())
 }
 
 #[cfg(not(feature = "cuda"))]
-fn nccl_link(_: &CommConfig, _: &StoreClient, me: usize, r: usize) -> Result<Box<dyn Link>> {
-    Err(TransportError::Unsupported(format!(
-        "ranks {me} and {r} were planned on NCCL but this build has no `cuda` feature; rebuild \
-         with --features cuda or set transport = \"auto\""
-    )))
+fn nccl_links(
+    _: &CommConfig,
+    _: &StoreClient,
+    me: usize,
+    peers: &[usize],
+) -> Result<Vec<(usize, Box<dyn Link>)>> {
+    match peers.first() {
+        None => Ok(Vec::new()),
+        Some(r) => Err(TransportError::Unsupported(format!(
+            "ranks {me} and {r} were planned on NCCL but this build has no `cuda` feature; \
+             rebuild with --features cuda or set transport = \"auto\""
+        ))),
+    }
 }
