@@ -175,6 +175,31 @@ pub fn greedy(ids: &[u32], max_new: u32) -> Value {
            "sampling_params": {"temperature": 0, "max_new_tokens": max_new}})
 }
 
+/// A JSON list of numbers as f32 (the engine's logprobs are f32; the server writes them as
+/// JSON numbers of the same value).
+pub fn f32s(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// The logprobs of SGLang `output_token_logprobs` triples.
+pub fn triple_lps(v: &Value) -> Vec<f32> {
+    f32s(&Value::Array(
+        v.as_array().unwrap().iter().map(|t| t[0].clone()).collect(),
+    ))
+}
+
+/// Equal within `tol` (another batch shape sums in another order).
+pub fn close(a: &[f32], b: &[f32], tol: f32) {
+    assert_eq!(a.len(), b.len(), "{a:?} vs {b:?}");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= tol, "{a:?} vs {b:?}");
+    }
+}
+
 /// The prompt every test uses.
 pub const PROMPT: [u32; 5] = [1, 17, 42, 99, 7];
 
