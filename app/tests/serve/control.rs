@@ -20,7 +20,10 @@ fn background(srv: &Srv, body: Value) -> JoinHandle<(u16, Value)> {
             .send(body.to_string().as_bytes())
             .unwrap();
         let s = r.status().as_u16();
-        (s, serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap())
+        (
+            s,
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap(),
+        )
     })
 }
 
@@ -35,7 +38,10 @@ fn paused_server_blocks_generate_until_continue() {
     let srv = Srv::start(&[]);
     let (_, expected) = srv.post("/generate", &greedy(&PROMPT, 4));
     let v = ok(&srv, "/pause_generation", json!({}));
-    assert_eq!(v, json!({"message": "Generation paused successfully.", "status": "ok"}));
+    assert_eq!(
+        v,
+        json!({"message": "Generation paused successfully.", "status": "ok"})
+    );
     assert_eq!(srv.get("/ready").0, 503);
     let waiting = background(&srv, greedy(&PROMPT, 4));
     srv.wait_loads(0, 1);
@@ -85,7 +91,12 @@ fn flush_refused_while_a_request_waits_and_release_resume_order() {
     assert_eq!((s, v), (200, Value::Null));
     let (s, v) = srv.post("/release_memory_occupation", &json!({"tags": ["weights"]}));
     assert_eq!(s, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("already released"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already released")
+    );
     // A request now waits (not paused, memory released): flush is refused.
     let waiting = background(&srv, greedy(&PROMPT, 5));
     srv.wait_loads(0, 1);
@@ -100,7 +111,12 @@ fn flush_refused_while_a_request_waits_and_release_resume_order() {
     assert_eq!((s, v), (200, Value::Null));
     let (s, v) = srv.post("/resume_memory_occupation", &json!({"tags": ["weights"]}));
     assert_eq!(s, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("not released"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not released")
+    );
     let (s, v) = srv.post("/resume_memory_occupation", &json!({"tags": ["bogus"]}));
     assert_eq!(s, 400, "{v}");
     let (s, _) = srv.post(
@@ -125,11 +141,21 @@ fn memory_and_lora_routes_need_their_flags() {
     let srv = Srv::start(&[]);
     let (s, v) = srv.post("/release_memory_occupation", &json!({}));
     assert_eq!(s, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("--enable-memory-saver"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--enable-memory-saver")
+    );
     let body = json!({"lora_name": "a", "lora_path": "/nonexistent"});
     let (s, v) = srv.post("/load_lora_adapter", &body);
     assert_eq!(s, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("--enable-lora"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--enable-lora")
+    );
     let srv = Srv::start(&["--enable-lora"]);
     let (s, v) = srv.post("/load_lora_adapter", &body);
     assert_eq!(s, 400, "{v}");

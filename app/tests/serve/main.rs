@@ -98,7 +98,10 @@ impl Srv {
     /// `POST path` with JSON → (status, JSON body; `Value::String` when not JSON).
     pub fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let (s, text) = self.raw(path, &body.to_string(), &[]);
-        (s, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            s,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// `GET path` → (status, JSON or text).
@@ -110,7 +113,10 @@ impl Srv {
             .unwrap();
         let status = resp.status().as_u16();
         let text = resp.body_mut().read_to_string().unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// A streamed POST: the `data:` payloads in order (`[DONE]` included).

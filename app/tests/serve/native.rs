@@ -16,7 +16,11 @@ fn generate_equals_tandem_generate_tokens_logprobs_and_score() {
     let ids: Vec<Value> = triples.iter().map(|t| t[1].clone()).collect();
     assert_eq!(Value::Array(ids), reference["tokens"]);
     let lps = triple_lps(&meta["output_token_logprobs"]);
-    assert_eq!(lps, f32s(&reference["logprobs"]), "bit-equal to the engine's");
+    assert_eq!(
+        lps,
+        f32s(&reference["logprobs"]),
+        "bit-equal to the engine's"
+    );
     assert!(triples.iter().all(|t| t[2].is_null()));
     // `--score` on prompt + completion: the completion's part equals the served logprobs.
     let score = f32s(&reference["score"]);
@@ -64,14 +68,18 @@ fn batch_generate_equals_single_requests() {
                     .http_status_as_error(false)
                     .build()
                     .into();
-                let p = if i % 2 == 0 { PROMPT.to_vec() } else { other.to_vec() };
+                let p = if i % 2 == 0 {
+                    PROMPT.to_vec()
+                } else {
+                    other.to_vec()
+                };
                 let mut r = agent
                     .post(format!("{url}/generate"))
                     .header("content-type", "application/json")
                     .send(greedy(&p, 6).to_string().as_bytes())
                     .unwrap();
-                let v: Value = serde_json::from_str(&r.body_mut().read_to_string().unwrap())
-                    .unwrap();
+                let v: Value =
+                    serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
                 (i, v)
             })
         })
@@ -140,7 +148,12 @@ fn bad_requests_get_sglang_error_shapes() {
         &json!({"input_ids": PROMPT, "sampling_params": {"frequency_penalty": 0.5}}),
     );
     assert_eq!(s, 400);
-    assert!(v["error"]["message"].as_str().unwrap().contains("frequency_penalty"));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("frequency_penalty")
+    );
     let (s, v) = srv.post("/generate", &json!({"input_ids": [1, 999999]}));
     assert_eq!(s, 400, "{v}");
     // The server is still serving.

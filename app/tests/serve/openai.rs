@@ -93,13 +93,19 @@ fn streaming_completions_and_chat() {
         .collect();
     assert_eq!(text, whole["choices"][0]["text"].as_str().unwrap());
     assert!(chunks[0]["choices"][0]["finish_reason"].is_null());
-    assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
     let chat = json!({"model": "m", "max_tokens": 4, "temperature": 0, "stream": true,
                       "messages": [{"role": "user", "content": "hi"}]});
     let frames = data(&srv.stream("/v1/chat/completions", &chat));
     assert_eq!(frames[0]["object"], "chat.completion.chunk");
     assert_eq!(frames[0]["choices"][0]["delta"]["role"], "assistant");
-    assert_eq!(frames.last().unwrap()["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        frames.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
 }
 
 #[test]

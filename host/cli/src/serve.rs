@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// Most sequences one engine call takes from the queue.
     #[arg(long, default_value_t = 256)]
     max_running_requests: usize,
+    /// Longest wait (ms) for the previous engine call's clients to send again before a
+    /// smaller batch is dispatched (0: dispatch at once).
+    #[arg(long, default_value_t = 5)]
+    batch_wait_ms: u64,
 }
 
 fn serve_error(e: ServeError) -> CliError {
@@ -92,6 +96,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: ServeArgs) -> Result<(), CliError>
         max_batch: args.max_batch.max(1),
         context_length: args.context_length,
         max_running_requests: args.max_running_requests.max(1),
+        batch_wait: std::time::Duration::from_millis(args.batch_wait_ms),
         signals: true,
     };
     let registry = super::load_registry(cli_dirs, &[])?;

@@ -96,7 +96,10 @@ impl Server {
             let g = self.lock();
             g.pause.is_none()
                 && g.released.is_empty()
-                && matches!(g.machine.state(), EngineState::Paused | EngineState::Flushed)
+                && matches!(
+                    g.machine.state(),
+                    EngineState::Paused | EngineState::Flushed
+                )
         };
         if free {
             call(self.engine.continue_generation())?;

@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use serde_json::json;
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{ComponentConfig, EngineBox, RString};
@@ -57,6 +58,9 @@ pub struct ServeOptions {
     pub context_length: usize,
     /// Most sequences one engine call takes.
     pub max_running_requests: usize,
+    /// Longest wait for the previous engine call's clients to send again before dispatching
+    /// a smaller batch (see `sched::Server::gather`).
+    pub batch_wait: std::time::Duration,
     /// Stop on SIGINT / SIGTERM (the CLI; an in-process server stops with [`Running::stop`]).
     pub signals: bool,
 }
@@ -155,7 +159,13 @@ pub fn start(engine: EngineBox, opts: &ServeOptions) -> Result<Running, ServeErr
                 .map(|m| m.value as usize)
         })
         .unwrap_or(opts.context_length);
-    let server = sched::Server::new(engine, version, label, opts.max_running_requests);
+    let server = sched::Server::new(
+        engine,
+        version,
+        label,
+        opts.max_running_requests,
+        opts.batch_wait,
+    );
     if let Some(dir) = &opts.adapter {
         let name = dir
             .file_name()
@@ -216,6 +226,10 @@ pub fn start(engine: EngineBox, opts: &ServeOptions) -> Result<Running, ServeErr
                         stopped(&stop, signals).await;
                         server.shutdown();
                     };
+                    // Small JSON answers: send each write at once (no Nagle delay).
+                    let listener = listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
                     axum::serve(listener, http::router(app))
                         .with_graceful_shutdown(shutdown)
                         .await

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use tandem_plugin_api::lifecycle::EngineMachine;
 use tandem_plugin_api::{
@@ -171,6 +172,8 @@ pub struct Sched {
     /// Stop taking work.
     pub shutdown: bool,
     next_id: u64,
+    /// Jobs the last engine call took (the concurrency the batcher waits for).
+    last_batch: usize,
 }
 
 impl Sched {
@@ -222,10 +225,7 @@ impl Sched {
         let mut batch = vec![first];
         let mut rest = VecDeque::with_capacity(self.queue.len());
         for j in self.queue.drain(..) {
-            if batch.len() < max_take
-                && j.sampling == batch[0].sampling
-                && j.per_call() == budget
-            {
+            if batch.len() < max_take && j.sampling == batch[0].sampling && j.per_call() == budget {
                 batch.push(j);
             } else {
                 rest.push_back(j);
@@ -245,11 +245,19 @@ pub struct Server {
     pub cv: Condvar,
     /// Most jobs one engine call takes.
     pub max_take: usize,
+    /// Longest wait for the previous call's clients to come back (see [`Server::gather`]).
+    pub batch_wait: Duration,
 }
 
 impl Server {
     /// A server over `engine`, serving weights of `version` labelled `label`.
-    pub fn new(engine: EngineBox, version: u64, label: String, max_take: usize) -> Arc<Server> {
+    pub fn new(
+        engine: EngineBox,
+        version: u64,
+        label: String,
+        max_take: usize,
+        batch_wait: Duration,
+    ) -> Arc<Server> {
         Arc::new(Server {
             engine,
             state: Mutex::new(Sched {
@@ -265,9 +273,11 @@ impl Server {
                 update_session: false,
                 shutdown: false,
                 next_id: 1,
+                last_batch: 1,
             }),
             cv: Condvar::new(),
             max_take: max_take.max(1),
+            batch_wait,
         })
     }
 
@@ -306,11 +316,34 @@ impl Server {
         self.cv.notify_all();
     }
 
+    /// Closed-loop clients answered by the previous call send their next requests a moment
+    /// after it returns; dispatching the first arrival alone would split them into a batch
+    /// of one and a batch of the rest, alternating. So while fewer jobs are queued than the
+    /// previous call took, wait up to `batch_wait` for them (dispatching as soon as they are
+    /// there). A lone client never waits (its previous call took one job), and when clients
+    /// leave the target drops to what the next call takes.
+    fn gather<'a>(&self, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
+        let target = g.last_batch.min(self.max_take);
+        let deadline = Instant::now() + self.batch_wait;
+        while g.queue.len() < target && !g.shutdown && g.can_dispatch() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = self
+                .cv
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        g
+    }
+
     /// The engine thread: dispatches batches until shutdown.
     pub fn run_batcher(&self) {
         let mut g = self.lock();
         loop {
-            while !g.shutdown && !(g.can_dispatch() && !g.queue.is_empty()) {
+            while !g.shutdown && (!g.can_dispatch() || g.queue.is_empty()) {
                 g = self.wait(g);
             }
             if g.shutdown {
@@ -319,10 +352,15 @@ impl Server {
                 }
                 return;
             }
+            g = self.gather(g);
+            if g.shutdown || !g.can_dispatch() {
+                continue;
+            }
             let batch = g.take_batch(self.max_take);
             if batch.is_empty() {
                 continue;
             }
+            g.last_batch = batch.len();
             g.in_engine = true;
             g.running = batch
                 .iter()
@@ -377,7 +415,13 @@ fn request(batch: &[Job]) -> GenerateRequest {
     GenerateRequest {
         prompts: batch
             .iter()
-            .map(|j| j.prompt.iter().chain(&j.generated).copied().collect::<RVec<u32>>())
+            .map(|j| {
+                j.prompt
+                    .iter()
+                    .chain(&j.generated)
+                    .copied()
+                    .collect::<RVec<u32>>()
+            })
             .collect(),
         sampling: SamplingParams {
             temperature: s.temperature,

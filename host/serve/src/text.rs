@@ -45,9 +45,8 @@ impl ModelText {
             id.and_then(|i| tk.as_ref().and_then(|tk| tk.id_to_token(i)))
                 .unwrap_or_default()
         };
-        let chat = own.unwrap_or_else(|| {
-            ChatTemplate::new(CHATML, &name(bos), &name(eos.first().copied()))
-        });
+        let chat = own
+            .unwrap_or_else(|| ChatTemplate::new(CHATML, &name(bos), &name(eos.first().copied())));
         let vocab = std::fs::read_to_string(dir.join("config.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -92,8 +91,15 @@ impl ModelText {
                 prompt.len()
             ));
         }
-        if let (Some(v), Some(bad)) = (self.vocab, prompt.iter().find(|&&t| t as usize >= self.vocab.unwrap_or(0))) {
-            return Err(format!("token id {bad} is outside the vocabulary (size {v})"));
+        if let (Some(v), Some(bad)) = (
+            self.vocab,
+            prompt
+                .iter()
+                .find(|&&t| t as usize >= self.vocab.unwrap_or(0)),
+        ) {
+            return Err(format!(
+                "token id {bad} is outside the vocabulary (size {v})"
+            ));
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{App, Shared, blocking, invalid, now, parse, refused, reply};
+use super::{App, Early, Shared, blocking, invalid, now, parse, refused, reply};
 use crate::control::TAGS;
 use crate::sched::ClientPause;
 
@@ -67,8 +67,7 @@ pub async fn server_info(State(app): State<Shared>) -> Response {
     let (running, waiting) = app.server.lock().loads();
     let mut info = app.args.clone();
     info["startup_time"] = json!(app.started);
-    info["internal_states"] =
-        json!([{"num_running_reqs": running, "num_waiting_reqs": waiting}]);
+    info["internal_states"] = json!([{"num_running_reqs": running, "num_waiting_reqs": waiting}]);
     info["version"] = json!(env!("CARGO_PKG_VERSION"));
     info["frontend"] = json!("tandem");
     reply(StatusCode::OK, info)
@@ -98,7 +97,7 @@ struct AbortReq {
 pub async fn abort_request(State(app): State<Shared>, body: Bytes) -> Response {
     let req: AbortReq = match parse(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let rid = (!req.abort_all).then_some(req.rid);
     match blocking(move || app.server.abort_request(rid.as_deref())).await {
@@ -121,7 +120,7 @@ fn abort_mode() -> String {
 pub async fn pause(State(app): State<Shared>, body: Bytes) -> Response {
     let req: PauseReq = match parse(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mode = match req.mode.as_str() {
         "abort" => ClientPause::Abort,
@@ -154,7 +153,12 @@ pub async fn continue_generation(State(app): State<Shared>) -> Response {
 }
 
 fn text(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 /// `GET|POST /flush_cache`: 200 text, or 400 text while requests run.
@@ -168,7 +172,9 @@ pub async fn flush(State(app): State<Shared>, RawQuery(_): RawQuery) -> Response
         ),
         Err(e) => text(
             StatusCode::BAD_REQUEST,
-            format!("Cache not flushed: {e}. (When there are running or waiting requests, the operation will not be performed.)\n"),
+            format!(
+                "Cache not flushed: {e}. (When there are running or waiting requests, the operation will not be performed.)\n"
+            ),
         ),
     }
 }
@@ -179,21 +185,21 @@ struct TagsReq {
     tags: Option<Vec<String>>,
 }
 
-fn tags(app: &App, body: &Bytes) -> Result<BTreeSet<String>, Response> {
+fn tags(app: &App, body: &Bytes) -> Result<BTreeSet<String>, Early> {
     let req: TagsReq = parse(body)?;
     if !app.memory_saver {
-        return Err(refused(
+        return Err(Box::new(refused(
             "memory occupation control needs --enable-memory-saver (tandem serve)",
-        ));
+        )));
     }
     let tags: BTreeSet<String> = match req.tags {
         Some(t) if !t.is_empty() => t.into_iter().collect(),
         _ => TAGS.iter().map(|t| t.to_string()).collect(),
     };
     if let Some(t) = tags.iter().find(|t| !TAGS.contains(&t.as_str())) {
-        return Err(refused(format!(
+        return Err(Box::new(refused(format!(
             "unknown tag `{t}`; the tags are kv_cache, weights, cuda_graph"
-        )));
+        ))));
     }
     Ok(tags)
 }
@@ -202,7 +208,7 @@ fn tags(app: &App, body: &Bytes) -> Result<BTreeSet<String>, Response> {
 pub async fn release(State(app): State<Shared>, body: Bytes) -> Response {
     let tags = match tags(&app, &body) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match blocking(move || app.server.release(tags)).await {
         Ok(()) => reply(StatusCode::OK, Value::Null),
@@ -214,7 +220,7 @@ pub async fn release(State(app): State<Shared>, body: Bytes) -> Response {
 pub async fn resume(State(app): State<Shared>, body: Bytes) -> Response {
     let tags = match tags(&app, &body) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match blocking(move || app.server.resume(tags)).await {
         Ok(()) => reply(StatusCode::OK, Value::Null),
@@ -248,7 +254,7 @@ fn version_of(app: &App, label: Option<String>) -> (u64, Option<String>) {
 pub async fn update_from_disk(State(app): State<Shared>, body: Bytes) -> Response {
     let req: DiskReq = match parse(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if req.abort_all_requests {
         app.server.lock().abort(None, "aborted for a weight update");
@@ -284,7 +290,7 @@ fn yes() -> bool {
 pub async fn update_weight_version(State(app): State<Shared>, body: Bytes) -> Response {
     let req: VersionReq = match parse(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut g = app.server.lock();
     if req.abort_all_requests {
@@ -342,7 +348,7 @@ fn checksum() -> String {
 pub async fn weights_checker(State(app): State<Shared>, body: Bytes) -> Response {
     let req: CheckReq = match parse(&body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if req.action != "checksum" {
         return outcome(
@@ -383,12 +389,12 @@ fn lora_reply(app: &App, r: Result<(), String>) -> Response {
     )
 }
 
-fn lora_req(app: &App, body: &Bytes) -> Result<LoraReq, Response> {
+fn lora_req(app: &App, body: &Bytes) -> Result<LoraReq, Early> {
     let req: LoraReq = parse(body)?;
     if !app.lora {
-        return Err(refused(
+        return Err(Box::new(refused(
             "LoRA is not enabled: start tandem serve with --enable-lora",
-        ));
+        )));
     }
     Ok(req)
 }
@@ -397,7 +403,7 @@ fn lora_req(app: &App, body: &Bytes) -> Result<LoraReq, Response> {
 pub async fn load_lora(State(app): State<Shared>, body: Bytes) -> Response {
     let req = match lora_req(&app, &body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Some(path) = req.lora_path else {
         return invalid("lora_path: field required");
@@ -411,7 +417,7 @@ pub async fn load_lora(State(app): State<Shared>, body: Bytes) -> Response {
 pub async fn unload_lora(State(app): State<Shared>, body: Bytes) -> Response {
     let req = match lora_req(&app, &body) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let a = app.clone();
     let r = blocking(move || a.server.unload_adapter(&req.lora_name)).await;

@@ -104,14 +104,18 @@ pub fn openai_error(status: StatusCode, message: impl Into<String>) -> Response 
     )
 }
 
+/// A response returned early (boxed: a `Response` is large).
+pub type Early = Box<Response>;
+
 /// The body as `T` (an empty body reads as `{}`); errors are SGLang's validation shape.
-pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
+pub fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, Early> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
         body
     };
-    serde_json::from_slice(body).map_err(|e| invalid(format!("invalid request body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new(invalid(format!("invalid request body: {e}"))))
 }
 
 /// Runs blocking engine work off the async threads.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::openai_stream::{Sse, sse_response};
 use super::params::{self, ParamError, Params};
-use super::{Shared, invalid, now, refused, reply};
+use super::{Early, Shared, invalid, now, refused, reply};
 use crate::sched::{Event, Finish, Job};
 
 /// One sequence of a `/generate` request as submitted.
@@ -62,7 +62,7 @@ pub async fn collect(rx: &mut UnboundedReceiver<Event>) -> Result<Done, String> 
     Err("the server dropped the request".into())
 }
 
-fn many<'a>(v: Option<&'a Value>, i: usize) -> Option<&'a Value> {
+fn many(v: Option<&Value>, i: usize) -> Option<&Value> {
     match v? {
         Value::Array(a) => a.get(i),
         v => Some(v),
@@ -77,45 +77,55 @@ fn bad(e: ParamError) -> Response {
 }
 
 /// The prompts of the request: (ids per prompt, whether the input was a batch).
-fn prompts(app: &Shared, body: &Value) -> Result<(Vec<Vec<u32>>, bool), Response> {
+fn prompts(app: &Shared, body: &Value) -> Result<(Vec<Vec<u32>>, bool), Early> {
     let (text, ids) = (body.get("text"), body.get("input_ids"));
     let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
     if present(body.get("input_embeds")) {
-        return Err(refused("input_embeds is not supported by tandem serve"));
+        return Err(Box::new(refused(
+            "input_embeds is not supported by tandem serve",
+        )));
     }
+    let early = |r: Response| Box::new(r);
     match (present(text), present(ids)) {
         (true, false) => match text {
-            Some(Value::String(s)) => Ok((vec![app.text.encode(s, true).map_err(refused)?], false)),
+            Some(Value::String(s)) => Ok((
+                vec![app.text.encode(s, true).map_err(|e| early(refused(e)))?],
+                false,
+            )),
             Some(Value::Array(a)) => a
                 .iter()
                 .map(|s| match s {
-                    Value::String(s) => app.text.encode(s, true).map_err(refused),
-                    v => Err(invalid(format!("text: expected a string, got {v}"))),
+                    Value::String(s) => app.text.encode(s, true).map_err(|e| early(refused(e))),
+                    v => Err(early(invalid(format!("text: expected a string, got {v}")))),
                 })
                 .collect::<Result<_, _>>()
                 .map(|p| (p, true)),
-            Some(v) => Err(invalid(format!("text: expected a string or a list, got {v}"))),
-            None => unreachable!("checked present"),
+            Some(v) => Err(early(invalid(format!(
+                "text: expected a string or a list, got {v}"
+            )))),
+            None => Err(early(invalid("text: missing"))),
         },
         (false, true) => {
             let Some(Value::Array(a)) = ids else {
-                return Err(invalid("input_ids: expected a list of token ids or of lists"));
+                return Err(early(invalid(
+                    "input_ids: expected a list of token ids or of lists",
+                )));
             };
             if a.first().is_some_and(Value::is_array) {
                 a.iter()
                     .map(|p| params::ids("input_ids", p))
                     .collect::<Result<_, _>>()
                     .map(|p| (p, true))
-                    .map_err(bad)
+                    .map_err(|e| early(bad(e)))
             } else {
                 params::ids("input_ids", ids.unwrap_or(&Value::Null))
                     .map(|p| (vec![p], false))
-                    .map_err(bad)
+                    .map_err(|e| early(bad(e)))
             }
         }
-        _ => Err(refused(
+        _ => Err(early(refused(
             "Either text, input_ids or input_embeds should be provided.",
-        )),
+        ))),
     }
 }
 
@@ -123,11 +133,11 @@ fn prompts(app: &Shared, body: &Value) -> Result<(Vec<Vec<u32>>, bool), Response
 pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
     let body: Value = match super::parse(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (prompts, batch) = match prompts(&app, &body) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let flag = |key: &str, i: usize| many(body.get(key), i).and_then(Value::as_bool) == Some(true);
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
@@ -139,10 +149,11 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
     let mut jobs = Vec::new();
     let mut seqs = Vec::new();
     for (i, prompt) in prompts.into_iter().enumerate() {
-        let p: Params = match params::sglang(many(body.get("sampling_params"), i).unwrap_or(&Value::Null)) {
-            Ok(p) => p,
-            Err(e) => return bad(e),
-        };
+        let p: Params =
+            match params::sglang(many(body.get("sampling_params"), i).unwrap_or(&Value::Null)) {
+                Ok(p) => p,
+                Err(e) => return bad(e),
+            };
         if let Err(e) = app.text.check(&prompt, app.context_len) {
             return refused(format!("prompt {i}: {e}"));
         }
@@ -154,7 +165,9 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
         if let Some(a) = &adapter
             && !app.server.lock().adapters.contains_key(a)
         {
-            return refused(format!("lora_path `{a}`: no adapter of that name is loaded"));
+            return refused(format!(
+                "lora_path `{a}`: no adapter of that name is loaded"
+            ));
         }
         let rid = match many(body.get("rid"), i) {
             Some(Value::String(s)) => s.clone(),
@@ -163,8 +176,18 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
         let sampling = p.sampling(&app.text.eos, adapter, group.wrapping_add(i as u64));
         let chunk = stream.then(|| p.stream_interval.unwrap_or(8));
         for j in 0..p.n {
-            let rid = if p.n > 1 { format!("{rid}-{j}") } else { rid.clone() };
-            let (job, rx) = Job::new(rid.clone(), prompt.clone(), sampling.clone(), p.max_new, chunk);
+            let rid = if p.n > 1 {
+                format!("{rid}-{j}")
+            } else {
+                rid.clone()
+            };
+            let (job, rx) = Job::new(
+                rid.clone(),
+                prompt.clone(),
+                sampling.clone(),
+                p.max_new,
+                chunk,
+            );
             jobs.push(job);
             seqs.push(Seq {
                 rid,

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::native::collect;
 use super::openai_stream::stream_openai;
 use super::params::{self, ParamError, Params};
-use super::{Shared, now, openai_error, reply};
+use super::{Early, Shared, now, openai_error, reply};
 use crate::sched::{Event, Finish, Job};
 
 /// Which route.
@@ -59,6 +59,10 @@ fn bad(m: impl Into<String>) -> Response {
     openai_error(StatusCode::BAD_REQUEST, m)
 }
 
+fn early(m: impl Into<String>) -> Early {
+    Box::new(bad(m))
+}
+
 /// `"stop"`, `"length"` or `"abort"`.
 pub fn finish_name(f: &Finish) -> &'static str {
     match f {
@@ -71,9 +75,11 @@ pub fn finish_name(f: &Finish) -> &'static str {
 /// `GET /v1/models`: the served model, then one card per loaded adapter.
 pub async fn models(State(app): State<Shared>) -> Response {
     let created = app.started as u64;
-    let mut data = vec![json!({"id": app.model_name, "object": "model", "created": created,
+    let mut data = vec![
+        json!({"id": app.model_name, "object": "model", "created": created,
         "owned_by": "sglang", "root": app.model_path, "parent": null,
-        "max_model_len": app.context_len})];
+        "max_model_len": app.context_len}),
+    ];
     for (name, dir) in app.server.lock().adapters.iter() {
         data.push(json!({"id": name, "object": "model", "created": created,
             "owned_by": "sglang", "root": dir, "parent": app.model_name,
@@ -171,43 +177,60 @@ fn prepare(
     app: &Shared,
     body: &Bytes,
     kind: Kind,
-) -> Result<(Prepared, Vec<Choice>, Vec<Job>), Response> {
-    let body: Value = serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+) -> Result<(Prepared, Vec<Choice>, Vec<Job>), Early> {
+    let body: Value =
+        serde_json::from_slice(body).map_err(|e| early(format!("invalid JSON: {e}")))?;
     let Value::Object(body) = body else {
-        return Err(bad("the request body must be a JSON object"));
+        return Err(early("the request body must be a JSON object"));
     };
     let mut params = sampling(&body, kind).map_err(|e| match e {
-        ParamError::Contract(m) | ParamError::Unsupported(m) => bad(m),
+        ParamError::Contract(m) | ParamError::Unsupported(m) => early(m),
     })?;
     let prompts = prompts(app, &body, kind).map_err(bad)?;
     let given = |k: &str| body.get(k).is_some_and(|v| !v.is_null());
     let chat_default =
         kind == Kind::Chat && !given("max_tokens") && !given("max_completion_tokens");
-    let model = body.get("model").and_then(Value::as_str).unwrap_or(&app.model_name);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(&app.model_name);
     let adapters = app.server.lock().adapters.clone();
     let adapter = match body.get("lora_path").and_then(Value::as_str) {
         Some(a) if adapters.contains_key(a) => Some(a.to_owned()),
-        Some(a) => return Err(bad(format!("lora_path `{a}`: no adapter of that name is loaded"))),
+        Some(a) => {
+            return Err(early(format!(
+                "lora_path `{a}`: no adapter of that name is loaded"
+            )));
+        }
         None => adapters.contains_key(model).then(|| model.to_owned()),
     };
     let flag = |k: &str| body.get(k).and_then(Value::as_bool) == Some(true);
     let logprobs = match kind {
         Kind::Completion => match body.get("logprobs") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| bad("`logprobs` must be an integer"))? as u32),
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| early("`logprobs` must be an integer"))? as u32,
+            ),
         },
         Kind::Chat => flag("logprobs").then(|| {
-            body.get("top_logprobs").and_then(Value::as_u64).unwrap_or(0) as u32
+            body.get("top_logprobs")
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as u32
         }),
     };
     let echo = kind == Kind::Completion && flag("echo");
     if echo && logprobs.is_some() {
-        return Err(bad("echo with logprobs is not supported by tandem serve"));
+        return Err(early("echo with logprobs is not supported by tandem serve"));
     }
     let stream = flag("stream");
     let id = format!(
         "{}-{:016x}",
-        if kind == Kind::Chat { "chatcmpl" } else { "cmpl" },
+        if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
         now().to_bits()
     );
     let group = now().to_bits();
@@ -222,11 +245,26 @@ fn prepare(
         }
         let sampling = params.sampling(&app.text.eos, adapter.clone(), group ^ i as u64);
         let chunk = stream.then(|| params.stream_interval.unwrap_or(8));
-        let echo = if echo { app.text.decode(&prompt, params.skip_special) } else { String::new() };
+        let echo = if echo {
+            app.text.decode(&prompt, params.skip_special)
+        } else {
+            String::new()
+        };
         for _ in 0..params.n {
-            let (job, rx) = Job::new(format!("{id}-{i}"), prompt.clone(), sampling.clone(), params.max_new, chunk);
+            let (job, rx) = Job::new(
+                format!("{id}-{i}"),
+                prompt.clone(),
+                sampling.clone(),
+                params.max_new,
+                chunk,
+            );
             jobs.push(job);
-            choices.push(Choice { rx, prompt_len: prompt.len(), prompt: prompt.clone(), echo: echo.clone() });
+            choices.push(Choice {
+                rx,
+                prompt_len: prompt.len(),
+                prompt: prompt.clone(),
+                echo: echo.clone(),
+            });
         }
     }
     let include_usage = body
@@ -247,7 +285,13 @@ fn prepare(
 }
 
 /// Completions' `logprobs` object; `offset` is where the first token's text starts.
-pub fn completion_logprobs(app: &Shared, tokens: &[u32], lps: &[f32], top: u32, offset: usize) -> Value {
+pub fn completion_logprobs(
+    app: &Shared,
+    tokens: &[u32],
+    lps: &[f32],
+    top: u32,
+    offset: usize,
+) -> Value {
     let names: Vec<String> = tokens.iter().map(|&t| app.text.token(t)).collect();
     let mut at = offset;
     let offsets: Vec<usize> = names
@@ -261,7 +305,13 @@ pub fn completion_logprobs(app: &Shared, tokens: &[u32], lps: &[f32], top: u32, 
     let tops: Vec<Value> = names
         .iter()
         .zip(lps)
-        .map(|(n, lp)| if top > 0 { json!({ n.as_str(): lp }) } else { Value::Null })
+        .map(|(n, lp)| {
+            if top > 0 {
+                json!({ n.as_str(): lp })
+            } else {
+                Value::Null
+            }
+        })
         .collect();
     json!({"tokens": names, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
@@ -288,7 +338,7 @@ pub fn chat_logprobs(app: &Shared, tokens: &[u32], lps: &[f32], top: u32) -> Val
 async fn handle(app: Shared, body: Bytes, kind: Kind) -> Response {
     let (prep, choices, jobs) = match prepare(&app, &body, kind) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     app.server.submit(jobs);
     if body_stream(&body) {
@@ -319,7 +369,11 @@ async fn handle(app: Shared, body: Bytes, kind: Kind) -> Response {
                 "finish_reason": finish_name(&d.finish), "matched_stop": matched}),
         };
         if prep.return_ids {
-            let key = if kind == Kind::Chat { "response_token_ids" } else { "token_ids" };
+            let key = if kind == Kind::Chat {
+                "response_token_ids"
+            } else {
+                "token_ids"
+            };
             choice[key] = json!(d.tokens);
         }
         if prep.return_prompt_ids || (prep.return_ids && kind == Kind::Completion) {
@@ -331,10 +385,13 @@ async fn handle(app: Shared, body: Bytes, kind: Kind) -> Response {
         Kind::Completion => "text_completion",
         Kind::Chat => "chat.completion",
     };
-    reply(StatusCode::OK, json!({"id": prep.id, "object": object, "created": now() as u64,
+    reply(
+        StatusCode::OK,
+        json!({"id": prep.id, "object": object, "created": now() as u64,
         "model": prep.model, "choices": out,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens}}))
+                  "total_tokens": prompt_tokens + completion_tokens}}),
+    )
 }
 
 fn body_stream(body: &Bytes) -> bool {

@@ -47,8 +47,10 @@ impl SseOut {
 
     /// An in-stream error (SGLang's shape).
     pub fn error(&self, message: &str) {
-        self.data(&json!({"error": {"message": message, "type": "invalid_request_error",
-                                     "code": 400, "retryable": false}}));
+        self.data(
+            &json!({"error": {"message": message, "type": "invalid_request_error",
+                                     "code": 400, "retryable": false}}),
+        );
         self.done();
     }
 
@@ -102,11 +104,15 @@ pub fn stream_openai(app: Shared, prep: Prepared, kind: Kind, choices: Vec<Choic
                 let mut offset = c.echo.len();
                 if kind == Kind::Chat {
                     let delta = json!({"role": "assistant", "content": ""});
-                    out.data(&head(json!({"index": index, "delta": delta, "logprobs": null,
-                                          "finish_reason": null})));
+                    out.data(&head(
+                        json!({"index": index, "delta": delta, "logprobs": null,
+                                          "finish_reason": null}),
+                    ));
                 } else if !c.echo.is_empty() {
-                    out.data(&head(json!({"index": index, "text": c.echo, "logprobs": null,
-                                          "finish_reason": null})));
+                    out.data(&head(
+                        json!({"index": index, "text": c.echo, "logprobs": null,
+                                          "finish_reason": null}),
+                    ));
                 }
                 while let Some(ev) = c.rx.recv().await {
                     let (text, tokens, lps, finish) = match ev {
