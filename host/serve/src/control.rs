@@ -138,8 +138,24 @@ impl Server {
         self.continue_if_free()
     }
 
-    /// `/flush_cache`: refused while requests run (see [`crate::sched::Sched::busy`]).
-    pub fn flush(&self) -> Result<(), Refusal> {
+    /// `/flush_cache`: refused while requests run (see [`crate::sched::Sched::busy`]); with
+    /// a `timeout` (SGLang's `?timeout=`), first waits up to that long for them to finish.
+    pub fn flush(&self, timeout: Option<std::time::Duration>) -> Result<(), Refusal> {
+        if let Some(t) = timeout {
+            let deadline = std::time::Instant::now() + t;
+            let mut g = self.lock();
+            while g.busy() > 0 {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                g = self
+                    .cv
+                    .wait_timeout(g, deadline - now)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+        }
         let _h = self.hold(true);
         let busy = self.lock().busy();
         if busy > 0 {

@@ -192,9 +192,13 @@ impl Sched {
         }
     }
 
-    /// (running, waiting) as `/v1/loads` reports them.
+    /// (running, waiting) as `/v1/loads` reports them: started requests between chunks run,
+    /// unless retracted by a pause in `retract` mode.
     pub fn loads(&self) -> (usize, usize) {
-        let started = self.queue.iter().filter(|j| j.started).count();
+        let started = match self.pause {
+            Some(ClientPause::Retract) => 0,
+            _ => self.queue.iter().filter(|j| j.started).count(),
+        };
         (self.running.len() + started, self.queue.len() - started)
     }
 

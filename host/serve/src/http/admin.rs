@@ -161,9 +161,18 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-/// `GET|POST /flush_cache`: 200 text, or 400 text while requests run.
-pub async fn flush(State(app): State<Shared>, RawQuery(_): RawQuery) -> Response {
-    match blocking(move || app.server.flush()).await {
+/// `GET|POST /flush_cache[?timeout=S]`: 200 text, or 400 text while requests run (after
+/// waiting up to `timeout` seconds for them).
+pub async fn flush(State(app): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    let timeout = query
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("timeout="))
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|t| t.is_finite() && *t > 0.0)
+        .map(|t| std::time::Duration::from_secs_f64(t.min(3600.0)));
+    match blocking(move || app.server.flush(timeout)).await {
         Ok(()) => text(
             StatusCode::OK,
             "Cache flushed.\nPlease check backend logs for more details. (When there are \
