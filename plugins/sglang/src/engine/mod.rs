@@ -169,6 +169,8 @@ impl EngineImpl for SglangEngine {
     }
 
     fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
+        // An undeclared kind (or one the options leave off) is `not_supported` in any state.
+        self.check_kind(&update.payload)?;
         // `Updating` while the update runs: concurrent lifecycle calls are refused meanwhile;
         // a version below the served one is refused here, before the server is called.
         lock(&self.state)

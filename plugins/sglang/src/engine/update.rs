@@ -31,7 +31,24 @@ fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+fn unsupported(payload: &UpdatePayload) -> PluginError {
+    let kind = payload.kind().as_str();
+    PluginError::not_supported(&format!("apply_weight_update({kind})"), "sglang").with_help(
+        "use the `checkpoint` or `lora` bridge with engine `sglang`; tensor buckets over NCCL \
+         and CUDA-IPC tensors need a GPU (designed in plugins/sglang/NOTES.md)",
+    )
+}
+
 impl SglangEngine {
+    /// `not_supported` for the kinds this engine does not apply (and adapters without LoRA).
+    pub(super) fn check_kind(&self, payload: &UpdatePayload) -> Result<()> {
+        match payload {
+            UpdatePayload::CheckpointDir { .. } => Ok(()),
+            UpdatePayload::Adapter { .. } => self.require_lora("an adapter update"),
+            other => Err(unsupported(other)),
+        }
+    }
+
     pub(super) fn apply_update(&self, update: &WeightUpdate) -> Result<UpdateReport> {
         let started = Instant::now();
         let (bytes, digest) = match &update.payload {
@@ -43,7 +60,6 @@ impl SglangEngine {
                 (dir_bytes(&dir), digest)
             }
             UpdatePayload::Adapter { name, dir } => {
-                self.require_lora("an adapter update")?;
                 let previous = lock(&self.state).active_adapter.clone();
                 if lock(&self.state).adapters.contains(name.as_str()) {
                     // Re-applied under the same name: SGLang refuses a name already loaded.
@@ -59,18 +75,7 @@ impl SglangEngine {
                 // SGLang checksums the base weights, not adapters: no digest to report.
                 (dir_bytes(Path::new(dir.as_str())), String::new())
             }
-            other => {
-                let kind = other.kind().as_str();
-                return Err(PluginError::not_supported(
-                    &format!("apply_weight_update({kind})"),
-                    "sglang",
-                )
-                .with_help(
-                    "use the `checkpoint` or `lora` bridge with engine `sglang`; tensor buckets \
-                     over NCCL and CUDA-IPC tensors need a GPU (designed in \
-                     plugins/sglang/NOTES.md)",
-                ));
-            }
+            other => return Err(unsupported(other)),
         };
         let served = self.served_version()?;
         if served != update.version {
