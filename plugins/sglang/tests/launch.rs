@@ -64,3 +64,48 @@ fn a_taken_port_is_refused_before_launching() {
         "{f}"
     );
 }
+
+#[test]
+fn validate_config_reports_each_problem_at_its_key() {
+    use tandem_plugin_api::{ComponentConfig, ComponentKind, RResult};
+    let module = Source::built("tandem_sglang")
+        .load()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let validate = module
+        .validate_config()
+        .unwrap_or_else(|| panic!("no validate_config"));
+    let config = |options: &str, world_size: u32| ComponentConfig {
+        component: "sglang".into(),
+        model_path: "".into(),
+        options_json: options.into(),
+        rank: 0,
+        world_size,
+        device: "cpu".into(),
+        run_dir: "".into(),
+    };
+    let keys = |options: &str, world_size: u32| -> Vec<String> {
+        match validate(ComponentKind::Engine, config(options, world_size)) {
+            RResult::ROk(p) => p.iter().map(|p| p.key.to_string()).collect(),
+            RResult::RErr(e) => panic!("{e}"),
+        }
+    };
+    let both = r#"{"url": "http://127.0.0.1:1", "urls": ["http://127.0.0.1:1"]}"#;
+    assert_eq!(keys(both, 1), ["urls"]);
+    assert_eq!(keys(r#"{"urls": ["http://127.0.0.1:1"]}"#, 2), ["urls"]);
+    assert_eq!(
+        keys(r#"{"url": "http://h:1", "host": "0.0.0.0"}"#, 1),
+        ["host"]
+    );
+    assert_eq!(
+        keys(r#"{"url": "http://h:1", "max_lora_rank": 8}"#, 1),
+        ["max_lora_rank"]
+    );
+    assert!(
+        keys(
+            r#"{"url": "http://h:1", "enable_lora": true, "max_lora_rank": 8}"#,
+            1
+        )
+        .is_empty()
+    );
+    assert_eq!(keys(r#"{"url": "http://h:1", "pause": "x"}"#, 1), ["pause"]);
+}
