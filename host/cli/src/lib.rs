@@ -13,6 +13,7 @@ mod logging;
 mod model;
 mod plugins;
 mod run;
+mod serve;
 
 use crate::error::CliError;
 use crate::logging::LogFormat;
@@ -81,6 +82,8 @@ pub enum Command {
     },
     /// One-shot generation with the native engine.
     Generate(generate::GenerateArgs),
+    /// Serve a model over HTTP: SGLang's native API and OpenAI's /v1 API (native engine).
+    Serve(serve::ServeArgs),
     /// Greedy accuracy of a model on a task's held-out set (the run's `[eval]`, reproduced).
     Eval(eval::EvalArgs),
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
@@ -118,6 +121,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
+        Command::Serve(args) => serve::run(&cli.plugin_dirs, args),
         Command::Eval(args) => eval::run(&cli.plugin_dirs, args),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),
     }

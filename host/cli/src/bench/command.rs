@@ -29,6 +29,9 @@ pub enum BenchName {
     /// continuations, decode tok/s with and without it (batch 1/4/16) beside the acceptance
     /// length, and hidden-state transfer between two workers beside memcpy; `--quick`: tiny.
     Spec,
+    /// `tandem serve` over HTTP at 1/8/64 concurrent clients: requests/s and tokens/s beside
+    /// the same requests through the engine in process (batches of the client count).
+    Serve,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
@@ -46,6 +49,7 @@ pub fn run(
         BenchName::Loop => bench::rl_loop::run(quick)?,
         BenchName::Native => bench::native::run(quick)?,
         BenchName::Spec => bench::spec::run(quick)?,
+        BenchName::Serve => bench::serve::run(quick)?,
         BenchName::Bridges => {
             let mut figures = bench::bridges::run(quick)?;
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {
