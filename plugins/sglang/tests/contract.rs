@@ -65,6 +65,13 @@ fn every_request_validates_against_sglangs_own_types() {
         let mut t = TrainerHarness::new(source(options)).unwrap_or_else(|f| panic!("{f}"));
         t.train("train").unwrap_or_else(|f| panic!("{f}"));
         let update = ok(t.trainer.export_weight_update(kind), "export");
+        if let tandem_plugin_api::UpdatePayload::Adapter { dir, .. } = &update.payload {
+            ok(
+                e.load_adapter("contract".into(), dir.clone()),
+                "load_adapter",
+            );
+            ok(e.unload_adapter("contract".into()), "unload_adapter");
+        }
         ok(e.apply_weight_update(update), "apply");
     }
     ok(e.continue_generation(), "continue");
