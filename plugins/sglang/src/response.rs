@@ -36,9 +36,21 @@ pub fn generate_body(request: &GenerateRequest, adapter: Option<&str>) -> Value 
     if s.top_k > 0 {
         sampling["top_k"] = json!(s.top_k);
     }
-    if let Some(seed) = s.seed.into_option() {
-        sampling["sampling_seed"] = json!(seed);
-    }
+    // One seed per prompt: SGLang seeds each request of a batch with its own `sampling_seed`,
+    // so one shared seed would give identical prompts (a GRPO group) identical samples. The
+    // seeds stay within SGLang's int64.
+    let sampling = match s.seed.into_option() {
+        None => sampling,
+        Some(seed) => Value::Array(
+            (0..prompts.len() as u64)
+                .map(|i| {
+                    let mut p = sampling.clone();
+                    p["sampling_seed"] = json!(seed.wrapping_add(i) & (i64::MAX as u64));
+                    p
+                })
+                .collect(),
+        ),
+    };
     let mut body = json!({
         "input_ids": prompts,
         "sampling_params": sampling,
@@ -280,10 +292,15 @@ mod tests {
         assert_eq!(b["input_ids"], json!([[1, 2]]));
         assert_eq!(b["return_logprob"], json!(true));
         assert!(b.get("lora_path").is_none());
-        let b = generate_body(&request(vec![vec![1]], 5, Some(7)), Some("tandem-v3"));
-        assert_eq!(b["sampling_params"]["top_k"], json!(5));
-        assert_eq!(b["sampling_params"]["sampling_seed"], json!(7));
-        assert_eq!(b["lora_path"], json!("tandem-v3"));
+        let b = generate_body(
+            &request(vec![vec![1], vec![1]], 5, Some(u64::MAX)),
+            Some("v3"),
+        );
+        // A seed per prompt (a group of equal prompts gets different samples), within int64.
+        assert_eq!(b["sampling_params"][0]["top_k"], json!(5));
+        assert_eq!(b["sampling_params"][0]["sampling_seed"], json!(i64::MAX));
+        assert_eq!(b["sampling_params"][1]["sampling_seed"], json!(0));
+        assert_eq!(b["lora_path"], json!("v3"));
     }
 
     /// Two answers shaped as SGLang 0.5.23 returns them (`tokenizer_manager.py`: text,
