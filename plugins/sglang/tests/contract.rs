@@ -41,6 +41,10 @@ fn every_request_validates_against_sglangs_own_types() {
     let h =
         EngineHarness::new(setup.options(&options.to_string())).unwrap_or_else(|f| panic!("{f}"));
     let e = &h.engine;
+    let mut sampled = h.greedy();
+    sampled.sampling.temperature = 1.0;
+    sampled.sampling.seed = tandem_plugin_api::ROption::RSome(u64::MAX);
+    ok(e.generate(sampled), "generate with a seed");
     let out = ok(e.generate(h.greedy()), "generate");
     let seqs: RVec<RVec<u32>> = out
         .completions
