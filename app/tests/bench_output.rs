@@ -2,7 +2,8 @@
 //! `bench`, `case`, `value`, `unit`, `limit`, `ratio`, and `ratio == value / limit`.
 //! (No timing is asserted: figures are for people, targets live in the printed table.)
 //! `tandem bench native --quick --json`: its five figures, well formed, without Python;
-//! `tandem bench spec --quick --json`: its drafter, decode and transfer figures.
+//! `tandem bench spec --quick --json`: its drafter, decode and transfer figures;
+//! `tandem bench serve --quick --json`: HTTP beside in-process figures at 1/8/64 clients.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -153,4 +154,38 @@ fn bench_spec_quick_json_prints_drafter_decode_and_transfer_figures() {
     }
     let err = stderr(&out);
     assert!(err.contains("final training accuracy"), "{err}");
+}
+
+#[test]
+fn bench_serve_quick_json_prints_http_beside_in_process_figures() {
+    // --quick: an in-process `tandem serve` on a free port, 1/8/64 clients, beside the same
+    // requests through the engine in process.
+    let out = run(tandem().args(["bench", "serve", "--quick", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(figures.len(), 6);
+    for (f, clients) in figures.iter().zip([1, 1, 8, 8, 64, 64]) {
+        assert_eq!(f["bench"], "serve");
+        let case = f["case"].as_str().unwrap();
+        assert!(case.starts_with(&format!("{clients} clients")), "{case}");
+        let unit = if case.ends_with("requests/s") {
+            "req/s"
+        } else {
+            "tok/s"
+        };
+        assert_eq!(f["unit"], unit);
+        let (value, limit, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["limit"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(value > 0.0 && limit > 0.0, "{f}");
+        assert!(
+            (ratio - value / limit).abs() < 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+    }
 }

@@ -129,3 +129,74 @@ fn models_and_openai_errors() {
     );
     assert_eq!(s, 400, "{v}");
 }
+
+/// A random LoRA adapter of the tiny model in `dir` (PEFT layout, written by the core).
+fn adapter(dir: &std::path::Path) {
+    use tandem_native_core::buffer::VecProvider;
+    use tandem_native_core::config::ModelConfig;
+    use tandem_native_core::lora::{ALL_TARGETS, LoraAdapter, LoraConfig};
+    let cfg = ModelConfig::from_dir(&models().0).unwrap();
+    let lora = LoraConfig {
+        r: 4,
+        alpha: 8.0,
+        targets: ALL_TARGETS.to_vec(),
+        base_model: "tiny".into(),
+    };
+    let mut ad = LoraAdapter::new(&cfg, lora, &mut VecProvider::new()).unwrap();
+    for (i, x) in ad.weights.as_mut_slice().iter_mut().enumerate() {
+        *x = (((i * 7919) % 1000) as f32 / 1000.0 - 0.5) * 0.4;
+    }
+    ad.save(dir).unwrap();
+}
+
+#[test]
+fn an_adapter_given_at_start_serves_requests_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("my-adapter");
+    adapter(&dir);
+    let ids: Vec<String> = PROMPT.iter().map(u32::to_string).collect();
+    let o = super::common::run(
+        super::common::tandem()
+            .args([
+                "generate",
+                "--json",
+                "--greedy",
+                "--max-tokens",
+                "6",
+                "--model",
+            ])
+            .arg(&models().0)
+            .args(["--prompt-ids", &ids.join(","), "--adapter"])
+            .arg(&dir),
+    );
+    assert!(o.status.success(), "{}", super::common::stderr(&o));
+    let reference: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let srv = Srv::start(&["--adapter", dir.to_str().unwrap()]);
+    let (_, v) = srv.get("/v1/models");
+    assert_eq!(v["data"][1]["id"], "my-adapter", "{v}");
+    let body = json!({"model": "my-adapter", "prompt": PROMPT, "max_tokens": 6,
+                      "temperature": 0, "logprobs": 0, "return_token_ids": true});
+    let (s, v) = srv.post("/v1/completions", &body);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["choices"][0]["token_ids"], reference["tokens"]);
+    let lps = &v["choices"][0]["logprobs"]["token_logprobs"];
+    assert_eq!(f32s(lps), f32s(&reference["logprobs"]));
+    let mut native = super::greedy(&PROMPT, 6);
+    native["lora_path"] = json!("my-adapter");
+    let (_, out) = srv.post("/generate", &native);
+    assert_eq!(out["output_ids"], reference["tokens"]);
+    let base = tandem_generate(&models().0, &PROMPT, 6);
+    let (_, plain) = srv.post("/generate", &super::greedy(&PROMPT, 6));
+    assert_eq!(
+        plain["output_ids"], base["tokens"],
+        "no adapter named: the base model"
+    );
+    // Unload, then the name is unknown; load it again under another name.
+    let (s, v) = srv.post("/unload_lora_adapter", &json!({"lora_name": "my-adapter"}));
+    assert_eq!((s, &v["loaded_adapters"]), (200, &json!({})), "{v}");
+    assert_eq!(srv.post("/generate", &native).0, 400);
+    let body = json!({"lora_name": "again", "lora_path": dir});
+    let (s, v) = srv.post("/load_lora_adapter", &body);
+    assert_eq!((s, &v["success"]), (200, &json!(true)), "{v}");
+    assert!(v["loaded_adapters"]["again"].is_string());
+}

@@ -172,8 +172,11 @@ pub struct Sched {
     /// Stop taking work.
     pub shutdown: bool,
     next_id: u64,
-    /// Jobs the last engine call took (the concurrency the batcher waits for).
+    /// The last call's jobs plus those queued while it ran (the concurrency the batcher
+    /// waits for).
     last_batch: usize,
+    /// How long the last engine call took.
+    last_call: Duration,
 }
 
 impl Sched {
@@ -278,6 +281,7 @@ impl Server {
                 shutdown: false,
                 next_id: 1,
                 last_batch: 1,
+                last_call: Duration::ZERO,
             }),
             cv: Condvar::new(),
             max_take: max_take.max(1),
@@ -323,12 +327,14 @@ impl Server {
     /// Closed-loop clients answered by the previous call send their next requests a moment
     /// after it returns; dispatching the first arrival alone would split them into a batch
     /// of one and a batch of the rest, alternating. So while fewer jobs are queued than the
-    /// previous call took, wait up to `batch_wait` for them (dispatching as soon as they are
-    /// there). A lone client never waits (its previous call took one job), and when clients
-    /// leave the target drops to what the next call takes.
+    /// previous call took plus those that queued while it ran, wait for them (dispatching as
+    /// soon as they are there) up to `batch_wait` or an eighth of the previous call's time,
+    /// whichever is longer: waiting costs at most that share of a call, a split batch a
+    /// whole call. A lone client never waits, and when clients leave the target drops after
+    /// one call.
     fn gather<'a>(&self, mut g: MutexGuard<'a, Sched>) -> MutexGuard<'a, Sched> {
         let target = g.last_batch.min(self.max_take);
-        let deadline = Instant::now() + self.batch_wait;
+        let deadline = Instant::now() + self.batch_wait.max(g.last_call / 8);
         while g.queue.len() < target && !g.shutdown && g.can_dispatch() {
             let now = Instant::now();
             if now >= deadline {
@@ -364,7 +370,6 @@ impl Server {
             if batch.is_empty() {
                 continue;
             }
-            g.last_batch = batch.len();
             g.in_engine = true;
             g.running = batch
                 .iter()
@@ -374,10 +379,17 @@ impl Server {
                     abort: None,
                 })
                 .collect();
+            let queued = g.queue.len();
             drop(g);
+            tracing::debug!(jobs = batch.len(), queued, "engine call");
+            let t = Instant::now();
             let result = self.engine.generate(request(&batch)).into_result();
             g = self.lock();
+            g.last_call = t.elapsed();
             g.in_engine = false;
+            // The clients just answered plus those that queued meanwhile: what the next
+            // call should gather.
+            g.last_batch = batch.len() + g.queue.len();
             let aborts: Vec<Option<String>> = g.running.drain(..).map(|r| r.abort).collect();
             let mut back = Vec::new();
             match result {

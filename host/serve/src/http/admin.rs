@@ -78,10 +78,34 @@ pub async fn loads(State(app): State<Shared>) -> Response {
     let (running, waiting) = app.server.lock().loads();
     reply(
         StatusCode::OK,
-        json!({"timestamp": now(), "version": env!("CARGO_PKG_VERSION"), "accelerator": null,
+        json!({"timestamp": iso8601(now()), "version": env!("CARGO_PKG_VERSION"),
+            "accelerator": null,
             "num_accelerators": 0,
             "loads": [{"timestamp": now(), "dp_rank": 0, "num_running_reqs": running,
                        "num_waiting_reqs": waiting}]}),
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` of a Unix time (what SGLang's `/v1/loads` writes).
+fn iso8601(t: f64) -> String {
+    let secs = t.max(0.0) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let micros = ((t - secs as f64) * 1e6) as u32;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
     )
 }
 
@@ -370,6 +394,14 @@ pub async fn weights_checker(State(app): State<Shared>, body: Bytes) -> Response
         true,
         &format!("weights at version {label}; the native engine reports no digest"),
     )
+}
+
+#[cfg(test)]
+#[test]
+fn iso8601_writes_utc_dates() {
+    assert_eq!(iso8601(0.0), "1970-01-01T00:00:00.000000+00:00");
+    assert_eq!(iso8601(951_782_400.5), "2000-02-29T00:00:00.500000+00:00");
+    assert_eq!(iso8601(1_795_786_651.0), "2026-11-27T13:37:31.000000+00:00");
 }
 
 #[derive(Deserialize)]

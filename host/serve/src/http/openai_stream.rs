@@ -45,13 +45,12 @@ impl SseOut {
         self.0.send(Bytes::from(format!("data: {v}\n\n"))).is_ok()
     }
 
-    /// An in-stream error (SGLang's shape).
+    /// An in-stream error (SGLang's shape); the stream still ends with `[DONE]`.
     pub fn error(&self, message: &str) {
         self.data(
             &json!({"error": {"message": message, "type": "invalid_request_error",
                                      "code": 400, "retryable": false}}),
         );
-        self.done();
     }
 
     /// The final `data: [DONE]`.

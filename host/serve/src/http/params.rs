@@ -266,3 +266,61 @@ pub fn sglang(v: &Value) -> Result<Params, ParamError> {
     p.check()?;
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sglang_keys_parse_and_unknown_keys_are_contract_errors() {
+        let p = sglang(&json!({"max_new_tokens": 7, "temperature": 0, "top_k": -1,
+            "stop_token_ids": [5], "ignore_eos": true, "min_p": 0.0, "stop": [],
+            "repetition_penalty": 1.0, "sampling_seed": 3, "stream_interval": 2}))
+        .unwrap();
+        assert_eq!((p.max_new, p.temperature, p.top_k), (7, 0.0, 0));
+        assert_eq!((p.stop_ids, p.ignore_eos, p.seed), (vec![5], true, Some(3)));
+        assert_eq!(p.stream_interval, Some(2));
+        assert!(
+            matches!(sglang(&json!({"bogus": 1})), Err(ParamError::Contract(m)) if m.contains("unknown field `bogus`"))
+        );
+        assert!(matches!(
+            sglang(&json!({"temperature": "hot"})),
+            Err(ParamError::Contract(_))
+        ));
+        assert!(matches!(
+            sglang(&json!({"top_p": 0})),
+            Err(ParamError::Contract(_))
+        ));
+        assert!(
+            matches!(sglang(&json!({"presence_penalty": 0.5})), Err(ParamError::Unsupported(m)) if m.contains("presence_penalty"))
+        );
+        assert!(matches!(
+            sglang(&json!({"stop": ["\n"]})),
+            Err(ParamError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn greedy_requests_share_a_batch_key_and_seeded_ones_keep_their_group() {
+        let greedy = sglang(&json!({"temperature": 0, "sampling_seed": 9})).unwrap();
+        assert_eq!(
+            greedy.sampling(&[2], None, 1),
+            greedy.sampling(&[2], None, 2)
+        );
+        let seeded = sglang(&json!({"temperature": 0.7, "sampling_seed": 9})).unwrap();
+        assert_ne!(
+            seeded.sampling(&[2], None, 1),
+            seeded.sampling(&[2], None, 2)
+        );
+        let s = sglang(&json!({"ignore_eos": true}))
+            .unwrap()
+            .sampling(&[2], None, 0);
+        assert!(s.stop_ids.is_empty());
+        let s = sglang(&json!({"stop_token_ids": [4]}))
+            .unwrap()
+            .sampling(&[2], None, 0);
+        assert_eq!(s.stop_ids, vec![4, 2]);
+    }
+}
