@@ -179,3 +179,31 @@ fn api_key_guards_every_route_but_health() {
     );
     assert_eq!(s, 401);
 }
+
+#[test]
+fn input_logprobs_from_logprob_start_len_equal_tandem_generate_score() {
+    let srv = Srv::start(&[]);
+    let reference = tandem_generate(&models().0, &PROMPT, 12);
+    let mut ids: Vec<Value> = PROMPT.iter().map(|&t| json!(t)).collect();
+    ids.extend(reference["tokens"].as_array().unwrap().iter().cloned());
+    let body = json!({"input_ids": [ids], "return_logprob": true, "logprob_start_len": 0,
+                      "sampling_params": {"temperature": 0, "max_new_tokens": 0}});
+    let (s, out) = srv.post("/generate", &body);
+    assert_eq!(s, 200, "{out}");
+    let input = out[0]["meta_info"]["input_token_logprobs"]
+        .as_array()
+        .unwrap();
+    assert_eq!(input.len(), ids.len());
+    assert!(
+        input[0][0].is_null(),
+        "the first token has no logprob: {:?}",
+        input[0]
+    );
+    let got: Vec<Value> = input.iter().map(|t| t[1].clone()).collect();
+    assert_eq!(got, ids);
+    let lps: Vec<f32> = input[1..]
+        .iter()
+        .map(|t| t[0].as_f64().unwrap() as f32)
+        .collect();
+    close(&lps, &f32s(&reference["score"]), 1e-5);
+}

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
+use tandem_plugin_api::RVec;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::openai_stream::{Sse, sse_response};
@@ -24,6 +25,8 @@ struct Seq {
     top: bool,
     text_in_lp: bool,
     skip_special: bool,
+    /// `logprob_start_len` and the prompt, when input logprobs were asked for.
+    input: Option<(usize, Vec<u32>)>,
     rx: UnboundedReceiver<Event>,
 }
 
@@ -169,6 +172,25 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
                 "lora_path `{a}`: no adapter of that name is loaded"
             ));
         }
+        let start = many(body.get("logprob_start_len"), i)
+            .and_then(Value::as_i64)
+            .filter(|s| *s >= 0 && flag("return_logprob", i));
+        let input = match start.map(|s| usize::try_from(s).unwrap_or(usize::MAX)) {
+            None => None,
+            Some(_) if adapter.is_some() => {
+                return refused(
+                    "logprob_start_len with lora_path: tandem serve scores prompts under the \
+                     base weights only (the engine ABI's score takes no adapter)",
+                );
+            }
+            Some(s) if s >= prompt.len() => {
+                return refused(format!(
+                    "logprob_start_len {s} is not below the prompt's {} tokens",
+                    prompt.len()
+                ));
+            }
+            Some(s) => Some((s, prompt.clone())),
+        };
         let rid = match many(body.get("rid"), i) {
             Some(Value::String(s)) => s.clone(),
             _ => format!("{group:016x}{i:08x}"),
@@ -196,6 +218,7 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
                 top,
                 text_in_lp: flag("return_text_in_logprobs", i),
                 skip_special: p.skip_special,
+                input: input.clone(),
                 rx,
             });
         }
@@ -206,12 +229,20 @@ pub async fn generate(State(app): State<Shared>, body: Bytes) -> Response {
     if stream {
         return stream_generate(app, seqs, started);
     }
-    let mut out = Vec::with_capacity(seqs.len());
+    let mut dones = Vec::with_capacity(seqs.len());
     for s in &mut seqs {
         match collect(&mut s.rx).await {
-            Ok(done) => out.push(item(&app, s, &done, started)),
+            Ok(done) => dones.push(done),
             Err(e) => return refused(e),
         }
+    }
+    let mut inputs = match input_logprobs(&app, &seqs).await {
+        Ok(i) => i,
+        Err(r) => return r,
+    };
+    let mut out = Vec::with_capacity(seqs.len());
+    for ((s, done), input) in seqs.iter().zip(&dones).zip(inputs.iter_mut()) {
+        out.push(item(&app, s, done, started, input.take()));
     }
     if single {
         reply(StatusCode::OK, out.swap_remove(0))
@@ -229,7 +260,47 @@ pub fn finish_json(f: &Finish, completion_tokens: usize) -> Value {
     }
 }
 
-fn item(app: &Shared, s: &Seq, d: &Done, started: f64) -> Value {
+/// `meta_info.input_token_logprobs` of the sequences that asked for them (`logprob_start_len`
+/// ≥ 0): the engine's `score` of the prompt, `[logprob, id, text]` from the start position, the
+/// first prompt token's logprob `null` (as SGLang answers).
+async fn input_logprobs(app: &Shared, seqs: &[Seq]) -> Result<Vec<Option<Value>>, Response> {
+    let mut out: Vec<Option<Value>> = vec![None; seqs.len()];
+    let want: Vec<(usize, usize, Vec<u32>)> = seqs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.input.clone().map(|(start, p)| (i, start, p)))
+        .collect();
+    if want.is_empty() {
+        return Ok(out);
+    }
+    let prompts: RVec<RVec<u32>> = want
+        .iter()
+        .map(|(_, _, p)| p.iter().copied().collect())
+        .collect();
+    let server = app.server.clone();
+    let scored = super::blocking(move || server.engine.score(prompts).into_result()).await;
+    let scored = scored.map_err(|e| refused(format!("input logprobs: {}", e.message)))?;
+    for ((i, start, prompt), row) in want.into_iter().zip(scored.iter()) {
+        let text = |id: u32| {
+            if seqs[i].text_in_lp {
+                Value::from(app.text.token(id))
+            } else {
+                Value::Null
+            }
+        };
+        let triples = prompt.iter().enumerate().skip(start).map(|(j, &id)| {
+            let lp = j
+                .checked_sub(1)
+                .and_then(|k| row.get(k))
+                .map_or(Value::Null, |l| json!(l));
+            json!([lp, id, text(id)])
+        });
+        out[i] = Some(Value::Array(triples.collect()));
+    }
+    Ok(out)
+}
+
+fn item(app: &Shared, s: &Seq, d: &Done, started: f64, input: Option<Value>) -> Value {
     let lp_text = |id: u32| {
         if s.text_in_lp {
             Value::from(app.text.token(id))
@@ -255,7 +326,7 @@ fn item(app: &Shared, s: &Seq, d: &Done, started: f64) -> Value {
             .map(|(&id, &lp)| json!([lp, id, lp_text(id)]))
             .collect();
         meta["output_token_logprobs"] = Value::Array(triples.clone());
-        meta["input_token_logprobs"] = json!([]);
+        meta["input_token_logprobs"] = input.unwrap_or_else(|| json!([]));
         if s.top {
             meta["output_top_logprobs"] =
                 Value::Array(triples.into_iter().map(|t| json!([t])).collect());
@@ -298,7 +369,7 @@ fn stream_generate(app: Shared, seqs: Vec<Seq>, started: f64) -> Response {
                             return;
                         }
                     };
-                    let mut frame = item(&app, &s, &d, started);
+                    let mut frame = item(&app, &s, &d, started, None);
                     frame["index"] = Value::from(index);
                     if !last {
                         frame["meta_info"]["finish_reason"] = Value::Null;

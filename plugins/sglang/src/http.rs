@@ -1,0 +1,306 @@
+//! Blocking JSON-over-HTTP calls to one SGLang server: a timeout on every call, the bearer
+//! token when one is configured, errors that quote the server's own message on one line, and
+//! the optional request trace (one JSON line per exchange, `trace_requests`).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tandem_plugin_api::{ErrorCode, PluginError};
+
+/// Longest server message quoted in an error.
+const MAX_QUOTE: usize = 400;
+
+/// Where exchanges are traced: one JSON object per line.
+#[derive(Clone)]
+pub struct Trace(Arc<Mutex<File>>);
+
+impl Trace {
+    /// Opens (appends to) the trace file.
+    pub fn open(path: &str) -> std::io::Result<Trace> {
+        if let Some(dir) = std::path::Path::new(path).parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)?;
+        }
+        let f = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Trace(Arc::new(Mutex::new(f))))
+    }
+
+    fn record(
+        &self,
+        method: &str,
+        path: &str,
+        status: Option<u16>,
+        req: Option<&Value>,
+        resp: &str,
+    ) {
+        let (path, query) = match path.split_once('?') {
+            Some((p, q)) => (p, Value::String(q.to_owned())),
+            None => (path, Value::Null),
+        };
+        let response = serde_json::from_str::<Value>(resp).unwrap_or(Value::Null);
+        let line = json!({
+            "method": method,
+            "path": path,
+            "query": query,
+            "status": status,
+            "request": req.cloned().unwrap_or(Value::Null),
+            "response": response,
+        });
+        let mut f = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// A client of one server.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    agent: ureq::Agent,
+    api_key: Option<String>,
+    trace: Option<Trace>,
+}
+
+/// What went wrong talking to the server.
+#[derive(Debug)]
+pub enum CallError {
+    /// No connection (server not listening or gone).
+    Connect(String),
+    /// The deadline passed.
+    Timeout(Duration),
+    /// The server answered with an error status.
+    Status(u16, String),
+}
+
+impl CallError {
+    /// The ABI error for a call to `what` (`POST /generate`), naming the server's own
+    /// message and how to fix it.
+    pub fn to_plugin(&self, what: &str) -> PluginError {
+        match self {
+            CallError::Connect(m) => PluginError::new(
+                ErrorCode::Unavailable,
+                format!("engine `sglang`: {what}: cannot reach the server: {m}"),
+            )
+            .with_help(
+                "check that the SGLang server is running (its log), then restart the engine",
+            ),
+            CallError::Timeout(d) => PluginError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "engine `sglang`: {what}: no answer within {} s",
+                    d.as_secs_f64()
+                ),
+            )
+            .with_help(
+                "raise request_timeout_s / control_timeout_s, or read the server log (a paused \
+                 SGLang holds new requests until /continue_generation)",
+            ),
+            CallError::Status(code, m) => {
+                let ec = match code {
+                    400 | 404 | 422 => ErrorCode::InvalidInput,
+                    401 | 403 => ErrorCode::InvalidInput,
+                    503 => ErrorCode::Unavailable,
+                    _ => ErrorCode::Runtime,
+                };
+                let help = match code {
+                    401 | 403 => "set api_key in [engine] options to the server's --api-key",
+                    404 => "the server lacks this route: is it SGLang 0.5.23 (or tandem serve)?",
+                    503 => "the server is starting, shutting down or unhealthy: read its log",
+                    _ => "read the server's message and log",
+                };
+                PluginError::new(
+                    ec,
+                    format!("engine `sglang`: {what}: server answered {code}: {m}"),
+                )
+                .with_help(help)
+            }
+        }
+    }
+}
+
+/// The server's message of an error body on one line: SGLang's `{"error":{"message"}}`,
+/// `{"error": "..."}`, the validation shape `{"message"}`, FastAPI's `{"detail"}`, or text.
+pub fn quote(body: &str) -> String {
+    let msg = serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("error").filter(|e| e.is_string()))
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("error_message"))
+                .or_else(|| v.get("detail"))
+                .map(|m| match m {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+        })
+        .unwrap_or_else(|| body.trim().to_owned());
+    let one_line = msg.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.len() > MAX_QUOTE {
+        let mut end = MAX_QUOTE;
+        while !one_line.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &one_line[..end])
+    } else {
+        one_line
+    }
+}
+
+impl Client {
+    /// A client of `base` (`http://host:port`, no trailing `/`).
+    pub fn new(base: &str, api_key: Option<String>, trace: Option<Trace>) -> Client {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .max_idle_connections(0)
+            .build();
+        Client {
+            base: base.trim_end_matches('/').to_owned(),
+            agent: config.into(),
+            api_key,
+            trace,
+        }
+    }
+
+    /// The server's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET path` → body text of a 2xx answer.
+    pub fn get(&self, path: &str, timeout: Duration) -> Result<String, CallError> {
+        self.call("GET", path, None, timeout)
+    }
+
+    /// `POST path` with a JSON body → body text of a 2xx answer.
+    pub fn post(&self, path: &str, body: &Value, timeout: Duration) -> Result<String, CallError> {
+        self.call("POST", path, Some(body), timeout)
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<String, CallError> {
+        let url = format!("{}{path}", self.base);
+        let auth = self.api_key.as_ref().map(|k| format!("Bearer {k}"));
+        let res = match body {
+            Some(v) => {
+                let mut req = self
+                    .agent
+                    .post(&url)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build();
+                if let Some(a) = &auth {
+                    req = req.header("authorization", a);
+                }
+                req.header("content-type", "application/json")
+                    .send(v.to_string().as_bytes())
+            }
+            None => {
+                let mut req = self
+                    .agent
+                    .get(&url)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build();
+                if let Some(a) = &auth {
+                    req = req.header("authorization", a);
+                }
+                req.call()
+            }
+        };
+        let out = finish(res, timeout);
+        if let Some(t) = &self.trace {
+            match &out {
+                Ok((status, text)) => t.record(method, path, Some(*status), body, text),
+                Err(_) => t.record(method, path, None, body, ""),
+            }
+        }
+        let (status, text) = out?;
+        if (200..300).contains(&status) {
+            Ok(text)
+        } else {
+            Err(CallError::Status(status, quote(&text)))
+        }
+    }
+}
+
+fn finish(
+    res: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    timeout: Duration,
+) -> Result<(u16, String), CallError> {
+    let mut resp = res.map_err(|e| classify(e, timeout))?;
+    let status = resp.status().as_u16();
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()
+        .map_err(|e| classify(e, timeout))?;
+    Ok((status, text))
+}
+
+fn classify(e: ureq::Error, timeout: Duration) -> CallError {
+    match e {
+        ureq::Error::Timeout(_) => CallError::Timeout(timeout),
+        ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+            CallError::Timeout(timeout)
+        }
+        ureq::Error::Io(io) => CallError::Connect(io.to_string()),
+        ureq::Error::ConnectionFailed => CallError::Connect("connection failed".into()),
+        other => CallError::Connect(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_each_sglang_error_shape_on_one_line() {
+        assert_eq!(
+            quote(r#"{"error": {"message": "LoRA is\n not enabled"}}"#),
+            "LoRA is not enabled"
+        );
+        assert_eq!(
+            quote(r#"{"error": "unknown field `foo`"}"#),
+            "unknown field `foo`"
+        );
+        assert_eq!(
+            quote(
+                r#"{"object":"error","message":"bad","type":"Bad Request","param":null,"code":400}"#
+            ),
+            "bad"
+        );
+        assert_eq!(
+            quote(
+                r#"{"success": false, "error_message": "no such adapter", "loaded_adapters": {}}"#
+            ),
+            "no such adapter"
+        );
+        assert_eq!(
+            quote("Cache not flushed: requests running\n"),
+            "Cache not flushed: requests running"
+        );
+    }
+
+    #[test]
+    fn a_status_maps_to_a_code_and_a_fix() {
+        let e = CallError::Status(401, "unauthorized".into()).to_plugin("POST /generate");
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+        assert!(
+            e.message.contains("POST /generate: server answered 401"),
+            "{e}"
+        );
+        let e = CallError::Timeout(Duration::from_secs(2)).to_plugin("POST /generate");
+        assert_eq!(e.code, ErrorCode::Timeout);
+    }
+}
