@@ -69,6 +69,8 @@ def chat(client, model, prompt, max_tokens, stream: bool) -> dict:
                 max_tokens=max_tokens, temperature=0, logprobs=True,
                 extra_body={"return_token_ids": True})
     if not stream:
+        # The prompt's ids come back only when asked (SGLang refuses the flag on a stream).
+        args["extra_body"] = {"return_token_ids": True, "return_prompt_token_ids": True}
         choice = client.chat.completions.create(**args).choices[0]
         content = (choice.logprobs.content or []) if choice.logprobs else []
         return _result(choice.message.content, _extra(choice, "response_token_ids"),

@@ -11,6 +11,7 @@ mod common;
 mod control;
 mod native;
 mod openai;
+mod openai_client;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
