@@ -2,6 +2,7 @@
 //! HTTP calls with their timeouts; a launched server found dead becomes one error with its
 //! log tail, an attached one a refused connection naming its URL.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -54,6 +55,7 @@ impl SglangEngine {
                 let info = get_value(&server.client, "/model_info", self.opts.control_timeout())?;
                 let version = response::model_info_version(&info)?;
                 self.check_server_flags(&server.client)?;
+                self.load_job_model(&server.client, &info, version)?;
                 let mut st = lock(&self.state);
                 st.machine = EngineMachine::new(version);
                 st.version = version;
@@ -108,6 +110,56 @@ impl SglangEngine {
             }
         }
         Ok(())
+    }
+
+    /// An attached server must serve the job's model (the trainer's starting weights): when
+    /// `/model_info` names another directory, the job's is loaded into it with
+    /// `/update_weights_from_disk` at the served version; a server that cannot load it (a
+    /// path it cannot read, another architecture) is one error line.
+    fn load_job_model(&self, client: &Client, info: &Value, version: u64) -> Result<()> {
+        let job = lock(&self.state).served_dir.clone();
+        let served = info.get("model_path").and_then(Value::as_str).unwrap_or("");
+        let same = match (Path::new(served).canonicalize(), job.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => Path::new(served) == job,
+        };
+        if job.as_os_str().is_empty() || same {
+            return Ok(());
+        }
+        self.log(
+            LogLevel::Info,
+            &format!(
+                "the server at {} serves {served}: loading the job's model {} into it",
+                client.base(),
+                job.display()
+            ),
+        );
+        let what = "POST /update_weights_from_disk";
+        let body = json!({
+            "model_path": job.display().to_string(),
+            "weight_version": version.to_string(),
+        });
+        client
+            .post(
+                "/update_weights_from_disk",
+                &body,
+                self.opts.control_timeout(),
+            )
+            .map_err(|e| e.to_plugin(what))
+            .and_then(|text| response::success(&parse(&text, what)?, what))
+            .map_err(|e| {
+                PluginError::invalid_input(format!(
+                    "engine `sglang`: the server at {} serves {served}, not the job's model {}, \
+                     and could not load it: {}",
+                    client.base(),
+                    job.display(),
+                    e.message
+                ))
+                .with_help(
+                    "start the server on the job's model (a directory it can read), or point \
+                     [model] path at the server's",
+                )
+            })
     }
 
     /// Maps a failed call: a dead launched server becomes its own error with the log tail.

@@ -4,6 +4,8 @@
 //! digests read back, and the one-line errors of a server that answers 400, an unknown shape,
 //! nothing in time, or dies mid-generation. Needs `cargo build -p tandem-plugin-sglang`.
 
+mod attach;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
@@ -109,9 +111,10 @@ impl Mock {
                 let reply = handler(&method, &path, &body).unwrap_or_else(|| match path.as_str() {
                     "/health_generate" => Reply::Text(200, ""),
                     "/flush_cache" => Reply::Text(200, "Cache flushed.\n"),
-                    "/model_info" => {
-                        Reply::Json(200, json!({"model_path": "/m", "weight_version": version}))
-                    }
+                    "/model_info" => Reply::Json(
+                        200,
+                        json!({"model_path": "/nonexistent", "weight_version": version}),
+                    ),
                     "/server_info" => Reply::Json(
                         200,
                         json!({"enable_memory_saver": true, "enable_lora": true}),
@@ -161,15 +164,17 @@ impl Mock {
     }
 }
 
-fn engine(mock: &Mock, extra: &str) -> EngineHarness {
+fn setup(mock: &Mock, extra: &str) -> EngineSetup {
     let options = format!(
         r#"{{"url": "{}", "enable_memory_saver": true, "enable_lora": true, "flush_retries": 2,
             "request_timeout_s": 2, "control_timeout_s": 5 {extra}}}"#,
         mock.url
     );
-    let setup = EngineSetup::new(Source::built("tandem_sglang"), "sglang", "/nonexistent")
-        .options(&options);
-    EngineHarness::new(setup).unwrap_or_else(|f| panic!("{f}"))
+    EngineSetup::new(Source::built("tandem_sglang"), "sglang", "/nonexistent").options(&options)
+}
+
+fn engine(mock: &Mock, extra: &str) -> EngineHarness {
+    EngineHarness::new(setup(mock, extra)).unwrap_or_else(|f| panic!("{f}"))
 }
 
 fn ok<T>(r: PResult<T>) -> T {
