@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tandem_plugin_api::{ErrorCode, PluginError};
-
-/// Longest server message quoted in an error.
-const MAX_QUOTE: usize = 400;
+use tandem_plugin_support::quote::error_message;
 
 /// Where exchanges are traced: one JSON object per line.
 #[derive(Clone)]
@@ -121,35 +119,6 @@ impl CallError {
     }
 }
 
-/// The server's message of an error body on one line: SGLang's `{"error":{"message"}}`,
-/// `{"error": "..."}`, the validation shape `{"message"}`, FastAPI's `{"detail"}`, or text.
-pub fn quote(body: &str) -> String {
-    let msg = serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .or_else(|| v.get("error").filter(|e| e.is_string()))
-                .or_else(|| v.get("message"))
-                .or_else(|| v.get("error_message"))
-                .or_else(|| v.get("detail"))
-                .map(|m| match m {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-        })
-        .unwrap_or_else(|| body.trim().to_owned());
-    let one_line = msg.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.len() > MAX_QUOTE {
-        let mut end = MAX_QUOTE;
-        while !one_line.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &one_line[..end])
-    } else {
-        one_line
-    }
-}
-
 impl Client {
     /// A client of `base` (`http://host:port`, no trailing `/`).
     pub fn new(base: &str, api_key: Option<String>, trace: Option<Trace>) -> Client {
@@ -228,7 +197,7 @@ impl Client {
         if (200..300).contains(&status) {
             Ok(text)
         } else {
-            Err(CallError::Status(status, quote(&text)))
+            Err(CallError::Status(status, error_message(&text)))
         }
     }
 }
@@ -267,27 +236,27 @@ mod tests {
     #[test]
     fn quotes_each_sglang_error_shape_on_one_line() {
         assert_eq!(
-            quote(r#"{"error": {"message": "LoRA is\n not enabled"}}"#),
+            error_message(r#"{"error": {"message": "LoRA is\n not enabled"}}"#),
             "LoRA is not enabled"
         );
         assert_eq!(
-            quote(r#"{"error": "unknown field `foo`"}"#),
+            error_message(r#"{"error": "unknown field `foo`"}"#),
             "unknown field `foo`"
         );
         assert_eq!(
-            quote(
+            error_message(
                 r#"{"object":"error","message":"bad","type":"Bad Request","param":null,"code":400}"#
             ),
             "bad"
         );
         assert_eq!(
-            quote(
+            error_message(
                 r#"{"success": false, "error_message": "no such adapter", "loaded_adapters": {}}"#
             ),
             "no such adapter"
         );
         assert_eq!(
-            quote("Cache not flushed: requests running\n"),
+            error_message("Cache not flushed: requests running\n"),
             "Cache not flushed: requests running"
         );
     }

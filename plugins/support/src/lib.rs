@@ -12,6 +12,7 @@
 pub mod log;
 pub mod process;
 pub mod python;
+pub mod quote;
 
 pub use log::log_tail;
 pub use process::Supervised;

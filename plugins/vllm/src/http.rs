@@ -6,9 +6,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
-
-/// Longest server message quoted in an error.
-const MAX_QUOTE: usize = 400;
+use tandem_plugin_support::quote::error_message;
 
 /// A client of one server (`http://host:port`).
 #[derive(Clone)]
@@ -64,32 +62,6 @@ impl CallError {
                 PluginError::runtime(format!("engine `vllm`: {what}: unexpected answer: {m}"))
             }
         }
-    }
-}
-
-fn quote(body: &str) -> String {
-    // vLLM wraps errors as {"error": {"message": ...}} or FastAPI's {"detail": ...}.
-    let msg = serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .or_else(|| v.get("detail"))
-                .or_else(|| v.get("message"))
-                .map(|m| match m {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-        })
-        .unwrap_or_else(|| body.trim().to_owned());
-    let one_line = msg.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.len() > MAX_QUOTE {
-        let mut end = MAX_QUOTE;
-        while !one_line.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}…", &one_line[..end])
-    } else {
-        one_line
     }
 }
 
@@ -159,7 +131,8 @@ impl Client {
             .post(path, Some(body), timeout)
             .map_err(|e| e.to_plugin(&format!("POST {path}")))?;
         serde_json::from_str(&text).map_err(|e| {
-            CallError::Body(format!("{e}: {}", quote(&text))).to_plugin(&format!("POST {path}"))
+            CallError::Body(format!("{e}: {}", error_message(&text)))
+                .to_plugin(&format!("POST {path}"))
         })
     }
 
@@ -179,7 +152,7 @@ impl Client {
         if (200..300).contains(&status) {
             Ok(text)
         } else {
-            Err(CallError::Status(status, quote(&text)))
+            Err(CallError::Status(status, error_message(&text)))
         }
     }
 }
@@ -203,8 +176,8 @@ mod tests {
     #[test]
     fn quotes_the_servers_own_message_on_one_line() {
         let b = r#"{"error": {"message": "LoRA adapter\n 'x' not found", "type": "NotFound"}}"#;
-        assert_eq!(quote(b), "LoRA adapter 'x' not found");
-        assert_eq!(quote(r#"{"detail":"Not Found"}"#), "Not Found");
-        assert_eq!(quote("plain text\n"), "plain text");
+        assert_eq!(error_message(b), "LoRA adapter 'x' not found");
+        assert_eq!(error_message(r#"{"detail":"Not Found"}"#), "Not Found");
+        assert_eq!(error_message("plain text\n"), "plain text");
     }
 }
