@@ -16,6 +16,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../torchrun_fixture/mod.rs"]
 mod fixture;
 
 use common::*;
@@ -275,6 +276,7 @@ fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
 /// (an empty `TANDEM_VENV_ROOT`, whatever this machine's `~/.cache/tandem` holds).
 #[test]
 fn e_a_missing_python_environment_is_one_line() {
+    plugin_lib("tandem-plugin-fsdp", "libtandem_fsdp.so");
     let dir = tempfile::tempdir().unwrap();
     let no_venv = tempfile::tempdir().unwrap();
     let job = job(

@@ -5,22 +5,70 @@
 
 #![forbid(unsafe_code)]
 
-pub mod channel;
 pub mod options;
-pub mod trainer;
-pub mod worker;
 
+use std::path::PathBuf;
+
+use serde_json::Value;
 use tandem_plugin_api::sdk::{self, Plugin, Result, trainer_box};
 use tandem_plugin_api::{
     Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, HostBox,
     PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
 };
+use tandem_plugin_support::torchrun::{Job, Launch, PackageFile, TorchrunTrainer};
+
+pub use options::FsdpOptions;
 
 /// Memory tags the trainer frees on CPU (gradients, set to `None` after a step).
 pub const RELEASABLE: [&str; 1] = ["grads"];
 
-pub use options::FsdpOptions;
-pub use trainer::FsdpTrainer;
+/// The Python worker package, embedded so the plugin library is self-contained.
+const PACKAGE: [PackageFile; 3] = [
+    (
+        "__init__.py",
+        include_str!("../python/tandem_fsdp_worker/__init__.py"),
+    ),
+    (
+        "__main__.py",
+        include_str!("../python/tandem_fsdp_worker/__main__.py"),
+    ),
+    (
+        "trainer.py",
+        include_str!("../python/tandem_fsdp_worker/trainer.py"),
+    ),
+];
+
+/// The torchrun job of the `fsdp` trainer.
+pub static JOB: Job = Job {
+    component: "fsdp",
+    package: ("tandem_fsdp_worker", &PACKAGE),
+    needs: &["torch", "transformers", "peft", "safetensors"],
+    exports: &[UpdateKind::CheckpointDir, UpdateKind::Adapter],
+    releasable: &RELEASABLE,
+    releasable_help: "trainer `fsdp` releases only its gradients on CPU (declared releasable_tags)",
+};
+
+/// The `fsdp` trainer: the torchrun trainer of [`JOB`] with the job file's options.
+pub fn trainer(config: &ComponentConfig) -> Result<TorchrunTrainer> {
+    let o = FsdpOptions::parse(config.options_json.as_str())?;
+    let mut worker_options = o.common.worker_json();
+    let lora = serde_json::to_value(&o.own.lora).unwrap_or(Value::Null);
+    worker_options.insert("lora".into(), lora);
+    let launch = Launch {
+        model: PathBuf::from(config.model_path.as_str()),
+        run_dir: config.run_dir.to_string(),
+        device: config.device.to_string(),
+        python: o.common.interpreter(options::WHAT)?,
+        ranks: o.own.ranks,
+        threads: o.common.threads_per_rank(o.own.ranks),
+        options: Value::Object(worker_options),
+        startup_timeout_s: o.common.startup_timeout_s,
+        call_timeout_s: o.common.call_timeout_s,
+        collective_timeout_s: o.common.collective_timeout_s,
+    };
+    let lora = if o.own.lora.is_some() { 1.0 } else { 0.0 };
+    TorchrunTrainer::new(&JOB, launch, vec![("lora".into(), lora)])
+}
 
 /// The `fsdp` plugin.
 pub struct FsdpPlugin;
@@ -60,14 +108,14 @@ impl Plugin for FsdpPlugin {
         sdk::manifest("fsdp", env!("CARGO_PKG_VERSION"), vec![trainer])
     }
 
-    fn new_trainer(config: ComponentConfig, host: HostBox) -> Result<TrainerBox> {
+    fn new_trainer(config: ComponentConfig, _host: HostBox) -> Result<TrainerBox> {
         if config.component.as_str() != "fsdp" {
             return Err(PluginError::invalid_input(format!(
                 "plugin `fsdp` has no trainer `{}`",
                 config.component
             )));
         }
-        Ok(trainer_box(FsdpTrainer::new(config, host)?))
+        Ok(trainer_box(trainer(&config)?))
     }
 
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
@@ -87,25 +135,9 @@ impl Plugin for FsdpPlugin {
         if !problems.is_empty() {
             return problems;
         }
-        match FsdpOptions::parse(&config.options_json).and_then(|o| o.interpreter()) {
-            Err(e) => {
-                let message = e.message.as_str();
-                let message = message.strip_prefix("trainer `fsdp`: ").unwrap_or(message);
-                vec![ConfigProblem::new("python", message).with_help(e.help)]
-            }
-            // A bare name is looked up on PATH at spawn; a path must exist.
-            Ok(python) if python.path.components().count() > 1 && !python.path.is_file() => vec![
-                ConfigProblem::new(
-                    "python",
-                    format!(
-                        "Python {} (from {}) does not exist",
-                        python.path.display(),
-                        python.source
-                    ),
-                )
-                .with_help(tandem_plugin_support::python::SETUP_HELP),
-            ],
-            Ok(_) => Vec::new(),
+        match FsdpOptions::parse(&config.options_json) {
+            Ok(o) => o.common.python_problems(options::WHAT),
+            Err(e) => vec![ConfigProblem::new("", e.message.as_str())],
         }
     }
 }

@@ -1,13 +1,11 @@
-//! `[trainer] options` of the `fsdp` trainer (JSON from the job file), and where the Python
-//! interpreter comes from (`tandem_plugin_support::python`).
-
-use std::path::PathBuf;
+//! `[trainer] options` of the `fsdp` trainer (JSON from the job file): its own keys (`ranks`,
+//! `lora`) beside the ones every torchrun trainer takes
+//! ([`tandem_plugin_support::torchrun::options::Common`]).
 
 use serde::Deserialize;
-use tandem_plugin_api::sdk::{self, Result};
-use tandem_plugin_api::{ConfigProblem, ErrorCode, PluginError};
-use tandem_plugin_support::Python;
-use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
+use tandem_plugin_api::ConfigProblem;
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_support::torchrun::options::{self, Common};
 
 /// `options.lora`: train a PEFT LoRA adapter on a frozen base (same keys as the native
 /// trainer's, so a job switches trainers by changing `plugin`).
@@ -26,67 +24,46 @@ pub struct LoraOptions {
     pub seed: u64,
 }
 
-/// Options of the trainer.
+/// The keys only the `fsdp` trainer takes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct FsdpOptions {
-    /// Python interpreter of the venv (default: `$TANDEM_PYTHON`, else the venv
-    /// `scripts/setup-python.sh` recorded).
-    pub python: Option<PathBuf>,
+pub struct Own {
     /// FSDP ranks (torchrun `--nproc-per-node`).
     pub ranks: u32,
-    /// Parameter dtype (`float32`, `bfloat16`).
-    pub dtype: String,
-    /// Torch threads per rank (default: cores ÷ ranks, at least 1).
-    pub threads: Option<u32>,
     /// LoRA mode.
     pub lora: Option<LoraOptions>,
-    /// AdamW decoupled weight decay.
-    pub weight_decay: f32,
-    /// AdamW β1.
-    pub beta1: f32,
-    /// AdamW β2.
-    pub beta2: f32,
-    /// AdamW ε.
-    pub eps: f32,
-    /// Seconds from launch until rank 0 connects.
-    pub startup_timeout_s: f64,
-    /// Seconds one operation may take.
-    pub call_timeout_s: f64,
-    /// Seconds a collective may wait for a peer rank (gloo / NCCL timeout).
-    pub collective_timeout_s: f64,
 }
 
-impl Default for FsdpOptions {
+impl Default for Own {
     fn default() -> Self {
-        FsdpOptions {
-            python: None,
+        Own {
             ranks: 1,
-            dtype: "float32".into(),
-            threads: None,
             lora: None,
-            weight_decay: 0.0,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            startup_timeout_s: 300.0,
-            call_timeout_s: 1800.0,
-            collective_timeout_s: 600.0,
         }
     }
 }
 
+const OWN_KEYS: [&str; 2] = ["ranks", "lora"];
 /// What the trainer's errors about its options start with.
-const WHAT: &str = "trainer `fsdp`";
+pub const WHAT: &str = "trainer `fsdp`";
+const KEYS_HELP: &str = "see `tandem plugins` and plugins/fsdp/NOTES.md for the keys";
+
+/// Options of the trainer.
+#[derive(Debug, Clone)]
+pub struct FsdpOptions {
+    /// The `fsdp` keys.
+    pub own: Own,
+    /// The keys of every torchrun trainer.
+    pub common: Common,
+}
 
 impl FsdpOptions {
     /// Parses the job file's options table (JSON) and checks the values: the constructor's
     /// side of [`FsdpOptions::problems_of`] (same parse, same checks).
     pub fn parse(json: &str) -> Result<FsdpOptions> {
-        let o: FsdpOptions = sdk::parse_options(json).map_err(|p| {
-            p.to_error(WHAT)
-                .with_help("see `tandem plugins` and plugins/fsdp/NOTES.md for the keys")
-        })?;
+        let (common, own) =
+            options::parse(json, &OWN_KEYS).map_err(|p| p.to_error(WHAT).with_help(KEYS_HELP))?;
+        let o = FsdpOptions { own, common };
         match o.problems().first() {
             Some(p) => Err(p.to_error(WHAT)),
             None => Ok(o),
@@ -96,68 +73,26 @@ impl FsdpOptions {
     /// Every problem of the options JSON (`validate_config`): the parse error, or the static
     /// checks'. Looks for no interpreter and starts nothing.
     pub fn problems_of(json: &str) -> Vec<ConfigProblem> {
-        match sdk::parse_options::<FsdpOptions>(json) {
-            Ok(o) => o.problems(),
-            Err(p) => {
-                vec![p.with_help("see `tandem plugins` and plugins/fsdp/NOTES.md for the keys")]
-            }
+        match options::parse(json, &OWN_KEYS) {
+            Ok((common, own)) => FsdpOptions { own, common }.problems(),
+            Err(p) => vec![p.with_help(KEYS_HELP)],
         }
     }
 
-    /// Static checks: ranks, dtype, timeouts, optimizer and LoRA values.
+    /// Static checks: ranks, LoRA values, then the common ones.
     pub fn problems(&self) -> Vec<ConfigProblem> {
         let mut p = Vec::new();
-        if self.ranks == 0 || self.ranks > 64 {
+        if self.own.ranks == 0 || self.own.ranks > 64 {
             p.push(
-                ConfigProblem::new("ranks", format!("must be in 1..=64, got {}", self.ranks))
-                    .with_help("the number of FSDP ranks torchrun starts, e.g. ranks = 2"),
+                ConfigProblem::new(
+                    "ranks",
+                    format!("must be in 1..=64, got {}", self.own.ranks),
+                )
+                .with_help("the number of FSDP ranks torchrun starts, e.g. ranks = 2"),
             );
         }
-        if !matches!(self.dtype.as_str(), "float32" | "bfloat16" | "float16") {
-            p.push(ConfigProblem::new(
-                "dtype",
-                format!("`{}` is not float32, bfloat16 or float16", self.dtype),
-            ));
-        }
-        if self.threads == Some(0) {
-            p.push(
-                ConfigProblem::new("threads", "must be at least 1")
-                    .with_help("remove it for cores / ranks"),
-            );
-        }
-        for (k, v) in [
-            ("startup_timeout_s", self.startup_timeout_s),
-            ("call_timeout_s", self.call_timeout_s),
-            ("collective_timeout_s", self.collective_timeout_s),
-        ] {
-            if !(v > 0.0 && v.is_finite()) {
-                p.push(ConfigProblem::new(
-                    k,
-                    format!("must be > 0 (seconds), got {v}"),
-                ));
-            }
-        }
-        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
-            p.push(ConfigProblem::new(
-                "weight_decay",
-                format!("must be >= 0, got {}", self.weight_decay),
-            ));
-        }
-        for (k, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
-            if !(0.0..1.0).contains(&beta) {
-                p.push(ConfigProblem::new(
-                    k,
-                    format!("must be in [0, 1), got {beta}"),
-                ));
-            }
-        }
-        if !(self.eps > 0.0 && self.eps.is_finite()) {
-            p.push(ConfigProblem::new(
-                "eps",
-                format!("must be > 0, got {}", self.eps),
-            ));
-        }
-        if let Some(l) = &self.lora {
+        p.extend(self.common.problems());
+        if let Some(l) = &self.own.lora {
             if l.rank == 0 {
                 p.push(ConfigProblem::new("lora.rank", "must be at least 1"));
             }
@@ -170,28 +105,6 @@ impl FsdpOptions {
         }
         p
     }
-
-    /// The interpreter: `python`, else `$TANDEM_PYTHON`, else the venv
-    /// `scripts/setup-python.sh` recorded, else an error saying how to get one.
-    pub fn interpreter(&self) -> Result<Python> {
-        resolve_python(self.python.as_deref()).map_err(|e| {
-            PluginError::new(ErrorCode::NotAvailable, format!("trainer `fsdp`: {e}")).with_help(
-                format!(
-                    "{} (torch, transformers, peft from python/requirements-cpu.lock); or set \
-                     ${PYTHON_ENV} or options.python",
-                    e.help()
-                ),
-            )
-        })
-    }
-
-    /// Torch threads per rank.
-    pub fn threads_per_rank(&self) -> u32 {
-        self.threads.unwrap_or_else(|| {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-            (cores / self.ranks).max(1)
-        })
-    }
 }
 
 #[cfg(test)]
@@ -202,10 +115,10 @@ mod tests {
     #[test]
     fn defaults_and_bad_values() {
         let o = FsdpOptions::parse("").unwrap();
-        assert_eq!(o.ranks, 1);
+        assert_eq!(o.own.ranks, 1);
         let o = FsdpOptions::parse(r#"{"ranks": 2, "lora": {"rank": 4, "alpha": 8}}"#).unwrap();
-        assert_eq!(o.ranks, 2);
-        assert_eq!(o.lora.unwrap().rank, 4);
+        assert_eq!(o.own.ranks, 2);
+        assert_eq!(o.own.lora.unwrap().rank, 4);
         let e = FsdpOptions::parse(r#"{"rank": 2}"#).unwrap_err();
         assert!(e.message.contains("unknown field `rank`"), "{}", e.message);
         let e = FsdpOptions::parse(r#"{"ranks": 0}"#).unwrap_err();
@@ -215,14 +128,6 @@ mod tests {
         );
         let e = FsdpOptions::parse(r#"{"dtype": "int8"}"#).unwrap_err();
         assert!(e.message.contains("int8"), "{}", e.message);
-    }
-
-    #[test]
-    fn the_python_option_is_the_interpreter() {
-        let o = FsdpOptions::parse(r#"{"python": "/venv/bin/python"}"#).unwrap();
-        let p = o.interpreter().unwrap();
-        assert_eq!(p.path, std::path::Path::new("/venv/bin/python"));
-        assert_eq!(p.source, tandem_plugin_support::PythonSource::Option);
     }
 
     #[test]

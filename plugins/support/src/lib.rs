@@ -6,6 +6,8 @@
 //! - [`log`]: the last meaningful lines of a child's log, on one line, for error messages.
 //! - [`python`]: which Python interpreter to drive (the `python` option, `$TANDEM_PYTHON`,
 //!   or the venv `scripts/setup-python.sh` recorded), or one error saying how to get one.
+//! - [`torchrun`]: a trainer that is a torchrun job of Python ranks driven over a control
+//!   channel (the `fsdp` and `megatron` plugins).
 //!
 //! This crate is linked into each plugin library; nothing of it crosses the plugin ABI.
 
@@ -13,6 +15,7 @@ pub mod log;
 pub mod process;
 pub mod python;
 pub mod quote;
+pub mod torchrun;
 
 pub use log::log_tail;
 pub use process::Supervised;

@@ -8,7 +8,6 @@ a rank with no sequence still runs a forward/backward on a dummy so the collecti
 """
 
 import copy
-import json
 import os
 import shutil
 
@@ -22,9 +21,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from .loss import policy_terms
-
-STATE_FILE = "tandem_trainer_state.json"
+from tandem_torchrun.batch import Padded
+from tandem_torchrun.files import dir_bytes, publish, rss_bytes, saved_version, write_state
+from tandem_torchrun.loss import policy_terms
 OFFLOADABLE = ("weights", "grads", "optimizer", "activations")
 SCRATCH = "fsdp.trainer/scratch"
 
@@ -42,81 +41,12 @@ def _full(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _dir_bytes(path):
-    return sum(e.stat().st_size for e in os.scandir(path) if e.is_file())
-
-
-def _saved_version(path):
-    try:
-        with open(os.path.join(path, STATE_FILE)) as f:
-            return int(json.load(f).get("weight_version", 0))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
 def _decoder_layers(model):
     """The decoder layers (the ``ModuleList`` named ``...layers``) to shard one by one."""
     for name, module in model.named_modules():
         if name.endswith("layers") and isinstance(module, torch.nn.ModuleList):
             return list(module)
     return []
-
-
-class Padded:
-    """Right-padded ids ``[b, t]`` and the completion mask ``[b, t-1]`` (entry ``j-1`` is the
-    logprob of token ``j``)."""
-
-    def __init__(self, seqs, vocab, device):
-        if not seqs:
-            seqs = [{"tokens": [0, 0], "prompt_len": 2}]
-            self.dummy = True
-        else:
-            self.dummy = False
-        t = max(len(s["tokens"]) for s in seqs)
-        t = max(t, 2)
-        ids = torch.zeros((len(seqs), t), dtype=torch.long)
-        mask = torch.zeros((len(seqs), t - 1), dtype=torch.float32)
-        self.spans = []
-        for i, s in enumerate(seqs):
-            toks, p = s["tokens"], int(s["prompt_len"])
-            n = len(toks)
-            if not 1 <= p <= n:
-                raise ValueError(f"sequence {i}: prompt_len {p} must be in 1..={n} (the first token has no logprob)")
-            bad = [x for x in toks if not 0 <= x < vocab]
-            if bad:
-                raise ValueError(f"sequence {i}: token id {bad[0]} is out of range for vocab_size {vocab}")
-            ids[i, :n] = torch.tensor(toks, dtype=torch.long)
-            mask[i, p - 1 : n - 1] = 1.0
-            self.spans.append((p, n))
-        self.ids = ids.to(device)
-        self.mask = mask.to(device)
-
-    def aligned(self, seqs, field):
-        """``field`` (per-sequence completion values) scattered to ``[b, t-1]``, or None when
-        every sequence leaves it empty."""
-        if self.dummy or all(len(s.get(field) or []) == 0 for s in seqs):
-            return None
-        out = torch.zeros_like(self.mask)
-        for i, (s, (p, n)) in enumerate(zip(seqs, self.spans)):
-            vals = s.get(field) or []
-            if len(vals) != n - p:
-                raise ValueError(f"sequence {i}: {field} has {len(vals)} entries for {n - p} completion tokens")
-            out[i, p - 1 : n - 1] = torch.tensor(vals, dtype=out.dtype)
-        return out
-
-    def completions(self, lp):
-        if self.dummy:
-            return []
-        rows = lp.detach().cpu().tolist()
-        return [rows[i][p - 1 : n - 1] for i, (p, n) in enumerate(self.spans)]
 
 
 class FsdpTrainer:
@@ -220,7 +150,7 @@ class FsdpTrainer:
             weight_decay=self.opts.get("weight_decay", 0.0),
         )
         trainable = sum(_full_numel(p) for p in params)
-        v = _saved_version(path)
+        v = saved_version(path)
         self.version = max(self.version, v or 0)
         return {
             "trainable_params": int(trainable),
@@ -369,8 +299,7 @@ class FsdpTrainer:
 
     def _write_state(self, out):
         if self.rank == 0:
-            with open(os.path.join(out, STATE_FILE), "w") as f:
-                json.dump(self._state(), f)
+            write_state(out, self._state())
 
     def op_save_checkpoint(self, dir):
         self._ready("save_checkpoint")
@@ -382,7 +311,7 @@ class FsdpTrainer:
             torch.save(osd, os.path.join(dir, "optimizer.pt"))
         self._write_state(dir)
         if self.rank == 0:
-            return {"dir": dir, "weight_version": self.version, "bytes": _dir_bytes(dir)}
+            return {"dir": dir, "weight_version": self.version, "bytes": dir_bytes(dir)}
 
     def op_load_checkpoint(self, dir):
         self._ready("load_checkpoint")
@@ -408,11 +337,11 @@ class FsdpTrainer:
             set_optimizer_state_dict(
                 self.model, self.optim, optim_state_dict=osd, options=StateDictOptions(full_state_dict=True)
             )
-        v = _saved_version(dir)
+        v = saved_version(dir)
         if v is not None:
             self.version = v
         if self.rank == 0:
-            return {"dir": dir, "weight_version": self.version, "bytes": _dir_bytes(dir)}
+            return {"dir": dir, "weight_version": self.version, "bytes": dir_bytes(dir)}
 
     def _load_adapter(self, saved, dir):
         from torch.distributed.tensor import distribute_tensor
@@ -450,16 +379,9 @@ class FsdpTrainer:
         self._write_state(stage)
         if self.rank != 0:
             return None
-        if not self.lora:
-            # A checkpoint is durable: every file and the directory reach the disk first.
-            for e in os.scandir(stage):
-                _fsync(e.path)
-            _fsync(stage)
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(stage, final)
-        if not self.lora:
-            _fsync(parent)
-        return {"kind": want, "dir": final, "name": f"fsdp-v{v}", "version": v, "bytes": _dir_bytes(final)}
+        # A checkpoint is durable; an adapter is re-exportable and skips the fsyncs.
+        publish(stage, final, durable=not self.lora)
+        return {"kind": want, "dir": final, "name": f"fsdp-v{v}", "version": v, "bytes": dir_bytes(final)}
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -502,12 +424,7 @@ class FsdpTrainer:
             torch.cuda.empty_cache()
 
     def op_stats(self):
-        rss = 0
-        try:
-            with open("/proc/self/statm") as f:
-                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            pass
+        rss = rss_bytes()
         rss_all = [None] * self.world
         dist.all_gather_object(rss_all, rss)
         if self.model is None:

@@ -1,5 +1,5 @@
 //! The plugin's end of the control channel to rank 0: 4-byte big-endian length + UTF-8
-//! JSON frames over loopback TCP (the Python side is `tandem_fsdp_worker/channel.py`).
+//! JSON frames over loopback TCP (the Python side is `tandem_torchrun/channel.py`).
 //!
 //! JSON, not the host's MessagePack: the worker runs in the pinned venv, whose standard
 //! library has no MessagePack codec; the payloads are token ids, logprobs and metrics.

@@ -1,4 +1,6 @@
-//! Fixtures and helpers of the `fsdp_trainer` tests.
+//! Fixtures and helpers of the torchrun trainer tests (`fsdp_trainer`, `megatron_trainer`):
+//! one tiny model, a plugin directory with the trainer libraries that are built, the native
+//! trainer and engine as references, batches, job files.
 
 #![allow(dead_code)]
 
@@ -16,22 +18,35 @@ use tandem_services::Services;
 pub(crate) const EOS: u32 = 2;
 
 pub(crate) fn python() -> String {
-    python_env("fsdp_trainer")
+    python_env("fsdp_trainer (or megatron_trainer)")
 }
 
-/// Tiny model (`tandem model init`) + a plugin dir holding `libtandem_fsdp.so` and, when
-/// built, `libtandem_vllm.so`.
+/// Tiny model (`tandem model init`) + a plugin dir holding the built ones of
+/// `libtandem_fsdp.so`, `libtandem_megatron.so` and `libtandem_vllm.so` (a test of one of them
+/// asserts it is there: [`plugin_lib`]).
 pub(crate) fn fixture() -> &'static ModelFixture {
     static F: OnceLock<ModelFixture> = OnceLock::new();
     F.get_or_init(|| {
-        let fsdp = cdylib("tandem_fsdp");
-        let vllm = target_profile_dir().join("libtandem_vllm.so");
-        let mut libs = vec![(fsdp.as_path(), "libtandem_fsdp.so")];
-        if vllm.exists() {
-            libs.push((vllm.as_path(), "libtandem_vllm.so"));
-        }
+        let built: Vec<(PathBuf, &str)> = [
+            "libtandem_fsdp.so",
+            "libtandem_megatron.so",
+            "libtandem_vllm.so",
+        ]
+        .into_iter()
+        .map(|name| (target_profile_dir().join(name), name))
+        .filter(|(p, _)| p.exists())
+        .collect();
+        let libs: Vec<(&Path, &str)> = built.iter().map(|(p, n)| (p.as_path(), *n)).collect();
         model_fixture(5, &libs)
     })
+}
+
+/// Asserts that the plugin library of `crate_name` is in the fixture's plugin dir.
+pub(crate) fn plugin_lib(crate_name: &str, lib: &str) {
+    assert!(
+        fixture().plugins.path().join(lib).exists(),
+        "build the plugin first: cargo build -p {crate_name}"
+    );
 }
 
 pub(crate) fn registry() -> &'static Registry {
@@ -45,6 +60,7 @@ pub(crate) fn config(component: &str, options: &str, run: &str) -> ComponentConf
 }
 
 pub(crate) fn fsdp(options: &str, run: &str) -> TrainerBox {
+    plugin_lib("tandem-plugin-fsdp", "libtandem_fsdp.so");
     let opts = format!(r#"{{"python": "{}", "ranks": 2 {options}}}"#, python());
     let mut t = registry()
         .new_trainer(config("fsdp", &opts, run), Services::new().handle())
@@ -133,7 +149,7 @@ pub(crate) fn job(dir: &Path, engine: &str, trainer: &str, bridge: &str) -> Path
     let text = format!(
         r#"
 [run]
-name = "fsdp-loop"
+name = "trainer-loop"
 output_dir = "{out}"
 steps = 2
 seed = 0
@@ -203,10 +219,7 @@ pub(crate) fn short_example(name: &str, steps: u32) {
     std::fs::create_dir_all(&jobs).unwrap();
     let job = jobs.join(format!("{name}.toml"));
     std::fs::copy(workspace_root().join(format!("examples/{name}.toml")), &job).unwrap();
-    assert!(
-        fixture().plugins.path().join("libtandem_vllm.so").exists(),
-        "build the vllm plugin first: cargo build -p tandem-plugin-vllm"
-    );
+    plugin_lib("tandem-plugin-vllm", "libtandem_vllm.so");
     let out_dir = dir.path().join("run");
     let start = Instant::now();
     let out = run(tandem()

@@ -1,49 +1,49 @@
-//! [`FsdpTrainer`]: the trainer ABI mapped onto the worker's operations (one request per
+//! [`TorchrunTrainer`]: the trainer ABI mapped onto the worker's operations (one request per
 //! call, run on every rank). The torchrun job starts in `init` and stops when the trainer is
 //! dropped.
-
-use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
-    CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LossKind, Metric, PluginError,
-    RString, RVec, TrainBatch, TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
+    CheckpointInfo, ComponentStats, LossKind, Metric, PluginError, RString, RVec, TrainBatch,
+    TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
 };
 
-use crate::options::FsdpOptions;
-use crate::worker::{LaunchSpec, Worker};
+use super::Job;
+use super::worker::{Launch, Worker};
 
-/// The `fsdp` trainer component.
-pub struct FsdpTrainer {
-    config: ComponentConfig,
-    opts: FsdpOptions,
+/// A torchrun trainer component (the plugin's [`Job`] and how to launch it).
+pub struct TorchrunTrainer {
+    job: &'static Job,
+    launch: Launch,
+    /// Metrics `stats` adds (the plugin's mode, e.g. `lora`, `tp`).
+    extra: Vec<(String, f64)>,
     worker: Option<Worker>,
     version: u64,
 }
 
-impl FsdpTrainer {
-    /// Parses the options; the job is launched by `init`.
-    pub fn new(config: ComponentConfig, _host: HostBox) -> Result<Self> {
-        let opts = FsdpOptions::parse(config.options_json.as_str())?;
-        if config.model_path.is_empty() {
-            return Err(PluginError::invalid_input(
-                "trainer `fsdp` needs a model directory (model_path is empty)",
-            ));
+impl TorchrunTrainer {
+    /// A trainer of `job`; the torchrun job is launched by `init`.
+    pub fn new(job: &'static Job, launch: Launch, extra: Vec<(String, f64)>) -> Result<Self> {
+        if launch.model.as_os_str().is_empty() {
+            return Err(PluginError::invalid_input(format!(
+                "{} needs a model directory (model_path is empty)",
+                job.what()
+            )));
         }
-        Ok(FsdpTrainer {
-            config,
-            opts,
+        Ok(TorchrunTrainer {
+            job,
+            launch,
+            extra,
             worker: None,
             version: 0,
         })
     }
 
     fn worker(&mut self, op: &str) -> Result<&mut Worker> {
+        let what = self.job.what();
         self.worker.as_mut().ok_or_else(|| {
-            PluginError::invalid_state(format!(
-                "{op}: trainer `fsdp` is not initialised; call init first"
-            ))
+            PluginError::invalid_state(format!("{op}: {what} is not initialised; call init first"))
         })
     }
 
@@ -83,7 +83,7 @@ fn batch_json(batch: &TrainBatch) -> Value {
 
 fn bad_reply(op: &str, v: &Value) -> PluginError {
     PluginError::runtime(format!(
-        "trainer `fsdp`: {op}: unexpected reply from rank 0: {}",
+        "torchrun trainer: {op}: unexpected reply from rank 0: {}",
         v.to_string().chars().take(200).collect::<String>()
     ))
 }
@@ -109,24 +109,19 @@ fn checkpoint_info(v: &Value, op: &str) -> Result<CheckpointInfo> {
     })
 }
 
-impl TrainerImpl for FsdpTrainer {
+impl TrainerImpl for TorchrunTrainer {
     fn component(&self) -> &str {
-        "fsdp"
+        self.job.component
     }
 
     fn init(&mut self) -> Result<TrainerInfo> {
         if self.worker.is_some() {
-            return Err(PluginError::invalid_state(
-                "trainer `fsdp` is already initialised",
-            ));
+            return Err(PluginError::invalid_state(format!(
+                "{} is already initialised",
+                self.job.what()
+            )));
         }
-        let model = PathBuf::from(self.config.model_path.as_str());
-        let worker = Worker::launch(&LaunchSpec {
-            model: &model,
-            run_dir: self.config.run_dir.as_str(),
-            device: self.config.device.as_str(),
-            opts: &self.opts,
-        })?;
+        let worker = Worker::launch(self.job, &self.launch)?;
         self.worker = Some(worker);
         let v = self.call("init", json!({}))?;
         self.version = u64_of(&v, "weight_version", "init")?;
@@ -205,11 +200,17 @@ impl TrainerImpl for FsdpTrainer {
 
     fn export_weight_update(&mut self, kind: UpdateKind) -> Result<WeightUpdate> {
         let op = "export_weight_update";
-        if !matches!(kind, UpdateKind::CheckpointDir | UpdateKind::Adapter) {
-            return Err(
-                PluginError::not_supported(&format!("{op}({})", kind.as_str()), "fsdp")
-                    .with_help("trainer `fsdp` exports checkpoint_dir and adapter updates"),
-            );
+        if !self.job.exports.contains(&kind) {
+            let kinds: Vec<&str> = self.job.exports.iter().map(|k| k.as_str()).collect();
+            return Err(PluginError::not_supported(
+                &format!("{op}({})", kind.as_str()),
+                self.job.component,
+            )
+            .with_help(format!(
+                "{} exports {} updates",
+                self.job.what(),
+                kinds.join(" and ")
+            )));
         }
         let v = self.call("export", json!({"kind": kind.as_str()}))?;
         let dir = RString::from(str_of(&v, "dir", op)?);
@@ -228,12 +229,12 @@ impl TrainerImpl for FsdpTrainer {
     }
 
     fn offload(&mut self, tags: Vec<String>) -> Result<()> {
-        declared_tags(&tags, "offload")?;
+        declared_tags(self.job, &tags, "offload")?;
         self.call("offload", json!({"tags": tags})).map(drop)
     }
 
     fn onload(&mut self, tags: Vec<String>) -> Result<()> {
-        declared_tags(&tags, "onload")?;
+        declared_tags(self.job, &tags, "onload")?;
         self.call("onload", json!({"tags": tags})).map(drop)
     }
 
@@ -250,7 +251,7 @@ impl TrainerImpl for FsdpTrainer {
                 ],
             ),
         };
-        metrics.push(Metric::new("lora", self.opts.lora.is_some() as u8 as f64));
+        metrics.extend(self.extra.iter().map(|(k, v)| Metric::new(k, *v)));
         Ok(ComponentStats {
             weight_version: self.version,
             state: state.into(),
@@ -259,17 +260,13 @@ impl TrainerImpl for FsdpTrainer {
     }
 }
 
-/// Only the declared releasable tags (`crate::RELEASABLE`) are offloaded: on CPU the others
+/// Only the declared releasable tags ([`Job::releasable`]) are offloaded: on CPU the others
 /// would free nothing, and capabilities are declared, never discovered by failure.
-fn declared_tags(tags: &[String], op: &str) -> Result<()> {
-    match tags
-        .iter()
-        .find(|t| !crate::RELEASABLE.contains(&t.as_str()))
-    {
+fn declared_tags(job: &Job, tags: &[String], op: &str) -> Result<()> {
+    match tags.iter().find(|t| !job.releasable.contains(&t.as_str())) {
         Some(t) => Err(
-            PluginError::not_supported(&format!("{op}({t})"), "fsdp").with_help(
-                "trainer `fsdp` releases only its gradients on CPU (declared releasable_tags)",
-            ),
+            PluginError::not_supported(&format!("{op}({t})"), job.component)
+                .with_help(job.releasable_help),
         ),
         None => Ok(()),
     }

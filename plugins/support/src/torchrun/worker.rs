@@ -1,6 +1,6 @@
-//! The torchrun job: writes the embedded Python package, checks the interpreter, launches
-//! `python -m torch.distributed.run --standalone --nproc-per-node N -m tandem_fsdp_worker`
-//! as a supervised process group with its output in `<run_dir>/logs/fsdp-trainer.log`,
+//! The torchrun job: writes the embedded Python packages, checks the interpreter, launches
+//! `python -m torch.distributed.run --standalone --nproc-per-node N -m <worker package>` as a
+//! supervised process group with its output in `<run_dir>/logs/<component>-trainer.log`,
 //! accepts rank 0's connection (run token checked), and turns each operation into one
 //! request/reply with a deadline. A dead job or a timed-out call marks the worker broken:
 //! every later call fails with the same one line instead of hanging.
@@ -12,55 +12,47 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, PluginError};
-use tandem_plugin_support::{Python, Supervised, log_tail};
 
-use crate::channel::{Channel, ChannelError};
-use crate::options::FsdpOptions;
+use super::channel::{Channel, ChannelError};
+use super::{Job, PackageFile, SHARED_PACKAGE};
+use crate::{Python, Supervised, log_tail};
 
-/// The Python package, embedded so the plugin library is self-contained.
-const PACKAGE: [(&str, &str); 5] = [
-    (
-        "__init__.py",
-        include_str!("../python/tandem_fsdp_worker/__init__.py"),
-    ),
-    (
-        "__main__.py",
-        include_str!("../python/tandem_fsdp_worker/__main__.py"),
-    ),
-    (
-        "channel.py",
-        include_str!("../python/tandem_fsdp_worker/channel.py"),
-    ),
-    (
-        "loss.py",
-        include_str!("../python/tandem_fsdp_worker/loss.py"),
-    ),
-    (
-        "trainer.py",
-        include_str!("../python/tandem_fsdp_worker/trainer.py"),
-    ),
-];
+type Result<T> = std::result::Result<T, PluginError>;
+
 /// Grace between SIGTERM and SIGKILL when the job is stopped.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long a polite shutdown request may take.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// Where and how the job is launched.
-pub struct LaunchSpec<'a> {
+#[derive(Debug, Clone)]
+pub struct Launch {
     /// Hugging Face model directory.
-    pub model: &'a Path,
+    pub model: PathBuf,
     /// Run directory (exports, logs); empty: a temporary directory.
-    pub run_dir: &'a str,
+    pub run_dir: String,
     /// `cpu` or `cuda[:i]`.
-    pub device: &'a str,
-    /// Parsed options.
-    pub opts: &'a FsdpOptions,
+    pub device: String,
+    /// The interpreter of the venv.
+    pub python: Python,
+    /// Ranks (torchrun `--nproc-per-node`).
+    pub ranks: u32,
+    /// Torch threads per rank.
+    pub threads: u32,
+    /// The worker's own options (`cfg["options"]` on the Python side).
+    pub options: Value,
+    /// Seconds from launch until rank 0 connects.
+    pub startup_timeout_s: f64,
+    /// Seconds one operation may take.
+    pub call_timeout_s: f64,
+    /// Seconds a collective may wait for a peer rank (gloo / NCCL timeout).
+    pub collective_timeout_s: f64,
 }
 
 /// A running torchrun job and its channel to rank 0.
 pub struct Worker {
+    job: &'static Job,
     proc: Supervised,
     chan: Channel,
     log: PathBuf,
@@ -76,40 +68,46 @@ fn unavailable(msg: String) -> PluginError {
     PluginError::new(ErrorCode::Unavailable, msg)
 }
 
-fn run_token() -> Result<String> {
+fn run_token(what: &str) -> Result<String> {
     let mut buf = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf))
-        .map_err(|e| PluginError::io(format!("trainer `fsdp`: reading /dev/urandom: {e}")))?;
+        .map_err(|e| PluginError::io(format!("{what}: reading /dev/urandom: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Checks that `python` runs and finds torch, transformers, peft and safetensors (module
-/// lookup only: a second, not an import of torch).
-fn check_python(python: &Python) -> Result<()> {
-    let probe = "import importlib.util as u, sys\n\
-                 miss = [m for m in ('torch', 'transformers', 'peft', 'safetensors') if u.find_spec(m) is None]\n\
-                 print(' '.join(miss)); sys.exit(3 if miss else 0)";
+/// Checks that `python` runs and finds the job's modules (module lookup only: a second, not
+/// an import of torch).
+fn check_python(job: &Job, python: &Python) -> Result<()> {
+    let what = job.what();
+    let wanted: Vec<String> = job.needs.iter().map(|m| format!("'{m}'")).collect();
+    let probe = format!(
+        "import importlib.util as u, sys\n\
+         def has(m):\n    try:\n        return u.find_spec(m) is not None\n    except ImportError:\n        return False\n\
+         miss = [m for m in ({},) if not has(m)]\n\
+         print(' '.join(miss)); sys.exit(3 if miss else 0)",
+        wanted.join(", ")
+    );
     let help = "create the venv with `bash scripts/setup.sh` (scripts/setup-python.sh) and point \
                 options.python or $TANDEM_PYTHON at its python, or unset them to use the one it \
                 records";
     let shown = format!("`{}` (from {})", python.path.display(), python.source);
     match Command::new(&python.path)
-        .args(["-c", probe])
+        .args(["-c", &probe])
         .stdin(Stdio::null())
         .output()
     {
         Err(e) => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: cannot run Python {shown}: {e}"
+            "{what}: cannot run Python {shown}: {e}"
         ))
         .with_help(help)),
         Ok(o) if o.status.code() == Some(3) => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: Python {shown} lacks {}",
+            "{what}: Python {shown} lacks {}",
             String::from_utf8_lossy(&o.stdout).trim()
         ))
         .with_help(help)),
         Ok(o) if !o.status.success() => Err(PluginError::invalid_input(format!(
-            "trainer `fsdp`: Python {shown} failed: {}",
+            "{what}: Python {shown} failed: {}",
             String::from_utf8_lossy(&o.stderr)
                 .lines()
                 .last()
@@ -120,78 +118,71 @@ fn check_python(python: &Python) -> Result<()> {
     }
 }
 
-fn write_package(dir: &Path) -> Result<()> {
-    let pkg = dir.join("tandem_fsdp_worker");
-    std::fs::create_dir_all(&pkg)
-        .map_err(|e| PluginError::io(format!("trainer `fsdp`: creating {}: {e}", pkg.display())))?;
-    for (name, text) in PACKAGE {
-        let path = pkg.join(name);
-        std::fs::write(&path, text).map_err(|e| {
-            PluginError::io(format!("trainer `fsdp`: writing {}: {e}", path.display()))
-        })?;
+/// Writes the packages (`tandem_torchrun` and the job's worker) into `dir`.
+fn write_packages(what: &str, dir: &Path, packages: &[(&str, &[PackageFile])]) -> Result<()> {
+    for (module, files) in packages {
+        let pkg = dir.join(module);
+        std::fs::create_dir_all(&pkg)
+            .map_err(|e| PluginError::io(format!("{what}: creating {}: {e}", pkg.display())))?;
+        for (name, text) in *files {
+            let path = pkg.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| PluginError::io(format!("{what}: writing {}: {e}", path.display())))?;
+        }
     }
     Ok(())
 }
 
 impl Worker {
     /// Launches the job and waits for rank 0's hello.
-    pub fn launch(spec: &LaunchSpec<'_>) -> Result<Worker> {
-        let opts = spec.opts;
-        let python = opts.interpreter()?;
-        if !spec.model.join("config.json").is_file() {
+    pub fn launch(job: &'static Job, l: &Launch) -> Result<Worker> {
+        let what = job.what();
+        let name = job.component;
+        if !l.model.join("config.json").is_file() {
             return Err(PluginError::invalid_input(format!(
-                "trainer `fsdp`: model directory {} has no config.json",
-                spec.model.display()
+                "{what}: model directory {} has no config.json",
+                l.model.display()
             ))
             .with_help("point [model] path at a Hugging Face model directory"));
         }
-        check_python(&python)?;
-        let base = if spec.run_dir.is_empty() {
-            std::env::temp_dir().join(format!("tandem-fsdp-{}", std::process::id()))
+        check_python(job, &l.python)?;
+        let base = if l.run_dir.is_empty() {
+            std::env::temp_dir().join(format!("tandem-{name}-{}", std::process::id()))
         } else {
-            PathBuf::from(spec.run_dir)
+            PathBuf::from(&l.run_dir)
         };
-        let pkg_dir = base.join("fsdp-worker");
-        write_package(&pkg_dir)?;
+        let pkg_dir = base.join(format!("{name}-worker"));
+        write_packages(&what, &pkg_dir, &[SHARED_PACKAGE, job.package])?;
         let logs = base.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| {
-            PluginError::io(format!("trainer `fsdp`: creating {}: {e}", logs.display()))
-        })?;
-        let log = logs.join("fsdp-trainer.log");
-        let out = std::fs::File::create(&log).map_err(|e| {
-            PluginError::io(format!("trainer `fsdp`: creating {}: {e}", log.display()))
-        })?;
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| PluginError::io(format!("{what}: creating {}: {e}", logs.display())))?;
+        let log = logs.join(format!("{name}-trainer.log"));
+        let out = std::fs::File::create(&log)
+            .map_err(|e| PluginError::io(format!("{what}: creating {}: {e}", log.display())))?;
         let err = out
             .try_clone()
-            .map_err(|e| PluginError::io(format!("trainer `fsdp`: log file: {e}")))?;
+            .map_err(|e| PluginError::io(format!("{what}: log file: {e}")))?;
         let listener = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|e| PluginError::io(format!("trainer `fsdp`: listening on loopback: {e}")))?;
+            .map_err(|e| PluginError::io(format!("{what}: listening on loopback: {e}")))?;
         let addr = listener
             .local_addr()
-            .map_err(|e| PluginError::io(format!("trainer `fsdp`: {e}")))?;
-        let token = run_token()?;
-        let device = if spec.device.starts_with("cuda") {
+            .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        let token = run_token(&what)?;
+        let device = if l.device.starts_with("cuda") {
             "cuda"
         } else {
             "cpu"
         };
         let cfg = json!({
-            "model_path": spec.model.display().to_string(),
+            "model_path": l.model.display().to_string(),
             "run_dir": base.display().to_string(),
             "device": device,
-            "threads": opts.threads_per_rank(),
-            "collective_timeout_s": opts.collective_timeout_s,
-            "options": {
-                "dtype": opts.dtype,
-                "lora": opts.lora,
-                "weight_decay": opts.weight_decay,
-                "beta1": opts.beta1,
-                "beta2": opts.beta2,
-                "eps": opts.eps,
-            },
+            "threads": l.threads,
+            "collective_timeout_s": l.collective_timeout_s,
+            "options": l.options,
         });
-        let mut cmd = Command::new(&python.path);
+        let mut cmd = Command::new(&l.python.path);
         cmd.args([
             "-m",
             "torch.distributed.run",
@@ -199,35 +190,37 @@ impl Worker {
             "--nnodes",
             "1",
         ])
-        .arg(format!("--nproc-per-node={}", opts.ranks))
+        .arg(format!("--nproc-per-node={}", l.ranks))
         .args(["--max-restarts", "0", "--monitor-interval", "0.5"])
-        .args(["-m", "tandem_fsdp_worker"])
+        .args(["-m", job.package.0])
         .current_dir(&pkg_dir)
         .env("PYTHONPATH", &pkg_dir)
         .env("PYTHONUNBUFFERED", "1")
-        .env("OMP_NUM_THREADS", opts.threads_per_rank().to_string())
+        .env("PYTHONWARNINGS", "ignore")
+        .env("OMP_NUM_THREADS", l.threads.to_string())
         .env("HF_HUB_OFFLINE", "1")
         .env("TRANSFORMERS_OFFLINE", "1")
-        .env("TANDEM_FSDP_CONFIG", cfg.to_string())
-        .env("TANDEM_FSDP_ADDR", addr.to_string())
-        .env("TANDEM_FSDP_TOKEN", &token)
+        .env("TANDEM_TORCHRUN_CONFIG", cfg.to_string())
+        .env("TANDEM_TORCHRUN_ADDR", addr.to_string())
+        .env("TANDEM_TORCHRUN_TOKEN", &token)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-        let proc = Supervised::spawn(cmd, "fsdp-supervisor", STOP_GRACE).map_err(|e| {
-            PluginError::invalid_input(format!(
-                "trainer `fsdp`: cannot start `{}` (from {}): {e}",
-                python.path.display(),
-                python.source
-            ))
-        })?;
+        let proc =
+            Supervised::spawn(cmd, &format!("{name}-supervisor"), STOP_GRACE).map_err(|e| {
+                PluginError::invalid_input(format!(
+                    "{what}: cannot start `{}` (from {}): {e}",
+                    l.python.path.display(),
+                    l.python.source
+                ))
+            })?;
         let started = Instant::now();
-        let deadline = started + Duration::from_secs_f64(opts.startup_timeout_s);
-        let fail = |proc: &Supervised, what: String| {
+        let deadline = started + Duration::from_secs_f64(l.startup_timeout_s);
+        let fail = |proc: &Supervised, how: String| {
             unavailable(format!(
-                "trainer `fsdp`: torchrun (pid {}, {} ranks) {what}: {} (log: {})",
+                "{what}: torchrun (pid {}, {} ranks) {how}: {} (log: {})",
                 proc.pid,
-                opts.ranks,
+                l.ranks,
                 log_tail(&log, 2),
                 log.display()
             ))
@@ -236,7 +229,7 @@ impl Worker {
             match listener.accept() {
                 Ok((s, _)) => break s,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(e) => return Err(PluginError::io(format!("trainer `fsdp`: accept: {e}"))),
+                Err(e) => return Err(PluginError::io(format!("{what}: accept: {e}"))),
             }
             if let Some(status) = proc.exited() {
                 return Err(fail(&proc, format!("exited during start-up ({status})")));
@@ -244,7 +237,7 @@ impl Worker {
             if Instant::now() > deadline {
                 return Err(fail(
                     &proc,
-                    format!("did not connect within {} s", opts.startup_timeout_s),
+                    format!("did not connect within {} s", l.startup_timeout_s),
                 )
                 .with_help("raise options.startup_timeout_s or read the log"));
             }
@@ -253,24 +246,25 @@ impl Worker {
         let mut chan = stream
             .set_nonblocking(false)
             .and_then(|()| Channel::new(stream))
-            .map_err(|e| PluginError::io(format!("trainer `fsdp`: channel: {e}")))?;
+            .map_err(|e| PluginError::io(format!("{what}: channel: {e}")))?;
         let hello = chan
             .recv(deadline, &|| proc.exited())
             .map_err(|e| fail(&proc, format!("sent no hello ({e})")))?;
         if hello.get("token").and_then(Value::as_str) != Some(token.as_str()) {
-            return Err(PluginError::runtime(
-                "trainer `fsdp`: a process without the run token connected to the control port",
-            ));
+            return Err(PluginError::runtime(format!(
+                "{what}: a process without the run token connected to the control port"
+            )));
         }
         let rank0_pid = hello.get("pid").and_then(Value::as_u64).unwrap_or(0) as u32;
         Ok(Worker {
+            job,
             proc,
             chan,
             log,
-            call_timeout: Duration::from_secs_f64(opts.call_timeout_s),
+            call_timeout: Duration::from_secs_f64(l.call_timeout_s),
             broken: None,
             rank0_pid,
-            ranks: opts.ranks,
+            ranks: l.ranks,
         })
     }
 
@@ -301,7 +295,8 @@ impl Worker {
                 let e = PluginError::new(
                     ErrorCode::Timeout,
                     format!(
-                        "trainer `fsdp`: {op} did not finish within {} s; the torchrun job was stopped (log: {})",
+                        "{}: {op} did not finish within {} s; the torchrun job was stopped (log: {})",
+                        self.job.what(),
                         self.call_timeout.as_secs(),
                         self.log.display()
                     ),
@@ -320,12 +315,18 @@ impl Worker {
         if let Some(v) = reply.get("ok") {
             return Ok(v.clone());
         }
-        Err(python_error(op, reply.get("error"), &self.log))
+        Err(python_error(
+            &self.job.what(),
+            op,
+            reply.get("error"),
+            &self.log,
+        ))
     }
 
     fn dead(&self, op: &str, status: &str) -> PluginError {
         unavailable(format!(
-            "trainer `fsdp`: the torchrun job (pid {}, {} ranks) died during {op} ({status}): {} (log: {})",
+            "{}: the torchrun job (pid {}, {} ranks) died during {op} ({status}): {} (log: {})",
+            self.job.what(),
             self.proc.pid,
             self.ranks,
             log_tail(&self.log, 2),
@@ -367,7 +368,7 @@ impl Drop for Worker {
 
 /// A Python exception reply → one error line: the operation, the rank, the exception and
 /// the traceback's last frames.
-fn python_error(op: &str, err: Option<&Value>, log: &Path) -> PluginError {
+fn python_error(what: &str, op: &str, err: Option<&Value>, log: &Path) -> PluginError {
     let s = |k: &str| {
         err.and_then(|e| e.get(k))
             .and_then(Value::as_str)
@@ -397,7 +398,7 @@ fn python_error(op: &str, err: Option<&Value>, log: &Path) -> PluginError {
     PluginError::new(
         code,
         format!(
-            "trainer `fsdp`: {op} failed on rank {rank}: {kind}: {} [at {last}]",
+            "{what}: {op} failed on rank {rank}: {kind}: {} [at {last}]",
             s("message")
         ),
     )

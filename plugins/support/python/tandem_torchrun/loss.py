@@ -11,7 +11,8 @@ form. For every counted token ``i`` (a completion token, as a target) with new l
 
 SFT: ``L = sum(mask * -lp) / Z``. Gradients flow through ``lp`` only. With the batch split
 over ranks, each rank's ``L`` is its part of the global sum, and FSDP2 averages gradients
-over ranks, so the caller scales the backward by the world size.
+over ranks, so the caller scales the backward by the world size (a trainer that sums
+gradients over its data-parallel ranks does not).
 """
 
 import torch

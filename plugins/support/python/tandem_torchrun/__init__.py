@@ -1,0 +1,11 @@
+"""What every torchrun trainer worker of Tandem shares (the fsdp and megatron plugins).
+
+- ``rank``: the rank loop — rank 0 holds the plugin's control channel, every rank runs each
+  operation, any rank's exception becomes the one reply.
+- ``channel``: the framed JSON channel to the plugin.
+- ``loss``: the policy and SFT losses (the native trainer's definition, in torch).
+- ``batch``: right-padded batches and their completion masks.
+- ``files``: checkpoint files — the state file, fsync, atomic publication.
+
+The plugin library embeds this package and writes it beside its own worker package.
+"""
