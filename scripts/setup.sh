@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One setup command for the real engines and trainers (vLLM, PyTorch FSDP2):
+# One setup command for the real engines and trainers (vLLM, PyTorch FSDP2, Megatron-Core):
 #
 #   1. scripts/setup-python.sh — the Python env of python/requirements-cpu.lock (reused when
 #      the lock is unchanged), its python recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python,
-#      where the vllm and fsdp plugins find it (no export needed);
+#      where the vllm, fsdp and megatron plugins find it (no export needed);
 #   2. cargo build --release --workspace — `tandem` and the plugin libraries side by side in
 #      target/release, where `tandem` finds them (no --plugin-dir needed). The loader-test
 #      fixture plugins are left out: they are for `cargo test` only.

@@ -32,6 +32,10 @@ pub enum BenchName {
     /// `tandem serve` over HTTP at 1/8/64 concurrent clients: requests/s and tokens/s beside
     /// the same requests through the engine in process (batches of the client count).
     Serve,
+    /// One GRPO step on the same batch through the native, `fsdp` (1/2 ranks) and `megatron`
+    /// (TP=1/2) trainers on the tiny and small presets, each beside its peer of the same run
+    /// (`$TANDEM_PYTHON` and the plugins via `--plugin-dir`); `--quick`: tiny only.
+    Trainers,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
@@ -50,6 +54,7 @@ pub fn run(
         BenchName::Native => bench::native::run(quick)?,
         BenchName::Spec => bench::spec::run(quick)?,
         BenchName::Serve => bench::serve::run(quick)?,
+        BenchName::Trainers => bench::trainers::run(plugin_dirs, quick)?,
         BenchName::Bridges => {
             let mut figures = bench::bridges::run(quick)?;
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {

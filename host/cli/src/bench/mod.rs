@@ -14,6 +14,7 @@ pub mod native_ref;
 pub mod rl_loop;
 pub mod serve;
 pub mod spec;
+pub mod trainers;
 pub mod transport;
 
 pub use tandem_bench_report::{Figure, table};

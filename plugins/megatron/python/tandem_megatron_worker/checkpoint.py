@@ -1,0 +1,144 @@
+"""Checkpoints and exports of the Megatron trainer: HF safetensors gathered over TP one
+parameter at a time and streamed to disk on global rank 0, the AdamW moments in the same HF
+layout (so a checkpoint loads at any ``tp``), the trainer state file, atomic publication of
+exports. A mixin of ``MegatronTrainer`` (it reads the trainer's model, optimizer and groups).
+"""
+
+import json
+import os
+import shutil
+
+import torch
+
+from tandem_torchrun.files import STATE_FILE, dir_bytes, publish, saved_version, write_state
+
+from . import convert, stream
+
+NAME = "megatron"
+
+
+class CheckpointOps:
+    """``op_save_checkpoint``, ``op_load_checkpoint``, ``op_export`` and their helpers."""
+
+    def _has_moments(self):
+        return all("exp_avg" in self.optim.state.get(p, {}) for p in self._params())
+
+    def _write_tensors(self, files, path, sources):
+        """Gathers HF tensors over TP one parameter at a time (DP rank 0's TP group only) and
+        streams them into the safetensors file ``path`` on global rank 0. ``sources``:
+        ``[(key prefix, of(name, param) -> tensor)]``, written one after the other."""
+        if self.dp_rank != 0:
+            return
+        names = convert.hf_layout(self.model, self.spec, self.tp)
+        layout = [(prefix + n, shape, dtype) for prefix, _ in sources for n, shape, dtype in names]
+        out = files.run(stream.Writer, path, layout, {"format": "pt"}) if self.rank == 0 else None
+        for prefix, of in sources:
+            for n, t in convert.gather_hf(self.model, self.spec, self.tp_group, of):
+                if out is not None:
+                    files.run(out.put, prefix + n, t)
+        if out is not None:
+            files.run(out.close)
+            out.abort()  # closes the file where a failure skipped close()
+
+    def _write_config(self, out):
+        with open(os.path.join(self.cfg["model_path"], "config.json")) as f:
+            raw = json.load(f)
+        name = str(self.dtype).removeprefix("torch.")
+        keys = [k for k in ("dtype", "torch_dtype") if k in raw] or ["torch_dtype"]
+        for k in keys:
+            raw[k] = name
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(raw, f, indent=2)
+
+    def _write_checkpoint(self, out, with_optim, files):
+        if self.rank == 0:
+            files.run(os.makedirs, out, exist_ok=True)
+        self._write_tensors(files, os.path.join(out, "model.safetensors"), [("", lambda _n, p: p.detach())])
+        if with_optim and self._has_moments():
+            moments = [(key + ".", lambda _n, p, key=key: self.optim.state[p][key]) for key in ("exp_avg", "exp_avg_sq")]
+            self._write_tensors(files, os.path.join(out, "optimizer.safetensors"), moments)
+        if self.rank == 0:
+            files.run(self._write_config, out)
+            files.run(write_state, out, self._state())
+        files.check()
+
+    def op_save_checkpoint(self, dir):
+        self._ready("save_checkpoint")
+        self._write_checkpoint(dir, with_optim=True, files=_RankZeroFiles())
+        if self.rank == 0:
+            return {"dir": dir, "weight_version": self.version, "bytes": dir_bytes(dir)}
+
+    def op_load_checkpoint(self, dir):
+        self._ready("load_checkpoint")
+        reader = convert.HfReader(dir)
+        convert.load_shards(self.model, reader.get, self.spec, self.tp, self.tp_rank, what=f"load_checkpoint {dir}")
+        if os.path.exists(os.path.join(dir, "optimizer.safetensors")):
+            moments = convert.HfReader(dir, base="optimizer")
+            step = 0
+            try:
+                with open(os.path.join(dir, STATE_FILE)) as f:
+                    step = int(json.load(f).get("adam_step", 0))
+            except (OSError, ValueError, TypeError):
+                pass
+            state = {}
+            with torch.no_grad():
+                for name, p in self.model.named_parameters():
+                    kind, names = convert.rule(name)
+                    st = {"step": torch.tensor(float(step), dtype=torch.float32)}
+                    for key in ("exp_avg", "exp_avg_sq"):
+                        shard = convert.to_shard(kind, [moments.get(f"{key}.{n}") for n in names], self.spec, self.tp, self.tp_rank)
+                        if tuple(shard.shape) != tuple(p.shape):
+                            raise ValueError(f"load_checkpoint {dir}: {key}.{names[0]} does not fit {name} {tuple(p.shape)}")
+                        st[key] = shard.to(device=p.device, dtype=p.dtype, copy=True)
+                    state[p] = st
+            self.optim.state.clear()
+            self.optim.state.update(state)
+        v = saved_version(dir)
+        if v is not None:
+            self.version = v
+        if self.rank == 0:
+            return {"dir": dir, "weight_version": self.version, "bytes": dir_bytes(dir)}
+
+    def op_export(self, kind):
+        self._ready("export_weight_update")
+        if kind != "checkpoint_dir":
+            raise ValueError(
+                f"export_weight_update({kind}): this trainer fine-tunes all weights and exports checkpoint_dir updates (no LoRA on Megatron layers)"
+            )
+        run_dir = self.cfg["run_dir"]
+        if not run_dir:
+            raise ValueError("export_weight_update: the trainer has no run directory (run_dir is empty)")
+        v = self.version
+        parent = os.path.join(run_dir, "weights")
+        final = os.path.join(parent, f"v{v}")
+        stage = os.path.join(parent, f".v{v}.stage")
+        files = _RankZeroFiles()
+        if self.rank == 0:
+            files.run(os.makedirs, parent, exist_ok=True)
+            files.run(shutil.rmtree, stage, ignore_errors=True)
+        self._write_checkpoint(stage, with_optim=False, files=files)
+        if self.rank != 0:
+            return None
+        publish(stage, final, durable=True)
+        return {"kind": kind, "dir": final, "name": f"{NAME}-v{v}", "version": v, "bytes": dir_bytes(final)}
+
+
+class _RankZeroFiles:
+    """Rank 0's file writes between collectives: a failure (disk full, permissions) must not
+    make rank 0 leave the gathers the other ranks are in, so the first error is kept, later
+    writes are skipped, and ``check`` raises it after the last collective."""
+
+    def __init__(self):
+        self.error = None
+
+    def run(self, fn, *args, **kwargs):
+        if self.error is None:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # re-raised by check()
+                self.error = e
+        return None
+
+    def check(self):
+        if self.error is not None:
+            raise self.error

@@ -1,0 +1,423 @@
+"""One rank of the Megatron-Core trainer: the operations the plugin drives, run on every rank.
+
+The model is a Megatron ``GPTModel`` (local layer spec) built from an HF Llama/Qwen2 checkpoint
+and split over ``tp`` tensor-parallel ranks; ``dp`` such groups hold replicas (world = tp x dp,
+Megatron's rank order: the ranks of one TP group are consecutive). A batch is split over the DP
+groups by sequence (``i % dp == dp_rank``); the TP ranks of a group see the same sequences and
+run them in micro-batches of ``micro_batch_size``. Gradients are summed over the DP group after
+the backward; the optimizer is ``torch.optim.AdamW`` over each rank's shards (Megatron's own
+optimizers allocate on CUDA). Every operation runs on every rank in the same order; global rank
+0's return value is the reply. Inputs are checked on the whole batch before any collective, so
+a bad input fails on every rank alike instead of leaving the others waiting in a collective.
+"""
+
+
+import torch
+import torch.distributed as dist
+
+from tandem_torchrun.batch import Padded
+from tandem_torchrun.files import rss_bytes, saved_version
+from tandem_torchrun.loss import policy_terms
+
+from . import convert
+from .checkpoint import CheckpointOps
+
+NAME = "megatron"
+OFFLOADABLE = ("weights", "grads", "optimizer", "activations")
+SCRATCH = "megatron.trainer/scratch"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+BUCKET = 1 << 24  # elements per gradient all-reduce
+
+
+def _cpu_copy(obj):
+    """A deep copy whose tensors are detached CPU copies (snapshots live in host memory)."""
+    if torch.is_tensor(obj):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return obj
+
+
+class MegatronTrainer(CheckpointOps):
+    """State of one rank; ``op_*`` methods are the operations of the control channel."""
+
+    def __init__(self, cfg, rank, world):
+        self.cfg = cfg
+        self.opts = cfg["options"]
+        self.rank = rank
+        self.world = world
+        self.device = torch.device(cfg["device"])
+        self.model = None
+        self.optim = None
+        self.spec = None
+        self.version = 0
+        self.snapshots = {}
+        self.offloaded = set()
+
+    # ---- options and groups --------------------------------------------------------------
+
+    def _options(self):
+        o = self.opts
+        tp = int(o.get("tp", 1))
+        dp = int(o.get("dp", max(1, self.world // max(tp, 1))))
+        if tp < 1 or dp < 1 or tp * dp != self.world:
+            raise ValueError(f"options tp = {tp} x dp = {dp} need {tp * dp} ranks but the job has {self.world}; start tp x dp ranks")
+        mbs = int(o.get("micro_batch_size", 1))
+        if mbs < 1:
+            raise ValueError(f"options micro_batch_size = {mbs} must be >= 1")
+        name = o.get("dtype", "float32")
+        if name not in DTYPES:
+            raise ValueError(f"options dtype = {name!r} is not supported (float32 or bfloat16; float16 would need loss scaling)")
+        self.tp, self.dp, self.mbs, self.dtype = tp, dp, mbs, DTYPES[name]
+
+    def _init_groups(self):
+        from megatron.core import parallel_state as ps
+
+        if not ps.model_parallel_is_initialized():
+            ps.initialize_model_parallel(tensor_model_parallel_size=self.tp)
+        self.tp_group = ps.get_tensor_model_parallel_group()
+        self.dp_group = ps.get_data_parallel_group()
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
+        self.dp_rank = ps.get_data_parallel_rank()
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _ready(self, op):
+        if self.model is None:
+            raise RuntimeError(f"{op}: trainer `{NAME}` is not initialised; call init first")
+        if self.offloaded:
+            raise RuntimeError(f"{op}: {sorted(self.offloaded)} are offloaded; call onload first")
+
+    def _check_batch(self, seqs, fields=()):
+        """Every sequence's shape, on every rank, before any collective runs."""
+        if not seqs:
+            raise ValueError("train batch has no sequences")
+        vocab = self.spec.vocab
+        for i, s in enumerate(seqs):
+            toks, p = s["tokens"], int(s["prompt_len"])
+            n = len(toks)
+            if not 1 <= p <= n:
+                raise ValueError(f"sequence {i}: prompt_len {p} must be in 1..={n} (the first token has no logprob)")
+            if n > self.seq_length:
+                raise ValueError(f"sequence {i}: {n} tokens exceed the trainer option seq_length = {self.seq_length}; raise it or shorten the sequence")
+            bad = [x for x in toks if not 0 <= x < vocab]
+            if bad:
+                raise ValueError(f"sequence {i}: token id {bad[0]} is out of range for vocab_size {vocab}")
+        for field in fields:
+            given = [i for i, s in enumerate(seqs) if len(s.get(field) or []) > 0]
+            for i in given:
+                s = seqs[i]
+                want = len(s["tokens"]) - int(s["prompt_len"])
+                if len(s[field]) != want:
+                    raise ValueError(f"sequence {i}: {field} has {len(s[field])} entries for {want} completion tokens")
+            have = set(given)
+            missing = [i for i, s in enumerate(seqs) if i not in have and len(s["tokens"]) > int(s["prompt_len"])]
+            if given and missing:
+                raise ValueError(f"sequence {missing[0]}: {field} is missing while other sequences carry it")
+
+    def _micro_batches(self, seqs):
+        local = [s for i, s in enumerate(seqs) if i % self.dp == self.dp_rank]
+        return [local[j : j + self.mbs] for j in range(0, len(local), self.mbs)]
+
+    def _logprobs(self, pad):
+        """Log-probs ``[b, t-1]`` (float32) of each next token: vocab-parallel cross entropy on
+        the TP-sharded logits, never gathering the vocabulary."""
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        ids = pad.ids
+        b, t = ids.shape
+        pos = torch.arange(t, device=ids.device).unsqueeze(0).expand(b, t)
+        # An explicit mask (True = masked): megatron's default one is built on "cuda".
+        mask = torch.ones((1, 1, t, t), dtype=torch.bool, device=ids.device).triu(1)
+        logits = self.model(ids, pos, mask)  # [b, t, vocab/tp]
+        # The last column's target is a placeholder; its value is dropped below.
+        target = torch.cat([ids[:, 1:], ids[:, :1]], 1)
+        ce = vocab_parallel_cross_entropy(logits.float(), target)
+        return -ce[:, :-1]
+
+    def _gather_rows(self, local_rows, n):
+        """Per-DP-rank completion rows → the batch's rows in order (global rank 0)."""
+        parts = [None] * self.dp
+        dist.all_gather_object(parts, local_rows, group=self.dp_group)
+        if self.rank != 0:
+            return None
+        out = [None] * n
+        for r, rows in enumerate(parts):
+            for j, row in enumerate(rows):
+                out[r + j * self.dp] = row
+        return out
+
+    def _params(self):
+        return list(self.model.parameters())
+
+    def _adam_step(self):
+        step = 0
+        for st in self.optim.state.values():
+            s = st.get("step")
+            if s is not None:
+                step = max(step, int(s.item() if torch.is_tensor(s) else s))
+        return step
+
+    def _state(self):
+        return {"weight_version": self.version, "adam_step": self._adam_step()}
+
+    # ---- operations ----------------------------------------------------------------------
+
+    def op_init(self):
+        if self.model is not None:
+            raise RuntimeError(f"trainer `{NAME}` is already initialised")
+        self._options()
+        path = self.cfg["model_path"]
+        self.spec = convert.Spec(path, self.tp)
+        self.seq_length = int(self.opts.get("seq_length") or self.spec.max_positions or 4096)
+        if self.seq_length < 2:
+            raise ValueError(f"options seq_length = {self.seq_length} must be >= 2")
+        self._init_groups()
+        seed = int(self.opts.get("seed", 0))
+        if self.device.type == "cpu":
+            from . import cpu_patch
+
+            cpu_patch.apply(self.device)
+            cpu_patch.seed(seed)
+        else:
+            from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+            model_parallel_cuda_manual_seed(seed)
+        model = convert.build_model(self.spec, self.tp, self.dtype, self.seq_length)
+        reader = convert.HfReader(path)
+        convert.load_shards(model, reader.get, self.spec, self.tp, self.tp_rank, what=f"model {path}")
+        del reader
+        self.model = model.to(self.device)
+        self.optim = torch.optim.AdamW(
+            self._params(),
+            lr=1e-3,
+            betas=(float(self.opts.get("beta1", 0.9)), float(self.opts.get("beta2", 0.999))),
+            eps=float(self.opts.get("eps", 1e-8)),
+            weight_decay=float(self.opts.get("weight_decay", 0.0)),
+        )
+        total = sum(p.numel() * (self.tp if getattr(p, "tensor_model_parallel", False) else 1) for p in self._params())
+        v = saved_version(path)
+        self.version = max(self.version, v or 0)
+        return {"trainable_params": int(total), "total_params": int(total), "weight_version": self.version}
+
+    def op_compute_logprobs(self, batch, snapshot=None):
+        self._ready("compute_logprobs")
+        if snapshot is not None:
+            return self._with_snapshot(snapshot, lambda: self.op_compute_logprobs(batch))
+        seqs = batch["sequences"]
+        self._check_batch(seqs)
+        rows = []
+        self.model.eval()
+        with torch.no_grad():
+            for chunk in self._micro_batches(seqs):
+                pad = Padded(chunk, self.spec.vocab, self.device)
+                rows += pad.completions(self._logprobs(pad))
+        return self._gather_rows(rows, len(seqs))
+
+    def op_train_step(self, batch):
+        self._ready("train_step")
+        loss_cfg = batch["loss"]
+        lr = float(loss_cfg["learning_rate"])
+        if not lr > 0.0 or lr == float("inf"):
+            raise ValueError(f"train_step: learning_rate must be > 0 (got {lr})")
+        seqs = batch["sequences"]
+        self._check_batch(seqs, fields=("old_logprobs", "ref_logprobs"))
+        kl_needed = loss_cfg["kind"] != "sft" and loss_cfg["kl_coef"] > 0
+        if kl_needed and any(len(s.get("ref_logprobs") or []) == 0 and len(s["tokens"]) > int(s["prompt_len"]) for s in seqs):
+            raise ValueError("train_step: kl_coef > 0 needs ref_logprobs on every sequence")
+        z = max(float(sum(len(s["tokens"]) - int(s["prompt_len"]) for s in seqs)), 1.0)
+        self.model.train()
+        sums = torch.zeros(5, dtype=torch.float64)
+        # A DP rank without sequences runs one all-masked dummy so every parameter has a
+        # (zero) gradient for the DP all-reduce.
+        for chunk in self._micro_batches(seqs) or [[]]:
+            pad = Padded(chunk, self.spec.vocab, self.device)
+            lp = self._logprobs(pad)
+            adv = torch.tensor([[float(s.get("advantage", 0.0))] for s in chunk] or [[0.0]], dtype=lp.dtype, device=lp.device)
+            old = pad.aligned(chunk, "old_logprobs")
+            ref = pad.aligned(chunk, "ref_logprobs")
+            if ref is None and kl_needed:
+                ref = lp.detach()  # the dummy, or completions without tokens: KL term 0
+            per_tok, part = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
+            # Each rank's share of the global sum / Z; the DP all-reduce (SUM) completes it.
+            ((per_tok * pad.mask).sum() / z).backward()
+            sums += part.cpu()
+        self._sum_grads_over_dp()
+        if self.dp > 1:
+            sums = sums.to(self.device)
+            dist.all_reduce(sums, group=self.dp_group)
+            sums = sums.cpu()
+        grad_norm = self._clip(float(loss_cfg.get("grad_clip", 0.0)))
+        applied = grad_norm == grad_norm and grad_norm != float("inf")
+        if applied:
+            for g in self.optim.param_groups:
+                g["lr"] = lr
+            self.optim.step()
+            self.version += 1
+        self.optim.zero_grad(set_to_none=True)
+        tokens = float(sums[4])
+        d = max(tokens, 1.0)
+        return {
+            "loss": float(sums[0]) / z,
+            "nll": float(sums[1]) / d,
+            "kl": float(sums[2]) / d,
+            "clip_frac": float(sums[3]) / d,
+            "tokens": tokens,
+            "grad_norm": grad_norm if applied else None,
+            "applied": 1.0 if applied else 0.0,
+            "weight_version": float(self.version),
+        }
+
+    def _sum_grads_over_dp(self):
+        """Sums gradients over the DP group, in flat buckets (the full-batch gradient)."""
+        params = self._params()
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        if self.dp == 1:
+            return
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        bucket, size = [], 0
+        for i, p in enumerate(params):
+            bucket.append(p.grad)
+            size += p.grad.numel()
+            if size >= BUCKET or i == len(params) - 1:
+                flat = _flatten_dense_tensors(bucket)
+                dist.all_reduce(flat, group=self.dp_group)
+                for g, f in zip(bucket, _unflatten_dense_tensors(flat, bucket)):
+                    g.copy_(f)
+                bucket, size = [], 0
+
+    def _clip(self, clip):
+        """The full model's gradient L2 norm; scales gradients to ``clip`` when above it.
+
+        TP-sharded parameters add their shard's sum of squares and TP-replicated ones (the
+        norms) count on TP rank 0 only, summed over the TP group. DP replicas hold identical
+        gradients after the all-reduce, so the norm is not reduced over DP.
+        """
+        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+        params = self._params()
+        sq = torch.zeros((), dtype=torch.float64, device=self.device)
+        for p in params:
+            if param_is_not_tensor_parallel_duplicate(p):
+                sq += torch.linalg.vector_norm(p.grad.float()).double().square()
+        if self.tp > 1:
+            dist.all_reduce(sq, group=self.tp_group)
+        norm = float(sq.sqrt())
+        if clip > 0 and norm == norm and norm != float("inf"):
+            coef = clip / (norm + 1e-6)
+            if coef < 1.0:
+                for p in params:
+                    p.grad.mul_(coef)
+        return norm
+
+    # ---- snapshots -----------------------------------------------------------------------
+
+    def op_snapshot(self, name):
+        self._ready("snapshot")
+        if name == SCRATCH:
+            raise ValueError(f"snapshot name `{name}` is reserved")
+        self._take(name)
+
+    def _take(self, name, with_optim=True):
+        with torch.no_grad():
+            params = [p.detach().to("cpu", copy=True) for p in self._params()]
+        self.snapshots[name] = {
+            "params": params,
+            "optim": _cpu_copy(self.optim.state_dict()) if with_optim else None,
+            "version": self.version,
+        }
+
+    def _put(self, name, meta):
+        snap = self.snapshots.get(name)
+        if snap is None:
+            raise ValueError(f"restore: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
+        with torch.no_grad():
+            for p, s in zip(self._params(), snap["params"]):
+                p.copy_(s)
+        if meta:
+            # load_state_dict keeps CPU tensors as they are: give it copies, not the snapshot's.
+            self.optim.load_state_dict(_cpu_copy(snap["optim"]))
+            self.version = snap["version"]
+
+    def _with_snapshot(self, name, fn):
+        if name not in self.snapshots:
+            raise ValueError(f"compute_logprobs: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
+        self._take(SCRATCH, with_optim=False)
+        try:
+            self._put(name, meta=False)
+            return fn()
+        finally:
+            self._put(SCRATCH, meta=False)
+            del self.snapshots[SCRATCH]
+
+    def op_restore(self, name):
+        self._ready("restore")
+        self._put(name, meta=True)
+
+    def op_drop_snapshot(self, name):
+        self.snapshots.pop(name, None)
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def _check_tags(self, tags, op):
+        bad = [t for t in tags if t not in OFFLOADABLE]
+        if bad:
+            raise ValueError(f"{op}: unknown tag `{bad[0]}` (known: {', '.join(OFFLOADABLE)})")
+
+    def op_offload(self, tags):
+        self._check_tags(tags, "offload")
+        if self.model is None:
+            raise RuntimeError(f"offload: trainer `{NAME}` is not initialised; call init first")
+        # Gradients are freed after every step anyway; on an accelerator, parameters and
+        # optimizer moments move to host memory. On CPU they already live in host memory.
+        if "grads" in tags:
+            self.optim.zero_grad(set_to_none=True)
+        if self.device.type != "cpu":
+            self._move(tags, torch.device("cpu"))
+        self.offloaded.update(tags)
+
+    def op_onload(self, tags):
+        self._check_tags(tags, "onload")
+        if self.model is None:
+            raise RuntimeError(f"onload: trainer `{NAME}` is not initialised; call init first")
+        if self.device.type != "cpu":
+            self._move([t for t in tags if t in self.offloaded], self.device)
+        self.offloaded.difference_update(tags)
+
+    def _move(self, tags, device):
+        with torch.no_grad():
+            if "weights" in tags:
+                for p in self.model.parameters():
+                    p.data = p.data.to(device)
+            if "optimizer" in tags:
+                for st in self.optim.state.values():
+                    for k, v in st.items():
+                        if torch.is_tensor(v) and k != "step":
+                            st[k] = v.to(device)
+        if device.type == "cpu" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def op_stats(self):
+        rss_all = [None] * self.world
+        dist.all_gather_object(rss_all, rss_bytes())
+        if self.model is None:
+            state = "uninitialised"
+        elif self.offloaded:
+            state = "offloaded: " + ",".join(sorted(self.offloaded))
+        else:
+            state = "ready"
+        metrics = {
+            "ranks": float(self.world),
+            "snapshots": float(len(self.snapshots)),
+            "rss_bytes.total": float(sum(rss_all)),
+        }
+        if self.model is not None:
+            metrics["tp"] = float(self.tp)
+            metrics["dp"] = float(self.dp)
+            metrics["optimizer_step"] = float(self._adam_step())
+        return {"weight_version": self.version, "state": state, "metrics": metrics}
