@@ -38,9 +38,13 @@ pub fn log_tail(log: &Path, lines: usize) -> String {
     }
 }
 
-/// C++ stack frames and glog-style warning lines torch prints around a failure.
+/// C++ stack frames and glog-style warning lines torch prints around a failure, and the
+/// torchrun agent's own report that a child failed (the child's error is the line to show).
 fn is_noise(line: &str) -> bool {
-    line.starts_with("frame #") || line.starts_with("W1") || line.starts_with("<omitting")
+    line.starts_with("frame #")
+        || line.starts_with("W1")
+        || line.starts_with("<omitting")
+        || line.contains("ChildFailedError")
 }
 
 #[cfg(test)]
@@ -59,6 +63,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(log_tail(&log, 1), "ValueError: bad model");
+        std::fs::write(
+            &log,
+            "[rank0]: ModuleNotFoundError: No module named 'x'\n    raise ChildFailedError(\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n",
+        )
+        .unwrap();
+        assert_eq!(
+            log_tail(&log, 1),
+            "[rank0]: ModuleNotFoundError: No module named 'x'"
+        );
         assert_eq!(log_tail(&dir.join("missing.log"), 2), "(log is empty)");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -22,10 +22,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from tandem_torchrun.batch import Padded
-from tandem_torchrun.files import dir_bytes, publish, rss_bytes, saved_version, write_state
+from tandem_torchrun.files import dir_bytes, publish, saved_version, write_state
 from tandem_torchrun.loss import policy_terms
-OFFLOADABLE = ("weights", "grads", "optimizer", "activations")
-SCRATCH = "fsdp.trainer/scratch"
+from tandem_torchrun.state import TrainerState
 
 
 def _fully_shard():
@@ -49,8 +48,10 @@ def _decoder_layers(model):
     return []
 
 
-class FsdpTrainer:
+class FsdpTrainer(TrainerState):
     """State of one rank; ``op_*`` methods are the operations of the control channel."""
+
+    NAME = "fsdp"
 
     def __init__(self, cfg, rank, world):
         self.cfg = cfg
@@ -67,18 +68,20 @@ class FsdpTrainer:
 
     # ---- helpers -------------------------------------------------------------------------
 
-    def _ready(self, op):
-        if self.model is None:
-            raise RuntimeError(f"{op}: trainer `fsdp` is not initialised; call init first")
-        if self.offloaded:
-            raise RuntimeError(f"{op}: {sorted(self.offloaded)} are offloaded; call onload first")
-
     def _trainable(self):
         """Trainable parameters, all sharded (the root keeps its parameters unsharded after a
         forward; resharding first makes every one a DTensor shard again)."""
         if hasattr(self.model, "reshard"):
             self.model.reshard()
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _snapshot_params(self):
+        return self._trainable()
+
+    @staticmethod
+    def _backup(obj):
+        # Parameters are DTensor shards: deepcopy keeps their placement.
+        return copy.deepcopy(obj)
 
     def _local(self, seqs):
         return [s for i, s in enumerate(seqs) if i % self.world == self.rank]
@@ -99,14 +102,6 @@ class FsdpTrainer:
             for j, row in enumerate(rows):
                 out[r + j * self.world] = row
         return out
-
-    def _state(self):
-        step = 0
-        for st in self.optim.state.values():
-            s = st.get("step")
-            if s is not None:
-                step = max(step, int(s.item() if torch.is_tensor(s) else s))
-        return {"weight_version": self.version, "adam_step": step}
 
     # ---- operations ----------------------------------------------------------------------
 
@@ -227,50 +222,6 @@ class FsdpTrainer:
             "weight_version": float(self.version),
         }
 
-    def op_snapshot(self, name):
-        self._ready("snapshot")
-        if name == SCRATCH:
-            raise ValueError(f"snapshot name `{name}` is reserved")
-        self._take(name)
-
-    def _take(self, name, with_optim=True):
-        with torch.no_grad():
-            params = [p.detach().clone() for p in self._trainable()]
-        self.snapshots[name] = {
-            "params": params,
-            "optim": copy.deepcopy(self.optim.state_dict()) if with_optim else None,
-            "version": self.version,
-        }
-
-    def _put(self, name, meta):
-        snap = self.snapshots.get(name)
-        if snap is None:
-            raise ValueError(f"restore: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
-        with torch.no_grad():
-            for p, s in zip(self._trainable(), snap["params"]):
-                p.copy_(s)
-        if meta:
-            self.optim.load_state_dict(copy.deepcopy(snap["optim"]))
-            self.version = snap["version"]
-
-    def _with_snapshot(self, name, fn):
-        if name not in self.snapshots:
-            raise ValueError(f"compute_logprobs: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
-        self._take(SCRATCH, with_optim=False)
-        try:
-            self._put(name, meta=False)
-            return fn()
-        finally:
-            self._put(SCRATCH, meta=False)
-            del self.snapshots[SCRATCH]
-
-    def op_restore(self, name):
-        self._ready("restore")
-        self._put(name, meta=True)
-
-    def op_drop_snapshot(self, name):
-        self.snapshots.pop(name, None)
-
     # ---- checkpoints and exports ---------------------------------------------------------
 
     def _write_model(self, out):
@@ -382,70 +333,6 @@ class FsdpTrainer:
         # A checkpoint is durable; an adapter is re-exportable and skips the fsyncs.
         publish(stage, final, durable=not self.lora)
         return {"kind": want, "dir": final, "name": f"fsdp-v{v}", "version": v, "bytes": dir_bytes(final)}
-
-    # ---- memory --------------------------------------------------------------------------
-
-    def _check_tags(self, tags, op):
-        bad = [t for t in tags if t not in OFFLOADABLE]
-        if bad:
-            raise ValueError(f"{op}: unknown tag `{bad[0]}` (known: {', '.join(OFFLOADABLE)})")
-
-    def op_offload(self, tags):
-        self._check_tags(tags, "offload")
-        if self.model is None:
-            raise RuntimeError("offload: trainer `fsdp` is not initialised; call init first")
-        # Gradients are freed (not kept) after every step; on an accelerator, parameters and
-        # optimizer moments move to host memory. On CPU they already live in host memory.
-        if "grads" in tags:
-            self.optim.zero_grad(set_to_none=True)
-        if self.device.type != "cpu":
-            self._move(tags, torch.device("cpu"))
-        self.offloaded.update(tags)
-
-    def op_onload(self, tags):
-        self._check_tags(tags, "onload")
-        if self.model is None:
-            raise RuntimeError("onload: trainer `fsdp` is not initialised; call init first")
-        if self.device.type != "cpu":
-            self._move([t for t in tags if t in self.offloaded], self.device)
-        self.offloaded.difference_update(tags)
-
-    def _move(self, tags, device):
-        with torch.no_grad():
-            if "weights" in tags:
-                for p in self.model.parameters():
-                    p.data = p.data.to(device)
-            if "optimizer" in tags:
-                for st in self.optim.state.values():
-                    for k, v in st.items():
-                        if torch.is_tensor(v) and k != "step":
-                            st[k] = v.to(device)
-        if device.type == "cpu" and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-    def op_stats(self):
-        rss = rss_bytes()
-        rss_all = [None] * self.world
-        dist.all_gather_object(rss_all, rss)
-        if self.model is None:
-            state = "uninitialised"
-        elif self.offloaded:
-            state = "offloaded: " + ",".join(sorted(self.offloaded))
-        else:
-            state = "ready"
-        out = {
-            "weight_version": self.version,
-            "state": state,
-            "metrics": {
-                "ranks": float(self.world),
-                "snapshots": float(len(self.snapshots)),
-                "rss_bytes.total": float(sum(rss_all)),
-            },
-        }
-        if self.optim is not None:
-            out["metrics"]["optimizer_step"] = float(self._state()["adam_step"])
-        return out
-
 
 def _full_numel(p):
     shape = p.shape  # a DTensor reports its global shape

@@ -14,7 +14,6 @@ from tandem_torchrun.files import STATE_FILE, dir_bytes, publish, saved_version,
 
 from . import convert, stream
 
-NAME = "megatron"
 
 
 class CheckpointOps:
@@ -120,7 +119,7 @@ class CheckpointOps:
         if self.rank != 0:
             return None
         publish(stage, final, durable=True)
-        return {"kind": kind, "dir": final, "name": f"{NAME}-v{v}", "version": v, "bytes": dir_bytes(final)}
+        return {"kind": kind, "dir": final, "name": f"{self.NAME}-v{v}", "version": v, "bytes": dir_bytes(final)}
 
 
 class _RankZeroFiles:

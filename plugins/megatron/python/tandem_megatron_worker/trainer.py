@@ -16,15 +16,13 @@ import torch
 import torch.distributed as dist
 
 from tandem_torchrun.batch import Padded
-from tandem_torchrun.files import rss_bytes, saved_version
+from tandem_torchrun.files import saved_version
 from tandem_torchrun.loss import policy_terms
+from tandem_torchrun.state import TrainerState
 
 from . import convert
 from .checkpoint import CheckpointOps
 
-NAME = "megatron"
-OFFLOADABLE = ("weights", "grads", "optimizer", "activations")
-SCRATCH = "megatron.trainer/scratch"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 BUCKET = 1 << 24  # elements per gradient all-reduce
 
@@ -40,8 +38,10 @@ def _cpu_copy(obj):
     return obj
 
 
-class MegatronTrainer(CheckpointOps):
+class MegatronTrainer(TrainerState, CheckpointOps):
     """State of one rank; ``op_*`` methods are the operations of the control channel."""
+
+    NAME = "megatron"
 
     def __init__(self, cfg, rank, world):
         self.cfg = cfg
@@ -83,12 +83,6 @@ class MegatronTrainer(CheckpointOps):
         self.dp_rank = ps.get_data_parallel_rank()
 
     # ---- helpers -------------------------------------------------------------------------
-
-    def _ready(self, op):
-        if self.model is None:
-            raise RuntimeError(f"{op}: trainer `{NAME}` is not initialised; call init first")
-        if self.offloaded:
-            raise RuntimeError(f"{op}: {sorted(self.offloaded)} are offloaded; call onload first")
 
     def _check_batch(self, seqs, fields=()):
         """Every sequence's shape, on every rank, before any collective runs."""
@@ -152,22 +146,21 @@ class MegatronTrainer(CheckpointOps):
     def _params(self):
         return list(self.model.parameters())
 
-    def _adam_step(self):
-        step = 0
-        for st in self.optim.state.values():
-            s = st.get("step")
-            if s is not None:
-                step = max(step, int(s.item() if torch.is_tensor(s) else s))
-        return step
+    def _snapshot_params(self):
+        return self._params()
 
-    def _state(self):
-        return {"weight_version": self.version, "adam_step": self._adam_step()}
+    @staticmethod
+    def _backup(obj):
+        return _cpu_copy(obj)
+
+    def _extra_metrics(self):
+        return dict(super()._extra_metrics(), tp=float(self.tp), dp=float(self.dp))
 
     # ---- operations ----------------------------------------------------------------------
 
     def op_init(self):
         if self.model is not None:
-            raise RuntimeError(f"trainer `{NAME}` is already initialised")
+            raise RuntimeError(f"trainer `{self.NAME}` is already initialised")
         self._options()
         path = self.cfg["model_path"]
         self.spec = convert.Spec(path, self.tp)
@@ -314,110 +307,3 @@ class MegatronTrainer(CheckpointOps):
                 for p in params:
                     p.grad.mul_(coef)
         return norm
-
-    # ---- snapshots -----------------------------------------------------------------------
-
-    def op_snapshot(self, name):
-        self._ready("snapshot")
-        if name == SCRATCH:
-            raise ValueError(f"snapshot name `{name}` is reserved")
-        self._take(name)
-
-    def _take(self, name, with_optim=True):
-        with torch.no_grad():
-            params = [p.detach().to("cpu", copy=True) for p in self._params()]
-        self.snapshots[name] = {
-            "params": params,
-            "optim": _cpu_copy(self.optim.state_dict()) if with_optim else None,
-            "version": self.version,
-        }
-
-    def _put(self, name, meta):
-        snap = self.snapshots.get(name)
-        if snap is None:
-            raise ValueError(f"restore: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
-        with torch.no_grad():
-            for p, s in zip(self._params(), snap["params"]):
-                p.copy_(s)
-        if meta:
-            # load_state_dict keeps CPU tensors as they are: give it copies, not the snapshot's.
-            self.optim.load_state_dict(_cpu_copy(snap["optim"]))
-            self.version = snap["version"]
-
-    def _with_snapshot(self, name, fn):
-        if name not in self.snapshots:
-            raise ValueError(f"compute_logprobs: no snapshot named `{name}` (taken: {sorted(self.snapshots)})")
-        self._take(SCRATCH, with_optim=False)
-        try:
-            self._put(name, meta=False)
-            return fn()
-        finally:
-            self._put(SCRATCH, meta=False)
-            del self.snapshots[SCRATCH]
-
-    def op_restore(self, name):
-        self._ready("restore")
-        self._put(name, meta=True)
-
-    def op_drop_snapshot(self, name):
-        self.snapshots.pop(name, None)
-
-    # ---- memory --------------------------------------------------------------------------
-
-    def _check_tags(self, tags, op):
-        bad = [t for t in tags if t not in OFFLOADABLE]
-        if bad:
-            raise ValueError(f"{op}: unknown tag `{bad[0]}` (known: {', '.join(OFFLOADABLE)})")
-
-    def op_offload(self, tags):
-        self._check_tags(tags, "offload")
-        if self.model is None:
-            raise RuntimeError(f"offload: trainer `{NAME}` is not initialised; call init first")
-        # Gradients are freed after every step anyway; on an accelerator, parameters and
-        # optimizer moments move to host memory. On CPU they already live in host memory.
-        if "grads" in tags:
-            self.optim.zero_grad(set_to_none=True)
-        if self.device.type != "cpu":
-            self._move(tags, torch.device("cpu"))
-        self.offloaded.update(tags)
-
-    def op_onload(self, tags):
-        self._check_tags(tags, "onload")
-        if self.model is None:
-            raise RuntimeError(f"onload: trainer `{NAME}` is not initialised; call init first")
-        if self.device.type != "cpu":
-            self._move([t for t in tags if t in self.offloaded], self.device)
-        self.offloaded.difference_update(tags)
-
-    def _move(self, tags, device):
-        with torch.no_grad():
-            if "weights" in tags:
-                for p in self.model.parameters():
-                    p.data = p.data.to(device)
-            if "optimizer" in tags:
-                for st in self.optim.state.values():
-                    for k, v in st.items():
-                        if torch.is_tensor(v) and k != "step":
-                            st[k] = v.to(device)
-        if device.type == "cpu" and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-    def op_stats(self):
-        rss_all = [None] * self.world
-        dist.all_gather_object(rss_all, rss_bytes())
-        if self.model is None:
-            state = "uninitialised"
-        elif self.offloaded:
-            state = "offloaded: " + ",".join(sorted(self.offloaded))
-        else:
-            state = "ready"
-        metrics = {
-            "ranks": float(self.world),
-            "snapshots": float(len(self.snapshots)),
-            "rss_bytes.total": float(sum(rss_all)),
-        }
-        if self.model is not None:
-            metrics["tp"] = float(self.tp)
-            metrics["dp"] = float(self.dp)
-            metrics["optimizer_step"] = float(self._adam_step())
-        return {"weight_version": self.version, "state": state, "metrics": metrics}

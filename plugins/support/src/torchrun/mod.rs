@@ -12,7 +12,7 @@
 //!
 //! The Python half is the package `tandem_torchrun` (`plugins/support/python/`), embedded
 //! here and written beside the plugin's own worker package: the rank loop, the channel, the
-//! loss, padded batches, checkpoint files.
+//! loss, padded batches, checkpoint files, snapshots / memory tags / stats.
 
 pub mod channel;
 pub mod options;
@@ -54,6 +54,10 @@ pub const SHARED_PACKAGE: (&str, &[PackageFile]) = (
         (
             "rank.py",
             include_str!("../../python/tandem_torchrun/rank.py"),
+        ),
+        (
+            "state.py",
+            include_str!("../../python/tandem_torchrun/state.py"),
         ),
     ],
 );
