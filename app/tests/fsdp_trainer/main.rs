@@ -210,17 +210,7 @@ fn c_python_errors_and_a_dead_rank_are_one_line() {
 
     // A rank dies: the next call fails with one line naming the job, and so does every later
     // call (no hang).
-    let pid = ok(t.stats())
-        .metrics
-        .iter()
-        .find(|m| m.name.as_str() == "rank0_pid")
-        .unwrap()
-        .value as i32;
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_rank0(&t);
     let start = Instant::now();
     let e = err(t.compute_logprobs(probe_batch(1), WhichWeights::Current));
     assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
@@ -277,27 +267,10 @@ fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
 #[test]
 fn e_a_missing_python_environment_is_one_line() {
     plugin_lib("tandem-plugin-fsdp", "libtandem_fsdp.so");
-    let dir = tempfile::tempdir().unwrap();
-    let no_venv = tempfile::tempdir().unwrap();
-    let job = job(
-        dir.path(),
-        "[engine]\nplugin = \"native\"",
+    assert_no_venv_is_one_line(
         "[trainer]\nplugin = \"fsdp\"",
-        "[bridge]\nmode = \"checkpoint\"\nverify = false",
+        &["TANDEM_PYTHON", "setup-python.sh", "no pointer file"],
     );
-    let out = run(tandem()
-        .arg("run")
-        .arg(&job)
-        .env_remove("TANDEM_PYTHON")
-        .env("TANDEM_VENV_ROOT", no_venv.path())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
-    assert!(!out.status.success());
-    let lines = error_lines(&out);
-    assert_eq!(lines.len(), 1, "{}", stderr(&out));
-    for want in ["TANDEM_PYTHON", "setup-python.sh", "no pointer file"] {
-        assert!(lines[0].contains(want), "`{want}` missing: {}", lines[0]);
-    }
-    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
 #[test]

@@ -300,17 +300,7 @@ fn d_python_errors_and_a_killed_rank_are_one_line_and_leave_the_run_dir_alone() 
     // so is every later one; the export is untouched.
     let (_, dir) = exported_dir(&mut t);
     let before = std::fs::read(dir.join("model.safetensors")).unwrap();
-    let pid = ok(t.stats())
-        .metrics
-        .iter()
-        .find(|m| m.name.as_str() == "rank0_pid")
-        .unwrap()
-        .value as i32;
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_rank0(&t);
     let e = err(t.train_step(sft_batch()));
     assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
     for want in [
@@ -412,26 +402,10 @@ fn e_a_model_the_layout_cannot_split_another_architecture_and_no_python_are_one_
         stderr(&out)
     );
     // No Python environment anywhere.
-    let no_venv = tempfile::tempdir().unwrap();
-    let job = job(
-        dir.path(),
-        "[engine]\nplugin = \"native\"",
+    assert_no_venv_is_one_line(
         "[trainer]\nplugin = \"megatron\"",
-        "[bridge]\nmode = \"checkpoint\"\nverify = false",
+        &["megatron", "TANDEM_PYTHON", "setup-python.sh"],
     );
-    let out = run(tandem()
-        .arg("run")
-        .arg(&job)
-        .env_remove("TANDEM_PYTHON")
-        .env("TANDEM_VENV_ROOT", no_venv.path())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
-    assert!(!out.status.success());
-    let lines = error_lines(&out);
-    assert_eq!(lines.len(), 1, "{}", stderr(&out));
-    for want in ["megatron", "TANDEM_PYTHON", "setup-python.sh"] {
-        assert!(lines[0].contains(want), "`{want}` missing: {}", lines[0]);
-    }
-    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
 
 #[test]

@@ -262,3 +262,45 @@ pub(crate) fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin
     ok(e.continue_generation());
     report
 }
+
+/// SIGKILLs rank 0 of a torchrun trainer (its pid from `stats`).
+pub(crate) fn kill_rank0(t: &TrainerBox) {
+    let pid = ok(t.stats())
+        .metrics
+        .iter()
+        .find(|m| m.name.as_str() == "rank0_pid")
+        .unwrap()
+        .value as i32;
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
+/// `tandem run` of a job whose trainer section is `trainer`, with no `options.python`, no
+/// `$TANDEM_PYTHON` and no pointer file (an empty `TANDEM_VENV_ROOT`): one error line holding
+/// every string of `wants`, no panic.
+pub(crate) fn assert_no_venv_is_one_line(trainer: &str, wants: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let no_venv = tempfile::tempdir().unwrap();
+    let job = job(
+        dir.path(),
+        "[engine]\nplugin = \"native\"",
+        trainer,
+        "[bridge]\nmode = \"checkpoint\"\nverify = false",
+    );
+    let out = run(tandem()
+        .arg("run")
+        .arg(&job)
+        .env_remove("TANDEM_PYTHON")
+        .env("TANDEM_VENV_ROOT", no_venv.path())
+        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
+    assert!(!out.status.success());
+    let lines = error_lines(&out);
+    assert_eq!(lines.len(), 1, "{}", stderr(&out));
+    for want in wants {
+        assert!(lines[0].contains(want), "`{want}` missing: {}", lines[0]);
+    }
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
