@@ -51,8 +51,8 @@ const BATCHES: [usize; 3] = [1, 8, 64];
 /// Tokens of each decode prompt.
 const PROMPT_LEN: usize = 16;
 /// GRPO step: sequences × tokens, of which the prompt.
-const STEP_B: usize = 8;
-const STEP_T: usize = 64;
+pub(super) const STEP_B: usize = 8;
+pub(super) const STEP_T: usize = 64;
 const STEP_PROMPT: usize = 16;
 /// GRPO group size of the step's batch.
 const GROUP: usize = 4;
@@ -349,7 +349,7 @@ impl Ctx<'_> {
                 .new_trainer(config(self.model, options), services.handle())?,
         );
         let info = trainer.init()?;
-        let mut samples = self.samples();
+        let mut samples = step_samples(self.dims.vocab);
         let adv = grpo::advantages(&samples);
         let loss = grpo::loss(LR, CLIP, 0.0, 1.0);
         // The behaviour logprobs, as the engine would return them with the samples.
@@ -404,25 +404,26 @@ impl Ctx<'_> {
             }
         })
     }
+}
 
-    /// The step's samples: groups of [`GROUP`], rewards alternating 0/1.
-    fn samples(&self) -> Vec<Sample> {
-        let v = self.dims.vocab;
-        (0..STEP_B)
-            .map(|i| {
-                let row: Vec<u32> = (0..STEP_T)
-                    .map(|j| (((i * STEP_T + j) * 7919) % v) as u32)
-                    .collect();
-                Sample {
-                    group: i / GROUP,
-                    prompt: row[..STEP_PROMPT].to_vec(),
-                    completion: row[STEP_PROMPT..].to_vec(),
-                    logprobs: Vec::new(),
-                    reward: (i % 2) as f32,
-                }
-            })
-            .collect()
-    }
+/// The GRPO step's samples over a vocabulary of `vocab`: [`STEP_B`] rows of [`STEP_T`] token
+/// ids spread over it ([`STEP_PROMPT`] of prompt), groups of [`GROUP`], rewards alternating
+/// 0/1 (also the batch of `tandem bench trainers`).
+pub(super) fn step_samples(vocab: usize) -> Vec<Sample> {
+    (0..STEP_B)
+        .map(|i| {
+            let row: Vec<u32> = (0..STEP_T)
+                .map(|j| (((i * STEP_T + j) * 7919) % vocab) as u32)
+                .collect();
+            Sample {
+                group: i / GROUP,
+                prompt: row[..STEP_PROMPT].to_vec(),
+                completion: row[STEP_PROMPT..].to_vec(),
+                logprobs: Vec::new(),
+                reward: (i % 2) as f32,
+            }
+        })
+        .collect()
 }
 
 /// The batch as the torch script reads it: tokens, prompt length, advantages.

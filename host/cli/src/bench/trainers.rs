@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::Figure;
-use super::native::median;
+use super::native::{STEP_B, STEP_T, median, step_samples};
 use crate::error::CliError;
 use serde_json::json;
 use tandem_plugin_api::{ComponentConfig, ComponentKind, Metric, TrainBatch, WhichWeights};
-use tandem_rl::grpo::{self, Sample};
+use tandem_rl::grpo;
 use tandem_rl::warmstart::create_preset;
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
@@ -33,10 +33,6 @@ use tandem_runtime::role::{Local, Trainer};
 use tandem_runtime::services::Services;
 
 const BENCH: &str = "trainers";
-const STEP_B: usize = 8;
-const STEP_T: usize = 64;
-const STEP_PROMPT: usize = 16;
-const GROUP: usize = 4;
 const LR: f32 = 1e-5;
 
 /// One trainer of the comparison: plugin component, options, its name in the figures.
@@ -205,20 +201,7 @@ fn grpo_batch(
     model: &Path,
 ) -> Result<TrainBatch, CliError> {
     let vocab = vocab_size(model)?;
-    let mut samples: Vec<Sample> = (0..STEP_B)
-        .map(|i| {
-            let row: Vec<u32> = (0..STEP_T)
-                .map(|j| (((i * STEP_T + j) * 7919) % vocab) as u32)
-                .collect();
-            Sample {
-                group: i / GROUP,
-                prompt: row[..STEP_PROMPT].to_vec(),
-                completion: row[STEP_PROMPT..].to_vec(),
-                logprobs: Vec::new(),
-                reward: (i % 2) as f32,
-            }
-        })
-        .collect();
+    let mut samples = step_samples(vocab);
     let adv = grpo::advantages(&samples);
     let loss = grpo::loss(LR, 0.2, 0.0, 1.0);
     let probe = grpo::batch(&samples, &adv, loss.clone(), true);

@@ -243,25 +243,7 @@ class MegatronTrainer(TrainerState, CheckpointOps):
             dist.all_reduce(sums, group=self.dp_group)
             sums = sums.cpu()
         grad_norm = self._clip(float(loss_cfg.get("grad_clip", 0.0)))
-        applied = grad_norm == grad_norm and grad_norm != float("inf")
-        if applied:
-            for g in self.optim.param_groups:
-                g["lr"] = lr
-            self.optim.step()
-            self.version += 1
-        self.optim.zero_grad(set_to_none=True)
-        tokens = float(sums[4])
-        d = max(tokens, 1.0)
-        return {
-            "loss": float(sums[0]) / z,
-            "nll": float(sums[1]) / d,
-            "kl": float(sums[2]) / d,
-            "clip_frac": float(sums[3]) / d,
-            "tokens": tokens,
-            "grad_norm": grad_norm if applied else None,
-            "applied": 1.0 if applied else 0.0,
-            "weight_version": float(self.version),
-        }
+        return self._finish_step(grad_norm, lr, sums, z)
 
     def _sum_grads_over_dp(self):
         """Sums gradients over the DP group, in flat buckets (the full-batch gradient)."""

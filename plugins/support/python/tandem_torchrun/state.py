@@ -39,6 +39,30 @@ class TrainerState:
     def _state(self):
         return {"weight_version": self.version, "adam_step": self._adam_step()}
 
+    def _finish_step(self, grad_norm, lr, sums, z):
+        """Applies the optimizer step unless the gradient norm is not finite (the step is then
+        skipped), frees the gradients, and returns the step's metrics from the all-reduced
+        ``sums`` (``[loss·Z, nll·Z, kl·Z, clipped tokens, tokens]``) and the normaliser ``z``."""
+        applied = grad_norm == grad_norm and grad_norm != float("inf")
+        if applied:
+            for g in self.optim.param_groups:
+                g["lr"] = lr
+            self.optim.step()
+            self.version += 1
+        self.optim.zero_grad(set_to_none=True)
+        tokens = float(sums[4])
+        d = max(tokens, 1.0)
+        return {
+            "loss": float(sums[0]) / z,
+            "nll": float(sums[1]) / d,
+            "kl": float(sums[2]) / d,
+            "clip_frac": float(sums[3]) / d,
+            "tokens": tokens,
+            "grad_norm": grad_norm if applied else None,
+            "applied": 1.0 if applied else 0.0,
+            "weight_version": float(self.version),
+        }
+
     # ---- snapshots -----------------------------------------------------------------------
 
     def op_snapshot(self, name):
