@@ -54,16 +54,7 @@ class FsdpTrainer(TrainerState):
     NAME = "fsdp"
 
     def __init__(self, cfg, rank, world):
-        self.cfg = cfg
-        self.opts = cfg["options"]
-        self.rank = rank
-        self.world = world
-        self.device = torch.device(cfg["device"])
-        self.model = None
-        self.optim = None
-        self.version = 0
-        self.snapshots = {}
-        self.offloaded = set()
+        super().__init__(cfg, rank, world)
         self.lora = self.opts.get("lora")
 
     # ---- helpers -------------------------------------------------------------------------

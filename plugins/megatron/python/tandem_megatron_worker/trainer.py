@@ -44,17 +44,8 @@ class MegatronTrainer(TrainerState, CheckpointOps):
     NAME = "megatron"
 
     def __init__(self, cfg, rank, world):
-        self.cfg = cfg
-        self.opts = cfg["options"]
-        self.rank = rank
-        self.world = world
-        self.device = torch.device(cfg["device"])
-        self.model = None
-        self.optim = None
+        super().__init__(cfg, rank, world)
         self.spec = None
-        self.version = 0
-        self.snapshots = {}
-        self.offloaded = set()
 
     # ---- options and groups --------------------------------------------------------------
 

@@ -6,7 +6,7 @@
 - ``loss``: the policy and SFT losses (the native trainer's definition, in torch).
 - ``batch``: right-padded batches and their completion masks.
 - ``files``: checkpoint files — the state file, fsync, atomic publication.
-- ``state``: the init/offload guard, actor/ref snapshots, memory tags, stats (a mixin).
+- ``state``: the init/offload guard, actor/ref snapshots, memory tags, stats (the base class of the workers' trainers).
 
 The plugin library embeds this package and writes it beside its own worker package.
 """

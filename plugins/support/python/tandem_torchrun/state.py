@@ -1,9 +1,9 @@
 """What every torchrun trainer does with its state beside the model math: the init/offload
 guard, actor/ref snapshots (TensorBackuper semantics), memory tags, the AdamW step, stats.
 
-``TrainerState`` is a mixin. The trainer sets ``NAME``, ``self.model``, ``self.optim``,
-``self.version``, ``self.snapshots`` (dict), ``self.offloaded`` (set), ``self.device``,
-``self.world``, and defines ``_snapshot_params()`` (the tensors a snapshot holds, in a stable
+``TrainerState`` is a base class: its ``__init__`` sets the state every trainer has (``cfg``,
+``opts``, ``rank``, ``world``, ``device``, ``model``, ``optim``, ``version``, ``snapshots``,
+``offloaded``); the trainer sets ``NAME``, fills ``model`` and ``optim`` at init, and defines ``_snapshot_params()`` (the tensors a snapshot holds, in a stable
 order), ``_backup(obj)`` (a copy of a tensor or an optimizer state dict that outlives later
 in-place updates) and may extend ``_extra_metrics()``.
 """
@@ -18,9 +18,21 @@ SCRATCH = "tandem.trainer/scratch"
 
 
 class TrainerState:
-    """Snapshots, memory tags and stats of a torchrun trainer (a mixin; see the module doc)."""
+    """Snapshots, memory tags and stats of a torchrun trainer (see the module doc)."""
 
     NAME = "?"
+
+    def __init__(self, cfg, rank, world):
+        self.cfg = cfg
+        self.opts = cfg["options"]
+        self.rank = rank
+        self.world = world
+        self.device = torch.device(cfg["device"])
+        self.model = None
+        self.optim = None
+        self.version = 0
+        self.snapshots = {}
+        self.offloaded = set()
 
     def _ready(self, op):
         if self.model is None:
