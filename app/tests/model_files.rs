@@ -84,16 +84,19 @@ fn a_full_run_writes_complete_checkpoints_that_generate_from_a_prompt() {
     assert!(g["text"].is_string(), "{g}");
     assert!(!g["prompt_ids"].as_array().unwrap().is_empty());
 
-    // `--resume` completes a checkpoint written without the companion files.
+    // `--resume` completes a checkpoint written without the companion files (one that old
+    // has no manifest either: with one, the missing files would fail its checks).
     for f in [
         "tokenizer.json",
         "tokenizer_config.json",
         "generation_config.json",
+        "tandem_manifest.json",
     ] {
         std::fs::remove_file(ck.join(f)).unwrap();
     }
     let out = t.tandem(&["run", "--resume", run.to_str().unwrap(), "--steps", "3"]);
     assert!(out.status.success(), "{}", out.stderr_text());
+    assert!(!out.stderr_text().contains("skipping checkpoint"));
     assert_complete(&ck);
     assert_complete(&run.join("checkpoints/step-000003"));
 }

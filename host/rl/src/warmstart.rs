@@ -241,6 +241,9 @@ pub fn sft(
         trainer.save_checkpoint(stage.display().to_string().into()),
         "sft: save_checkpoint",
     )?;
+    // The model is its weights: the checkpoint's AdamW moments (twice the weights' size)
+    // have no use in it.
+    let _ = std::fs::remove_file(stage.join("optimizer.safetensors"));
     // Tokenizer, generation config and chat template of the model it started from.
     tandem_model::companion::complete(model, &stage)?;
     drop(trainer);

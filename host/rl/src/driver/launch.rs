@@ -7,7 +7,7 @@ use super::rundir::{self, RunFiles, absolute};
 use super::world::World;
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
-use crate::checkpoint;
+use crate::checkpoint::{self, LoopState};
 use crate::config::{LoadedJob, PlacementMode, ResolvedPlan};
 use crate::error::RlError;
 use crate::eval::EvalSet;
@@ -16,6 +16,7 @@ use crate::phases::Engines;
 use crate::prompt::PromptCodec;
 use crate::task::HeldOut;
 use crate::warmstart;
+use std::path::{Path, PathBuf};
 use tandem_control::protocol::Role;
 use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::orchestrator::EngineMachine;
@@ -50,6 +51,13 @@ impl<'a> Loop<'a> {
         )?;
         bridge.set_source_model(&plan.model_path);
         rundir::prepare(job, opts)?;
+        // Before anything is written: a run whose checkpoints all fail their checks stops here
+        // with its directory as it was.
+        let resume_from = if opts.resume {
+            resume_point(&opts.run_dir)?
+        } else {
+            None
+        };
         let model = warmstart::ModelPlan {
             target: &plan.model_path,
             preset: plan.model_init_preset.as_deref(),
@@ -68,12 +76,6 @@ impl<'a> Loop<'a> {
         }
         let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
         let eval = evaluation(job, &codec)?;
-        let resume_from = if opts.resume {
-            checkpoint::clean_partial(&opts.run_dir);
-            checkpoint::newest(&opts.run_dir)?
-        } else {
-            None
-        };
         if let Some((dir, _)) = &resume_from {
             // A checkpoint written before checkpoints carried them gets the job model's
             // companion files (tokenizer, generation config) now.
@@ -101,8 +103,27 @@ impl<'a> Loop<'a> {
     }
 }
 
+/// The checkpoint `--resume` continues from ([`checkpoint::newest_valid`]), one warning per
+/// newer checkpoint skipped; half-written checkpoints are removed once one is chosen.
+fn resume_point(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError> {
+    let found = checkpoint::newest_valid(run_dir)?;
+    checkpoint::clean_partial(run_dir);
+    let Some(r) = found else {
+        return Ok(None);
+    };
+    for s in &r.skipped {
+        tracing::warn!(
+            "skipping checkpoint {}: {}; resuming from {}",
+            s.dir.display(),
+            s.reason,
+            r.dir.display()
+        );
+    }
+    Ok(Some((r.dir, r.state)))
+}
+
 /// The transport world of a run whose bridge moves data over it ([`World::for_bridge`]).
-fn bridge_world(
+pub(super) fn bridge_world(
     launcher: &LocalLauncher,
     plan: &ResolvedPlan,
     transport: &crate::config::TransportSection,
@@ -138,7 +159,7 @@ fn evaluation(job: &LoadedJob, codec: &PromptCodec) -> Result<Option<Evaluation>
 
 impl Launch<'_> {
     /// Spawns the engine ranks and the trainer and starts every engine.
-    fn spawn(
+    pub(super) fn spawn(
         &self,
         launcher: &mut LocalLauncher,
         bridge: &BridgeDriver,

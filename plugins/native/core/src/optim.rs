@@ -79,13 +79,16 @@ impl AdamW {
     }
 }
 
-/// L2 norm of all gradients (f64 accumulation).
+/// L2 norm of all gradients (f64 accumulation). Deterministic: each chunk's sum of squares
+/// is computed in parallel, the chunk sums are added in order on one thread (a rayon `sum`
+/// adds them in a tree whose shape depends on work stealing, so the last bits of the norm,
+/// and through the clip the parameters, could differ from run to run).
 pub fn grad_norm(grads: &[f32]) -> f64 {
-    grads
+    let partial: Vec<f64> = grads
         .par_chunks(CHUNK)
         .map(|c| c.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>())
-        .sum::<f64>()
-        .sqrt()
+        .collect();
+    partial.iter().sum::<f64>().sqrt()
 }
 
 /// Scales gradients so their global norm is at most `max_norm`; returns the norm before

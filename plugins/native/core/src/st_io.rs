@@ -324,6 +324,41 @@ pub fn digest_files(
     Ok(Some(d))
 }
 
+/// Loads flat f32 tensors by name from the safetensors file `path` into their buffers: each
+/// must be in the file as F32 with shape `[len of its buffer]`, all checked before any is read
+/// (a mismatch leaves every buffer as it was); other tensors in the file are ignored. The
+/// trainer's optimizer file (moments `m` and `v`) is read with it.
+pub fn load_flat(path: &Path, tensors: &mut [(&str, &mut [f32])]) -> Result<()> {
+    let (mut f, start, meta) = open_checked(path)?;
+    let mut infos = Vec::with_capacity(tensors.len());
+    for (name, buf) in tensors.iter() {
+        let info = meta
+            .info(name)
+            .ok_or_else(|| st_err(path, format!("no tensor `{name}`")))?;
+        if info.dtype != Dtype::F32 || info.shape != [buf.len()] {
+            return Err(st_err(
+                path,
+                format!(
+                    "tensor `{name}` is {:?} {:?}, the trainer needs F32 [{}]",
+                    info.dtype,
+                    info.shape,
+                    buf.len()
+                ),
+            ));
+        }
+        infos.push(info.clone());
+    }
+    for ((name, buf), info) in tensors.iter_mut().zip(&infos) {
+        let at = start + info.data_offsets.0 as u64;
+        if cfg!(target_endian = "little") {
+            read_run(&f, path, at, buf)?;
+        } else {
+            read_tensor(&mut f, path, name, info, at, buf)?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` over an existing file's pages (then cut to size), or creates it.
 /// Unlike `std::fs::write` (which truncates first), rewriting a file that already exists
 /// costs no freeing and re-allocating of its page-cache pages, nor a truncate in the journal.

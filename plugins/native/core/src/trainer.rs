@@ -89,6 +89,16 @@ impl Trainer {
         self.grads.as_slice()
     }
 
+    /// The AdamW moments `(m, v)` (trainable-parameter layout).
+    pub fn moments(&self) -> (&[f32], &[f32]) {
+        (self.m.as_slice(), self.v.as_slice())
+    }
+
+    /// The AdamW moments `(m, v)`, writable (a checkpoint's moments are loaded into them).
+    pub fn moments_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        (self.m.as_mut_slice(), self.v.as_mut_slice())
+    }
+
     /// Sets all gradients to zero.
     pub fn zero_grad(&mut self) {
         self.grads.as_mut_slice().fill(0.0);

@@ -36,32 +36,10 @@ pub fn write(
 ) -> std::io::Result<Option<String>> {
     let mut entries: Vec<_> = layout.entries().iter().collect();
     entries.sort_by_key(|e| e.offset);
-    let mut header = Map::new();
-    header.insert("__metadata__".into(), json!({"format": "pt"}));
-    let mut offset = 0usize;
-    for e in &entries {
-        let bytes = e.numel() * 4;
-        header.insert(
-            e.name.clone(),
-            json!({"dtype": "F32", "shape": e.shape, "data_offsets": [offset, offset + bytes]}),
-        );
-        offset += bytes;
-    }
-    let mut text = (0u64).to_le_bytes().to_vec();
-    text.extend_from_slice(Value::Object(header).to_string().as_bytes());
-    // The data starts 8-byte aligned.
-    while !text.len().is_multiple_of(8) {
-        text.push(b' ');
-    }
-    let n = (text.len() - 8) as u64;
-    text[..8].copy_from_slice(&n.to_le_bytes());
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)?;
-    f.write_all_at(&text, 0)?;
-    let data_start = text.len() as u64;
+    let (f, data_start, offset) = open_with_header(
+        path,
+        entries.iter().map(|e| (e.name.as_str(), &e.shape[..])),
+    )?;
     let whole = offset == buf.len() * 4
         && entries
             .iter()
@@ -98,6 +76,57 @@ pub fn write(
     }
     f.set_len(data_start + offset as u64)?;
     Ok(digest.then(|| tandem_native_core::digest::digest(buf)))
+}
+
+/// Writes the flat f32 tensors `(name, values)` (shape `[values.len()]`, in this order) to
+/// `path` as one safetensors file, each streamed from its buffer as [`write`] streams weights:
+/// the trainer's optimizer file (moments `m` and `v`, each as large as the trainable
+/// parameters) is written with it.
+pub fn write_flat(path: &Path, tensors: &[(&str, &[f32])]) -> std::io::Result<()> {
+    let shapes: Vec<[usize; 1]> = tensors.iter().map(|(_, v)| [v.len()]).collect();
+    let names = tensors.iter().map(|(n, _)| *n);
+    let (f, start, len) = open_with_header(path, names.zip(shapes.iter().map(|s| &s[..])))?;
+    let mut at = start;
+    for (_, values) in tensors {
+        write_values(&f, at, values)?;
+        at += 4 * values.len() as u64;
+    }
+    f.set_len(start + len as u64)
+}
+
+/// Opens `path` for writing in place and writes the safetensors header of the F32 tensors
+/// `(name, shape)`, their data back to back in this order; returns the file, the byte offset
+/// where the data starts and the data's length in bytes.
+fn open_with_header<'a>(
+    path: &Path,
+    tensors: impl Iterator<Item = (&'a str, &'a [usize])>,
+) -> std::io::Result<(std::fs::File, u64, usize)> {
+    let mut header = Map::new();
+    header.insert("__metadata__".into(), json!({"format": "pt"}));
+    let mut offset = 0usize;
+    for (name, shape) in tensors {
+        let bytes = shape.iter().product::<usize>() * 4;
+        header.insert(
+            name.to_string(),
+            json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        offset += bytes;
+    }
+    let mut text = (0u64).to_le_bytes().to_vec();
+    text.extend_from_slice(Value::Object(header).to_string().as_bytes());
+    // The data starts 8-byte aligned.
+    while !text.len().is_multiple_of(8) {
+        text.push(b' ');
+    }
+    let n = (text.len() - 8) as u64;
+    text[..8].copy_from_slice(&n.to_le_bytes());
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    f.write_all_at(&text, 0)?;
+    Ok((f, text.len() as u64, offset))
 }
 
 /// Writes f32 values as little-endian bytes at byte `at` (large runs split over the cores,
@@ -189,5 +218,26 @@ mod tests {
                 .all(|(x, y)| x.to_bits() == y.to_bits())
         );
         assert_eq!(st_io::digest_files(&files, &m.layout, &same).unwrap(), d);
+    }
+
+    #[test]
+    fn flat_tensors_load_back_bit_exact_and_a_mismatch_reads_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("optimizer.safetensors");
+        let m: Vec<f32> = (0..1000).map(|i| (i as f32).sin() * 1e-3).collect();
+        let v: Vec<f32> = (0..1000).map(|i| (i as f32).cos().powi(2) * 1e-6).collect();
+        // Over a longer file: cut to size.
+        std::fs::write(&path, vec![0x7fu8; 20_000]).unwrap();
+        super::write_flat(&path, &[("m", &m), ("v", &v)]).unwrap();
+        let (mut m2, mut v2) = (vec![0f32; 1000], vec![0f32; 1000]);
+        st_io::load_flat(&path, &mut [("m", &mut m2), ("v", &mut v2)]).unwrap();
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&m2), bits(&m));
+        assert_eq!(bits(&v2), bits(&v));
+        // `v` of another length: refused before `m` is read.
+        let (mut m3, mut v3) = (vec![0f32; 1000], vec![0f32; 999]);
+        let err = st_io::load_flat(&path, &mut [("m", &mut m3), ("v", &mut v3)]).unwrap_err();
+        assert!(err.to_string().contains("`v`"), "{err}");
+        assert!(m3.iter().all(|x| *x == 0.0));
     }
 }

@@ -1,17 +1,31 @@
-//! Trainer snapshots (host or in-plugin) and checkpoint save/load (HF dir or PEFT adapter dir,
-//! plus `tandem_trainer_state.json` with the weight version and optimizer step).
+//! Trainer snapshots (host or in-plugin) and checkpoint save/load: an HF dir or PEFT adapter
+//! dir, plus `tandem_trainer_state.json` (weight version and optimizer step) and
+//! `optimizer.safetensors` (the AdamW moments, flat F32 tensors `m` and `v` over the trainable
+//! parameters, full fine-tuning and LoRA alike), so that a run resumed from a checkpoint
+//! trains bit for bit as it would have without the stop. A checkpoint without the optimizer
+//! file (written before checkpoints carried it) loads with the moments zeroed, and one
+//! warning. A full fine-tuning checkpoint also gets `model.safetensors.index.json`, so that
+//! loaders that take every `*.safetensors` of an unindexed directory skip the optimizer file.
 
 use std::path::Path;
 
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::ModelConfig;
+use tandem_native_core::layout::ParamLayout;
 use tandem_native_core::lora::LoraAdapter;
 use tandem_native_core::st_io;
+use tandem_native_core::trainer::Trainer;
 use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::{CheckpointInfo, PluginError, RString};
+use tandem_plugin_api::{CheckpointInfo, LogLevel, PluginError, RString};
 
-use super::{NativeTrainer, SNAPSHOT_TAGS, STATE_FILE, Snap};
-use crate::common::{Ctx, host_call};
+use super::{NativeTrainer, SNAPSHOT_TAGS, STATE_FILE, Snap, st_write};
+use crate::common::{Ctx, host_call, log};
+
+/// File of a checkpoint with the AdamW moments (see the module doc).
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+
+/// The weights' index, written into full fine-tuning checkpoints ([`write_index`]).
+const INDEX_FILE: &str = "model.safetensors.index.json";
 
 impl NativeTrainer {
     pub(super) fn take_snapshot(&mut self, name: &str) -> Result<()> {
@@ -75,6 +89,13 @@ impl NativeTrainer {
         let (tr, _) = self.ready("save_checkpoint")?;
         tr.save_checkpoint(dir)
             .ctx(&format!("save_checkpoint {}", dir.display()))?;
+        let path = dir.join(OPTIMIZER_FILE);
+        let (m, v) = tr.moments();
+        st_write::write_flat(&path, &[("m", m), ("v", v)])
+            .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))?;
+        if tr.lora.is_none() {
+            write_index(dir, &tr.model.layout)?;
+        }
         let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
         let path = dir.join(STATE_FILE);
         std::fs::write(&path, state.to_string())
@@ -86,40 +107,30 @@ impl NativeTrainer {
         })
     }
 
+    /// Loads the checkpoint in `dir`: the parameters are staged and checked, then the moments
+    /// are read (their file checked before any is), then the parameters copied in.
     pub(super) fn load(&mut self, dir: &Path) -> Result<CheckpointInfo> {
         let what = format!("load_checkpoint {}", dir.display());
         let (tr, _) = self.ready("load_checkpoint")?;
-        match tr.lora.as_mut() {
-            Some(ad) => {
-                let staged =
-                    LoraAdapter::load(dir, &tr.model.cfg, &mut VecProvider::new()).ctx(&what)?;
-                if staged.layout != ad.layout {
-                    return Err(PluginError::invalid_input(format!(
-                        "{what}: adapter (r={}, targets {:?}) differs from the one being trained \
-                         (r={}, targets {:?})",
-                        staged.cfg.r, staged.cfg.targets, ad.cfg.r, ad.cfg.targets
-                    )));
+        let staged = Staged::read(tr, dir, &what)?;
+        let opt_path = dir.join(OPTIMIZER_FILE);
+        let moments = opt_path.exists();
+        let (m, v) = tr.moments_mut();
+        if moments {
+            st_io::load_flat(&opt_path, &mut [("m", m), ("v", v)]).ctx(&what)?;
+        } else {
+            m.fill(0.0);
+            v.fill(0.0);
+        }
+        match staged {
+            Staged::Adapter(staged) => {
+                if let Some(ad) = tr.lora.as_mut() {
+                    ad.weights
+                        .as_mut_slice()
+                        .copy_from_slice(staged.weights.as_slice());
                 }
-                ad.weights
-                    .as_mut_slice()
-                    .copy_from_slice(staged.weights.as_slice());
             }
-            None => {
-                let cfg = ModelConfig::from_dir(dir).ctx(&what)?;
-                if cfg != tr.model.cfg {
-                    return Err(PluginError::invalid_input(format!(
-                        "{what}: config.json describes another architecture than the loaded model"
-                    )));
-                }
-                let files = st_io::model_files(dir).ctx(&what)?;
-                let mut staged = vec![0f32; tr.model.layout.total_len()];
-                let tied = cfg.tie_word_embeddings;
-                st_io::load_into(&files, &tr.model.layout, &mut staged, &|n| {
-                    (!(tied && n == "lm_head.weight")).then(|| n.to_string())
-                })
-                .ctx(&what)?;
-                tr.model.copy_weights_from(&staged).ctx(&what)?;
-            }
+            Staged::Base(staged) => tr.model.copy_weights_from(&staged).ctx(&what)?,
         }
         if let Ok(text) = std::fs::read_to_string(dir.join(STATE_FILE))
             && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
@@ -131,12 +142,81 @@ impl NativeTrainer {
                 self.version = w;
             }
         }
+        if !moments {
+            let msg = format!(
+                "{what}: no {OPTIMIZER_FILE} (a checkpoint written before checkpoints carried \
+                 the AdamW moments): the moments start from zero"
+            );
+            log(&self.host, LogLevel::Warn, &msg);
+        }
         Ok(CheckpointInfo {
             dir: dir.display().to_string().into(),
             weight_version: self.version,
             bytes: dir_bytes(dir),
         })
     }
+}
+
+/// The trainable parameters of a checkpoint, read and checked, not yet in the trainer.
+enum Staged {
+    /// LoRA mode: the adapter.
+    Adapter(LoraAdapter),
+    /// Full fine-tuning: the base weights in the model's layout.
+    Base(Vec<f32>),
+}
+
+impl Staged {
+    fn read(tr: &Trainer, dir: &Path, what: &str) -> Result<Staged> {
+        match tr.lora.as_ref() {
+            Some(ad) => {
+                let staged =
+                    LoraAdapter::load(dir, &tr.model.cfg, &mut VecProvider::new()).ctx(what)?;
+                if staged.layout != ad.layout {
+                    return Err(PluginError::invalid_input(format!(
+                        "{what}: adapter (r={}, targets {:?}) differs from the one being trained \
+                         (r={}, targets {:?})",
+                        staged.cfg.r, staged.cfg.targets, ad.cfg.r, ad.cfg.targets
+                    )));
+                }
+                Ok(Staged::Adapter(staged))
+            }
+            None => {
+                let cfg = ModelConfig::from_dir(dir).ctx(what)?;
+                if cfg != tr.model.cfg {
+                    return Err(PluginError::invalid_input(format!(
+                        "{what}: config.json describes another architecture than the loaded model"
+                    )));
+                }
+                let files = st_io::model_files(dir).ctx(what)?;
+                let mut staged = vec![0f32; tr.model.layout.total_len()];
+                let tied = cfg.tie_word_embeddings;
+                st_io::load_into(&files, &tr.model.layout, &mut staged, &|n| {
+                    (!(tied && n == "lm_head.weight")).then(|| n.to_string())
+                })
+                .ctx(what)?;
+                Ok(Staged::Base(staged))
+            }
+        }
+    }
+}
+
+/// Writes `model.safetensors.index.json` naming `model.safetensors` for every weight of
+/// `layout`: loaders that read every `*.safetensors` of a directory that has no index (vLLM,
+/// SGLang) then read the weights alone, not the optimizer file beside them; loaders that look
+/// for `model.safetensors` first (transformers, this plugin) read it as before.
+fn write_index(dir: &Path, layout: &ParamLayout) -> Result<()> {
+    let weight_map: serde_json::Map<String, serde_json::Value> = layout
+        .entries()
+        .iter()
+        .map(|e| (e.name.clone(), "model.safetensors".into()))
+        .collect();
+    let index = serde_json::json!({
+        "metadata": {"total_size": layout.num_params() * 4},
+        "weight_map": weight_map,
+    });
+    let path = dir.join(INDEX_FILE);
+    std::fs::write(&path, index.to_string())
+        .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))
 }
 
 /// The `weight_version` recorded in `<dir>/tandem_trainer_state.json`, if any.

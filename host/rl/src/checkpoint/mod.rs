@@ -1,18 +1,24 @@
 //! Checkpoints of a run and `--resume`.
 //!
 //! `save` asks the trainer to write `<run_dir>/checkpoints/.step-NNNNNN.tmp`, adds
-//! [`LOOP_STATE`] (step, data position, weight version) and the companion files of the job's
-//! model (tokenizer, generation config, chat template: `tandem_model::companion`), fsyncs,
-//! and renames the directory to `step-NNNNNN`: a directory with that name is complete by
-//! construction, and Hugging Face tools, vLLM and `tandem generate` load it as it is (a LoRA
-//! run's checkpoint is a PEFT adapter directory with the same companions). `newest` finds the
-//! highest complete one; half-written `.tmp` directories are ignored (and removed on resume).
+//! [`LOOP_STATE`] (step, data position, weight version), [`STEP_METRICS`] and the companion
+//! files of the job's model (tokenizer, generation config, chat template:
+//! `tandem_model::companion`), then, last, the manifest [`MANIFEST`] of every other file
+//! (size and xxh3-64: `manifest.rs`), fsyncs, and renames the directory to `step-NNNNNN`: a
+//! directory with that name is complete by construction, and Hugging Face tools, vLLM and
+//! `tandem generate` load it as it is (a LoRA run's checkpoint is a PEFT adapter directory
+//! with the same companions). [`newest_valid`] finds the newest checkpoint whose files match
+//! its manifest, naming each newer one it skips and why; half-written `.tmp` directories are
+//! ignored (and removed on resume).
 
 use crate::error::RlError;
 use crate::metrics::StepMetrics;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use tandem_runtime::launch::RemoteTrainer;
+
+mod manifest;
+pub use manifest::MANIFEST;
 
 /// File inside a checkpoint with the loop's position.
 pub const LOOP_STATE: &str = "tandem_loop_state.json";
@@ -63,6 +69,8 @@ pub fn save(
         .map_err(|e| RlError::failed(format!("encoding the step metrics: {e}")))?;
     std::fs::write(&path, text).map_err(RlError::io(format!("writing {}", path.display())))?;
     tandem_model::companion::complete(source_model, &tmp)?;
+    // Last: the manifest covers every file above.
+    manifest::write(&tmp)?;
     sync_tree(&tmp)?;
     if done.exists() {
         // The same step saved again after a resume: replace it as a whole.
@@ -96,7 +104,94 @@ fn sync_tree(dir: &Path) -> Result<(), RlError> {
     sync_dir(dir)
 }
 
-/// The newest complete checkpoint of a run and its loop state.
+/// The checkpoint a run resumes from ([`newest_valid`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its loop state.
+    pub state: LoopState,
+    /// The newer checkpoints that failed their checks, newest first.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A checkpoint [`newest_valid`] passed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Why it cannot be resumed from (one line).
+    pub reason: String,
+}
+
+/// The newest valid checkpoint of a run: the complete ones (`step-N` directories) are checked
+/// newest to oldest — every file its manifest lists is there with its size and digest, and
+/// its loop state parses — and the first that passes is returned with the newer ones skipped.
+/// A checkpoint written before checkpoints carried a manifest (no [`MANIFEST`]) counts as
+/// valid if its loop state parses. `Ok(None)`: the run has no complete checkpoint; an error
+/// (usage, one line naming each checkpoint and why) when it has some and none is valid.
+pub fn newest_valid(run_dir: &Path) -> Result<Option<Resume>, RlError> {
+    let mut skipped = Vec::new();
+    for dir in complete_newest_first(run_dir) {
+        match check(&dir) {
+            Ok(state) => {
+                return Ok(Some(Resume {
+                    dir,
+                    state,
+                    skipped,
+                }));
+            }
+            Err(reason) => skipped.push(Skipped { dir, reason }),
+        }
+    }
+    if skipped.is_empty() {
+        return Ok(None);
+    }
+    let why: Vec<String> = skipped
+        .iter()
+        .map(|s| format!("{}: {}", s.dir.display(), s.reason))
+        .collect();
+    Err(RlError::usage(format!(
+        "--resume {}: no checkpoint of the run is valid ({})",
+        run_dir.display(),
+        why.join("; ")
+    ))
+    .with_help(
+        "nothing was changed; put back an intact copy of a checkpoint directory, or start \
+         the job again with --output-dir NEW_DIR",
+    ))
+}
+
+/// The `step-N` directories of a run, highest N first.
+fn complete_newest_first(run_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir(run_dir)) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            Some((step, e.path()))
+        })
+        .collect();
+    found.sort_by_key(|(step, _)| std::cmp::Reverse(*step));
+    found.into_iter().map(|(_, p)| p).collect()
+}
+
+/// The loop state of a checkpoint that passes its checks, else why it does not.
+fn check(dir: &Path) -> Result<LoopState, String> {
+    let manifest = manifest::verify(dir)?;
+    let text = std::fs::read_to_string(dir.join(LOOP_STATE)).map_err(|e| {
+        let what = if manifest { "" } else { " (and no manifest)" };
+        format!("{LOOP_STATE} cannot be read{what}: {e}")
+    })?;
+    serde_json::from_str(&text).map_err(|e| format!("{LOOP_STATE} is not a loop state ({e})"))
+}
+
+/// The newest complete checkpoint of a run and its loop state, unverified (resuming uses
+/// [`newest_valid`]).
 pub fn newest(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError> {
     let root = dir(run_dir);
     let Ok(entries) = std::fs::read_dir(&root) else {
