@@ -1,6 +1,6 @@
 //! The RL loop end to end through `tandem run`: real worker processes, the event log's
-//! ordering invariants, `needs_offload = false`, bad run directories, a killed engine, a
-//! killed trainer and `--resume`, memory flatness over many steps, and `[run]
+//! ordering invariants, `needs_offload = false`, bad run directories, a killed engine and a
+//! killed trainer with restarts off (`[run] max_restarts = 0`) and `--resume`, memory flatness over many steps, and `[run]
 //! dump_rollouts`.
 
 #![allow(clippy::unwrap_used)]
@@ -224,10 +224,12 @@ fn dump_rollouts_writes_every_sample_of_every_step() {
 }
 
 #[test]
-fn a_killed_engine_stops_the_run_with_a_clear_error() {
+fn a_killed_engine_stops_the_run_with_a_clear_error_without_restarts() {
     let t = Scratch::new();
+    // `max_restarts = 0`: a death stops the run (restarts are `recovery.rs`'s).
     let job = t.job(&JobOpts {
         steps: 200,
+        extra_run: "max_restarts = 0\n".into(),
         ..JobOpts::default()
     });
     let mut child = t.spawn(&job, &[]);
@@ -244,11 +246,12 @@ fn a_killed_engine_stops_the_run_with_a_clear_error() {
 }
 
 #[test]
-fn a_killed_trainer_resumes_from_the_last_checkpoint() {
+fn a_killed_trainer_without_restarts_resumes_from_the_last_checkpoint() {
     let t = Scratch::warm();
     let job = t.job(&JobOpts {
         steps: 200,
         save_every: 2,
+        extra_run: "max_restarts = 0\n".into(),
         ..JobOpts::default()
     });
     let mut child = t.spawn(&job, &[]);

@@ -9,6 +9,12 @@ use tandem_rl::{self, RunOptions};
 
 /// Arguments of `tandem run`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "A worker that dies during a step is restarted and the step goes on \
+    (`[run] max_restarts`, `max_restarts_per_run`, `restart_backoff_secs`). To test that, \
+    TANDEM_CHAOS=\"seed=S,every=N[,victim=engine|trainer][,at=rollout|offload|train|save|sync]\" \
+    SIGKILLs one worker every N steps at a point drawn from the seed."
+)]
 pub struct RunArgs {
     /// The job file (optional with --resume: the run directory remembers it).
     #[arg(required_unless_present = "resume")]
@@ -63,6 +69,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         progress: !quiet && !args.json,
         exe: None,
         plugin_dirs: tandem_runtime::registry::plugin_dirs(cli_dirs, &job_dirs(&job)),
+        chaos: std::env::var(tandem_rl::driver::CHAOS_ENV).ok(),
     };
     if job.job.is_drafter_job() {
         return drafter(&job, &plan, &registry, opts, args.json, quiet);

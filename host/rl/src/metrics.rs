@@ -59,6 +59,9 @@ pub struct StepMetrics {
     /// Size of the held-out set (`[eval]` steps only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval_problems: Option<u32>,
+    /// Worker restarts of this run so far (after deaths), this process's.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 impl StepMetrics {

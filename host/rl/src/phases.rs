@@ -49,8 +49,11 @@ fn illegal(rank: usize, e: impl std::fmt::Display) -> RlError {
 }
 
 impl Engines {
-    /// Runs `f` on every engine in parallel; the first error (by rank) wins.
-    fn all(&self, f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync) -> Result<(), RlError> {
+    /// Runs `f` on every engine in parallel; each engine's result, by rank.
+    fn all(
+        &self,
+        f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync,
+    ) -> Vec<Result<(), RlError>> {
         std::thread::scope(|s| {
             let handles: Vec<_> = self.remotes.iter().map(|e| s.spawn(|| f(e))).collect();
             handles
@@ -59,13 +62,14 @@ impl Engines {
                     h.join()
                         .unwrap_or_else(|_| Err(RlError::failed("an engine call panicked")))
                 })
-                .collect::<Result<Vec<()>, _>>()
-                .map(drop)
+                .collect()
         })
     }
 
     /// Checks `op` on every machine first (so nothing is called when one would be illegal),
-    /// runs `call` on every engine, then commits the transitions and logs one event each.
+    /// runs `call` on every engine, then commits the transitions of the engines whose call
+    /// succeeded (so each machine follows its engine when another engine's worker died) and
+    /// logs one event each; the first failure (by rank) is returned.
     fn stage(
         &mut self,
         events: &EventLog,
@@ -78,12 +82,20 @@ impl Engines {
                 .apply(what.op.clone())
                 .map_err(|e| illegal(rank, e))?;
         }
-        self.all(|e| call(e).map_err(RlError::from))?;
-        for (rank, m) in self.machines.iter_mut().enumerate() {
-            m.apply(what.op.clone()).map_err(|e| illegal(rank, e))?;
-            events.record(step, &name(rank), what.label, what.detail);
+        let results = self.all(|e| call(e).map_err(RlError::from));
+        let mut first = None;
+        for (rank, (m, r)) in self.machines.iter_mut().zip(results).enumerate() {
+            match r {
+                Ok(()) => {
+                    m.apply(what.op.clone()).map_err(|e| illegal(rank, e))?;
+                    events.record(step, &name(rank), what.label, what.detail);
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// Tags this run releases on the engines, split into weights and the rest (KV cache...).
@@ -166,6 +178,47 @@ impl Engines {
             Stage::new(EngineOp::Continue, "continue", ""),
             |e| e.continue_generation(),
         )
+    }
+
+    /// Brings every engine back to generating, each from the state it is in (after a
+    /// recovery the survivors may be paused or released mid-step, a restarted engine serves):
+    /// whatever it released comes back, then `continue_generation`.
+    pub fn bring_back(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
+        for rank in 0..self.remotes.len() {
+            let e = &self.remotes[rank];
+            let released: Vec<String> = self.machines[rank].released().into_iter().collect();
+            if !released.is_empty() {
+                let op = EngineOp::Resume(released.iter().cloned().collect());
+                self.machines[rank]
+                    .clone()
+                    .apply(op.clone())
+                    .map_err(|x| illegal(rank, x))?;
+                e.resume_memory(&released)?;
+                self.machines[rank]
+                    .apply(op)
+                    .map_err(|x| illegal(rank, x))?;
+                events.record(step, &name(rank), "resume", &released.join(","));
+            }
+            if !self.machines[rank].can_generate() {
+                let op = EngineOp::Continue;
+                self.machines[rank]
+                    .clone()
+                    .apply(op.clone())
+                    .map_err(|x| illegal(rank, x))?;
+                e.continue_generation()?;
+                self.machines[rank]
+                    .apply(op)
+                    .map_err(|x| illegal(rank, x))?;
+                events.record(step, &name(rank), "continue", "");
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts a new engine (a fresh process serving `version`) in rank `rank`'s place.
+    pub fn replace(&mut self, rank: usize, engine: RemoteEngine, version: u64) {
+        self.remotes[rank] = engine;
+        self.machines[rank] = EngineMachine::new(version);
     }
 
     /// The lowest version any engine serves (0 without engines).

@@ -1,11 +1,12 @@
 //! One rollout: problems from the task, `group_size` samples of each spread over the
-//! engines (whole groups per engine, engines in parallel), decoded and rewarded.
+//! engines (whole groups per engine, engines in parallel), decoded and rewarded; an engine
+//! that failed is asked again for its own groups only ([`Pending`]).
 
 use super::grpo::Sample;
 use super::prompt::PromptCodec;
 use crate::error::RlError;
 use crate::task::{Problem, Task};
-use tandem_plugin_api::{GenerateRequest, ROption, RString, RVec, SamplingParams};
+use tandem_plugin_api::{Completion, GenerateRequest, ROption, RString, RVec, SamplingParams};
 use tandem_runtime::launch::RemoteEngine;
 
 /// Rollout settings.
@@ -35,77 +36,140 @@ pub struct Rollout {
     pub exact: usize,
 }
 
-/// Generates and rewards one rollout.
-pub fn run(
-    spec: &RolloutSpec,
-    engines: &[RemoteEngine],
-    task: &dyn Task,
-    codec: &PromptCodec,
-) -> Result<Rollout, RlError> {
-    let problems: Vec<Problem> = (0..u64::from(spec.prompts))
-        .map(|i| task.problem(spec.first_problem + i))
-        .collect();
-    let prompts = problems
-        .iter()
-        .map(|p| codec.prompt(&p.prompt))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Whole groups per engine: engine e gets groups e, e + E, ...
-    let n = engines.len().max(1);
-    let assignment: Vec<Vec<usize>> = (0..n)
-        .map(|e| (e..problems.len()).step_by(n).collect())
-        .collect();
-    let replies = std::thread::scope(|s| {
-        let handles: Vec<_> = engines
-            .iter()
-            .zip(&assignment)
-            .enumerate()
-            .map(|(e, (engine, groups))| {
-                let request = request(spec, e as u64, groups, &prompts, codec);
-                s.spawn(move || {
-                    if groups.is_empty() {
-                        return Ok(None);
-                    }
-                    engine.generate(request).map(Some).map_err(RlError::from)
-                })
-            })
+/// A rollout under way: its problems, their prompts, which engine generates which groups,
+/// and what each engine has returned so far. An engine whose worker died is asked again
+/// (by its replacement) for its own groups only; the others keep their completions.
+pub struct Pending {
+    problems: Vec<Problem>,
+    prompts: Vec<Vec<u32>>,
+    /// Engine `e`'s groups: e, e + E, ... (whole groups per engine).
+    assignment: Vec<Vec<usize>>,
+    /// Each engine's completions, once it returned them.
+    shares: Vec<Option<Vec<Completion>>>,
+}
+
+impl Pending {
+    /// The rollout of `spec` over `engines` engines: problems drawn and prompts encoded,
+    /// nothing generated yet.
+    pub fn new(
+        spec: &RolloutSpec,
+        engines: usize,
+        task: &dyn Task,
+        codec: &PromptCodec,
+    ) -> Result<Pending, RlError> {
+        let problems: Vec<Problem> = (0..u64::from(spec.prompts))
+            .map(|i| task.problem(spec.first_problem + i))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(RlError::failed("a rollout thread panicked")))
-            })
-            .collect::<Vec<_>>()
-    });
-    let mut samples = Vec::with_capacity(problems.len() * spec.group_size as usize);
-    let mut exact = 0;
-    for (reply, groups) in replies.into_iter().zip(&assignment) {
-        let Some(response) = reply? else { continue };
-        let want = groups.len() * spec.group_size as usize;
-        if response.completions.len() != want {
-            return Err(RlError::failed(format!(
-                "an engine returned {} completions for {want} prompts",
-                response.completions.len()
-            )));
-        }
-        for (k, c) in response.completions.iter().enumerate() {
-            let g = groups[k / spec.group_size as usize];
-            let text = codec.decode(&c.tokens)?;
-            let reward = task.reward(&problems[g], &text);
-            if reward >= 1.0 {
-                exact += 1;
-            }
-            samples.push(Sample {
-                group: g,
-                prompt: prompts[g].clone(),
-                completion: c.tokens.to_vec(),
-                logprobs: c.logprobs.to_vec(),
-                reward,
-            });
-        }
+        let prompts = problems
+            .iter()
+            .map(|p| codec.prompt(&p.prompt))
+            .collect::<Result<Vec<_>, _>>()?;
+        let n = engines.max(1);
+        let assignment: Vec<Vec<usize>> = (0..n)
+            .map(|e| (e..problems.len()).step_by(n).collect())
+            .collect();
+        let shares = assignment
+            .iter()
+            .map(|g| g.is_empty().then(Vec::new))
+            .collect();
+        Ok(Pending {
+            problems,
+            prompts,
+            assignment,
+            shares,
+        })
     }
-    samples.sort_by_key(|s| s.group);
-    Ok(Rollout { samples, exact })
+
+    /// Engine ranks whose completions are still missing.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.shares.len())
+            .filter(|&e| self.shares[e].is_none())
+            .collect()
+    }
+
+    /// Generates the missing shares, every engine in parallel. Every engine that answered
+    /// keeps its completions; the first failure (by rank) is returned with its rank.
+    pub fn generate(
+        &mut self,
+        spec: &RolloutSpec,
+        engines: &[RemoteEngine],
+        codec: &PromptCodec,
+    ) -> Result<(), (usize, RlError)> {
+        let missing = self.missing();
+        let replies = std::thread::scope(|s| {
+            let handles: Vec<_> = missing
+                .iter()
+                .map(|&e| {
+                    let request =
+                        request(spec, e as u64, &self.assignment[e], &self.prompts, codec);
+                    let engine = &engines[e];
+                    s.spawn(move || engine.generate(request).map_err(RlError::from))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(RlError::failed("a rollout thread panicked")))
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut first = None;
+        for (e, reply) in missing.into_iter().zip(replies) {
+            let want = self.assignment[e].len() * spec.group_size as usize;
+            match reply {
+                Ok(r) if r.completions.len() == want => {
+                    self.shares[e] = Some(r.completions.into_iter().collect());
+                }
+                Ok(r) => {
+                    let e2 = RlError::failed(format!(
+                        "engine rank {e} returned {} completions for {want} prompts",
+                        r.completions.len()
+                    ));
+                    first.get_or_insert((e, e2));
+                }
+                Err(err) => {
+                    first.get_or_insert((e, err));
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Decodes and rewards every engine's completions (all must be there).
+    pub fn finish(
+        self,
+        spec: &RolloutSpec,
+        task: &dyn Task,
+        codec: &PromptCodec,
+    ) -> Result<Rollout, RlError> {
+        let mut samples = Vec::with_capacity(self.problems.len() * spec.group_size as usize);
+        let mut exact = 0;
+        for (e, (share, groups)) in self.shares.iter().zip(&self.assignment).enumerate() {
+            let Some(completions) = share else {
+                return Err(RlError::failed(format!(
+                    "engine rank {e} has not generated its part of the rollout"
+                )));
+            };
+            for (k, c) in completions.iter().enumerate() {
+                let g = groups[k / spec.group_size as usize];
+                let text = codec.decode(&c.tokens)?;
+                let reward = task.reward(&self.problems[g], &text);
+                if reward >= 1.0 {
+                    exact += 1;
+                }
+                samples.push(Sample {
+                    group: g,
+                    prompt: self.prompts[g].clone(),
+                    completion: c.tokens.to_vec(),
+                    logprobs: c.logprobs.to_vec(),
+                    reward,
+                });
+            }
+        }
+        samples.sort_by_key(|s| s.group);
+        Ok(Rollout { samples, exact })
+    }
 }
 
 fn request(

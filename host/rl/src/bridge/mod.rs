@@ -67,6 +67,9 @@ pub struct BridgeDriver {
     source_model: Option<PathBuf>,
     /// Worker pids holding this bridge's half.
     installed: Mutex<HashSet<u32>>,
+    /// The last update every engine applied, as the engines got it: what a replacement for
+    /// a dead engine applies to serve what the others serve.
+    shipped: Option<WeightUpdate>,
 }
 
 const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
@@ -111,6 +114,7 @@ impl BridgeDriver {
             hook: None,
             source_model: None,
             installed: Mutex::new(HashSet::new()),
+            shipped: None,
         })
     }
 
@@ -263,6 +267,46 @@ impl BridgeDriver {
         Ok(())
     }
 
+    /// Where a replacement for a dead engine starts: the last shipped checkpoint directory
+    /// when the bridge restarts engines on its updates (`checkpoint`), else `None` (the
+    /// job's model, brought up to date by [`restore_engine`](Self::restore_engine)).
+    pub fn engine_start_dir(&self) -> Option<PathBuf> {
+        match (&self.shipped, self.restarts()) {
+            (Some(u), true) => match &u.payload {
+                UpdatePayload::CheckpointDir { dir } => Some(PathBuf::from(dir.as_str())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Brings `engine`, a replacement for a dead engine (started on
+    /// [`engine_start_dir`](Self::engine_start_dir) or the job's model), to what the other
+    /// engines serve: installs the bridge's half and, with `apply`, applies the last
+    /// shipped update (paused, checked like a sync: version and digest). The version it
+    /// serves then, or `None` when it was left as it started (nothing shipped yet, or the
+    /// caller syncs it with the others next).
+    pub fn restore_engine(
+        &self,
+        engine: &RemoteEngine,
+        engines: usize,
+        apply: bool,
+    ) -> Result<Option<u64>, RlError> {
+        self.install_engine(engine, engines)?;
+        let Some(update) = self.shipped.as_ref().filter(|_| apply) else {
+            return Ok(None);
+        };
+        engine.pause_generation(tandem_plugin_api::PauseMode::Wait)?;
+        let report = engine.bridge_apply(update.clone())?;
+        self.ledger.check_reports(
+            update,
+            std::slice::from_ref(&report),
+            std::slice::from_ref(engine),
+        )?;
+        engine.continue_generation()?;
+        Ok(Some(update.version))
+    }
+
     /// The trainer half: the trainer exports the bridge's kind and the bridge turns it into
     /// what ships; checked (versions only go up, a digest when verifying).
     fn export(&self, trainer: &RemoteTrainer, engines: usize) -> Result<WeightUpdate, RlError> {
@@ -397,6 +441,7 @@ impl BridgeDriver {
             self.adapter = Some(name.to_string());
         }
         self.ledger.version = Some(update.version);
+        self.shipped = Some(self.ledger.for_engines(&update));
         Ok(SyncRecord {
             version: update.version,
             mode: self.mode().to_string(),

@@ -70,6 +70,14 @@ pub struct RunSection {
     /// Append every rollout sample (prompt, completion, tokens, logprobs, reward, advantage)
     /// to `<run_dir>/rollouts.jsonl`.
     pub dump_rollouts: bool,
+    /// Restarts of one worker rank (an engine rank, the trainer) the run survives; one more
+    /// death of that rank stops the run. 0: any worker death stops the run.
+    pub max_restarts: u32,
+    /// Restarts of all workers together the run survives.
+    pub max_restarts_per_run: u32,
+    /// Wait before a rank's first restart (s); doubled for each later restart of that rank,
+    /// at most 60 s.
+    pub restart_backoff_secs: f64,
 }
 
 impl Default for RunSection {
@@ -81,6 +89,9 @@ impl Default for RunSection {
             seed: 0,
             save_every: 0,
             dump_rollouts: false,
+            max_restarts: 3,
+            max_restarts_per_run: 10,
+            restart_backoff_secs: 1.0,
         }
     }
 }

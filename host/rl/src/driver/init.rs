@@ -59,6 +59,8 @@ impl<'a> Loop<'a> {
         events.record(0, "loop", "bridge_setup", &launch.plan.bridge.mode);
         let metrics = open_metrics(&parts.files.metrics, opts.resume, &cursor, &resume_from)?;
         let offload = launch.trainer_offload(&parts.bridge);
+        let chaos = super::chaos::Chaos::new(opts.chaos.as_deref(), cursor.total_steps)
+            .map_err(|e| RlError::usage(e).with_help("unset it, or see `tandem run --help`"))?;
         let mut l = Loop {
             job,
             opts,
@@ -75,9 +77,14 @@ impl<'a> Loop<'a> {
             progress: Progress::new(cursor.first_step, cursor.total_steps, false),
             files: parts.files,
             cursor,
-            last_checkpoint: None,
+            last_checkpoint: resume_from.map(|(dir, _)| dir),
             eval: parts.eval,
             _world: parts.world,
+            launch,
+            replay: Vec::new(),
+            force_sync: false,
+            restarts: super::recover::Restarts::new(&job.run),
+            chaos,
         };
         l.first_onload()?;
         l.progress = Progress::new(l.cursor.first_step, l.cursor.total_steps, opts.progress);
@@ -103,7 +110,7 @@ impl<'a> Loop<'a> {
 
 /// The trainer's init, its `ref` snapshot (with a KL penalty) and, on `--resume`, the
 /// checkpoint: where the steps start (`total_steps` is the caller's).
-fn init_trainer(
+pub(super) fn init_trainer(
     trainer: &RemoteTrainer,
     events: &EventLog,
     kl: bool,

@@ -18,7 +18,11 @@
 //! 6. **eval** — with `[eval]`, on the steps it names (and before the first step): greedy
 //!    accuracy on the held-out set through the serving engines (`eval.rs`);
 //! 7. **record** — the step's metrics line, progress and plot (`record.rs`).
+//!
+//! A worker that dies during a step is restarted and the step goes on from where it was
+//! (`recover/`); `TANDEM_CHAOS` kills workers on purpose to test that (`chaos.rs`).
 
+mod chaos;
 pub mod drafter;
 mod dump;
 mod eval;
@@ -26,11 +30,13 @@ mod init;
 mod launch;
 mod onload;
 mod record;
+mod recover;
 mod rundir;
 mod step;
 mod trainer;
 pub mod world;
 
+pub use chaos::CHAOS_ENV;
 pub use rundir::{RunFiles, job_of_run};
 
 use crate::bridge::BridgeDriver;
@@ -64,6 +70,9 @@ pub struct RunOptions {
     pub exe: Option<PathBuf>,
     /// Plugin directories the workers load.
     pub plugin_dirs: Vec<PathBuf>,
+    /// A schedule of kills dealt to the run's own workers, to test recovery (the syntax of
+    /// [`CHAOS_ENV`]); `None` for a normal run.
+    pub chaos: Option<String>,
 }
 
 /// What a finished run reports.
@@ -141,6 +150,18 @@ struct Loop<'a> {
     eval: Option<eval::Evaluation>,
     /// The workers' transport world, when the bridge moves data over it (kept alive).
     _world: Option<world::World>,
+    /// What the run was launched from (a relaunch starts the workers the same way).
+    launch: launch::Launch<'a>,
+    /// Batches trained since the newest checkpoint, by step: what a restarted trainer
+    /// replays.
+    replay: Vec<(u32, tandem_plugin_api::TrainBatch)>,
+    /// The engines must be synced before they generate again (a restarted trainer they
+    /// served from, or a replaced engine behind the trainer).
+    force_sync: bool,
+    /// The restart budget and the restarts so far.
+    restarts: recover::Restarts,
+    /// `TANDEM_CHAOS`: kills dealt on purpose (recovery tests, `tandem bench loop`).
+    chaos: chaos::Chaos,
 }
 
 /// Wall time of each phase of a step (s), by name.

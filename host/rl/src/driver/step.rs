@@ -1,10 +1,13 @@
 //! One RL step as a sequence of phases: rollout → drained offload → train → save → staged
 //! onload with the sync (`onload.rs`) → eval on the steps `[eval]` names (`eval.rs`) →
-//! record (`record.rs`). Each phase is a method of
-//! [`Loop`]; what a step measures on the way travels in a [`StepLog`].
+//! record (`record.rs`). Each phase is a method of [`Loop`]; what a step measures on the way
+//! travels in a [`StepLog`], how far it got in a [`StepState`]: after a worker's death and
+//! its recovery (`recover/`) the step runs again from there.
 
+use super::chaos::Point;
 use super::record::StepLog;
 use super::{Loop, timed};
+use crate::bridge::SyncRecord;
 use crate::checkpoint::{self, LoopState};
 use crate::error::RlError;
 use crate::grpo;
@@ -12,27 +15,50 @@ use crate::metrics::{StepMetrics, rss_bytes};
 use crate::rollout::{self, Rollout, RolloutSpec};
 use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
 
+/// A step under way: what it measured and how far it got. A worker's death sends the step
+/// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's
+/// rollout share, the training, the checkpoint), so a step trains once and records once.
+pub(super) struct StepState {
+    log: StepLog,
+    spec: RolloutSpec,
+    /// The rollout while engines still owe their shares.
+    pending: Option<rollout::Pending>,
+    /// The rollout once every engine returned its share.
+    rollout: Option<Rollout>,
+    /// The train batch made of it (made once: `rollouts.jsonl` gets it once).
+    batch: Option<TrainBatch>,
+    /// The training of this step is done (or had nothing to train on).
+    trained: bool,
+    /// The checkpoint of this step is written (or none is due).
+    saved: bool,
+    /// Attempts so far.
+    attempts: u32,
+}
+
 impl Loop<'_> {
-    /// Runs step `step`.
+    /// Runs step `step`; a worker that dies on the way is restarted ([`super::recover`])
+    /// and the step goes on from where it was.
     pub(super) fn step(&mut self, step: u32) -> Result<(), RlError> {
-        let mut log = StepLog::new(step);
-        let rollout = self.rollout(&mut log)?;
-        self.drained_offload(&mut log)?;
-        let batch = self.batch(&rollout, &mut log);
-        let before = self.cursor.weight_version;
-        self.train(batch, &mut log)?;
-        self.save(&mut log)?;
-        let sync = self.cursor.weight_version != before;
-        let record = self.staged_onload(step, sync, &mut log.phases)?;
-        if self.eval_due(step) {
-            let result = timed(&mut log.phases, "eval", || self.evaluate(step))?;
-            log.metrics.set_eval(&result);
+        let mut s = self.begin(step)?;
+        loop {
+            let attempt = self.attempt(&mut s);
+            self.chaos.settle();
+            match attempt {
+                Ok(record) => {
+                    s.log.metrics.restarts = self.restarts.total();
+                    return self.record(s.log, record.as_ref());
+                }
+                Err(e) => {
+                    let t = std::time::Instant::now();
+                    self.recover(step, e)?;
+                    super::add_time(&mut s.log.phases, "recover", t.elapsed());
+                }
+            }
         }
-        self.record(log, record.as_ref())
     }
 
-    /// Generates whole GRPO groups on every engine, from the current data position on.
-    fn rollout(&mut self, log: &mut StepLog) -> Result<Rollout, RlError> {
+    /// The step's rollout settings, from the current data position on.
+    fn begin(&self, step: u32) -> Result<StepState, RlError> {
         let (a, seed) = (&self.job.algorithm, self.job.run.seed);
         let spec = RolloutSpec {
             first_problem: self.cursor.data_position,
@@ -40,19 +66,107 @@ impl Loop<'_> {
             group_size: a.group_size,
             max_tokens: a.max_tokens,
             temperature: a.temperature,
-            seed: seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ u64::from(log.step),
-            adapter: self.bridge.request_adapter(),
+            seed: seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ u64::from(step),
+            adapter: None,
         };
-        let rollout = timed(&mut log.phases, "generate", || {
-            rollout::run(
-                &spec,
-                &self.engines.remotes,
-                self.task.as_ref(),
-                &self.codec,
-            )
+        let pending = rollout::Pending::new(
+            &spec,
+            self.engines.remotes.len(),
+            self.task.as_ref(),
+            &self.codec,
+        )?;
+        Ok(StepState {
+            log: StepLog::new(step),
+            spec,
+            pending: Some(pending),
+            rollout: None,
+            batch: None,
+            trained: false,
+            saved: false,
+            attempts: 0,
+        })
+    }
+
+    /// One pass through the step's phases, skipping what an earlier attempt finished.
+    fn attempt(&mut self, s: &mut StepState) -> Result<Option<SyncRecord>, RlError> {
+        let step = s.log.step;
+        if s.attempts > 0 {
+            // After a recovery every engine generates again (survivors may have been paused
+            // or released mid-step) and the trainer holds all of its memory, as at the start
+            // of a step.
+            self.engines.bring_back(&self.events, step)?;
+            self.trainer.onload(step, &self.events)?;
+        }
+        s.attempts += 1;
+        if s.rollout.is_none() {
+            if self.force_sync {
+                // Engines to follow a restarted trainer (or a replaced engine behind the
+                // others) get the trainer's weights before they generate.
+                self.drained_offload(&mut s.log)?;
+                self.staged_onload(step, true, &mut s.log.phases)?;
+                self.force_sync = false;
+            }
+            self.chaos.at(step, Point::Rollout, &self.workers());
+            self.rollout(s)?;
+        }
+        self.chaos.at(step, Point::Offload, &self.workers());
+        self.drained_offload(&mut s.log)?;
+        if !s.trained {
+            if s.batch.is_none() {
+                let rollout = s
+                    .rollout
+                    .as_ref()
+                    .ok_or_else(|| RlError::failed("no rollout"))?;
+                s.batch = Some(self.batch(rollout, &mut s.log));
+            }
+            let batch = s.batch.clone().ok_or_else(|| RlError::failed("no batch"))?;
+            self.chaos.at(step, Point::Train, &self.workers());
+            self.train(batch, &mut s.log)?;
+            s.trained = true;
+        }
+        if !s.saved {
+            self.chaos.at(step, Point::Save, &self.workers());
+            self.save(&mut s.log)?;
+            s.saved = true;
+        }
+        // The version every engine serves, as the bridge shipped it (before the first sync:
+        // what the engines started with).
+        let served = self
+            .bridge
+            .version()
+            .unwrap_or_else(|| self.engines.min_version());
+        let sync = self.force_sync || served < self.cursor.weight_version;
+        self.chaos.at(step, Point::Sync, &self.workers());
+        let record = self.staged_onload(step, sync, &mut s.log.phases)?;
+        if record.is_some() {
+            self.force_sync = false;
+        }
+        if self.eval_due(step) {
+            let result = timed(&mut s.log.phases, "eval", || self.evaluate(step))?;
+            s.log.metrics.set_eval(&result);
+        }
+        Ok(record)
+    }
+
+    /// Generates whole GRPO groups on every engine that still owes its share; once all are
+    /// in, the rollout is decoded and rewarded and the data position moves on.
+    fn rollout(&mut self, s: &mut StepState) -> Result<(), RlError> {
+        s.spec.adapter = self.bridge.request_adapter();
+        let pending = s
+            .pending
+            .as_mut()
+            .ok_or_else(|| RlError::failed("no pending rollout"))?;
+        let (spec, engines, codec) = (&s.spec, &self.engines.remotes, &self.codec);
+        timed(&mut s.log.phases, "generate", || {
+            pending.generate(spec, engines, codec).map_err(|(_, e)| e)
         })?;
-        self.cursor.data_position += u64::from(a.prompts_per_step);
-        Ok(rollout)
+        let done = s
+            .pending
+            .take()
+            .ok_or_else(|| RlError::failed("no pending rollout"))?;
+        s.rollout = Some(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
+        self.cursor.data_position += u64::from(self.job.algorithm.prompts_per_step);
+        Ok(())
     }
 
     /// Pause all → flush all → release all; then the engines' resident memory, where it is
@@ -84,7 +198,8 @@ impl Loop<'_> {
     }
 
     /// Onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps → snapshot
-    /// `actor`; nothing but the onload when no sequence carries signal.
+    /// `actor`; nothing but the onload when no sequence carries signal. A trained batch is
+    /// kept until the next checkpoint: a restarted trainer replays it.
     fn train(&mut self, batch: TrainBatch, log: &mut StepLog) -> Result<(), RlError> {
         let step = log.step;
         let m = &mut log.metrics;
@@ -93,11 +208,14 @@ impl Loop<'_> {
             if batch.sequences.is_empty() {
                 return Ok(());
             }
-            self.optimise(batch, step, m)
+            self.optimise(batch.clone(), step, m)?;
+            self.replay.push((step, batch));
+            Ok(())
         })
     }
 
-    fn optimise(
+    /// `ref` logprobs (with a KL penalty) → the GRPO steps → snapshot `actor`.
+    pub(super) fn optimise(
         &mut self,
         mut batch: TrainBatch,
         step: u32,
@@ -155,6 +273,8 @@ impl Loop<'_> {
         self.events
             .record(step, "trainer", "checkpoint", &dir.display().to_string());
         self.last_checkpoint = Some(dir);
+        // The checkpoint holds every batch trained so far: none needs replaying.
+        self.replay.clear();
         Ok(())
     }
 }

@@ -34,6 +34,12 @@ impl Trainer {
         }
     }
 
+    /// A new worker in the place of a dead one: nothing of it is offloaded.
+    pub fn replace(&mut self, remote: RemoteTrainer) {
+        self.remote = remote;
+        self.offloaded.clear();
+    }
+
     /// Offloads all but the weights (before the sync).
     pub fn offload_before_sync(&mut self, step: u32, events: &EventLog) -> Result<(), RlError> {
         self.offload(step, self.before_sync.clone(), events)

@@ -3,7 +3,7 @@
 //! job: `tandem run` calls it before it creates anything (run directory, model, workers), so
 //! every check the run would otherwise make later lives here.
 //!
-//! One module per section, run in this order: `placement` (memory fractions, devices, the
+//! One module per section, run in this order: `run` (the restart budget), `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
 //! driver parses them, the update kind both components must declare), `model`, `task` (with
 //! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
@@ -21,6 +21,7 @@ mod issues;
 mod model;
 mod placement;
 mod plugin_options;
+mod run;
 mod task;
 mod transport;
 
@@ -60,6 +61,7 @@ pub fn validate_with(
 ) -> Result<ResolvedPlan, ConfigError> {
     let j = &job.job;
     let mut issues = Issues::new(job);
+    run::check(&mut issues, &j.run);
     let devices_ok = placement::check(&mut issues, &j.placement);
     let (engine, trainer) = placement::components(&mut issues, registry, j);
     bridge::check(&mut issues, j, registry, &engine, &trainer);

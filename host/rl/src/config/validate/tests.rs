@@ -1,4 +1,5 @@
-//! Tests of the `[task]` and `[eval]` checks: each problem is one issue at its key and line.
+//! Tests of the `[run]`, `[task]` and `[eval]` checks: each problem is one issue at its key
+//! and line.
 
 #![allow(clippy::unwrap_used)]
 
@@ -103,5 +104,37 @@ fn chat_needs_the_models_template() {
         found[0].message.contains("no user turns here"),
         "{:?}",
         found[0]
+    );
+}
+
+#[test]
+fn the_restart_budget_is_checked_at_its_keys() {
+    let found = |tail: &str| {
+        let loaded = job(tail);
+        let mut found = Issues::new(&loaded);
+        super::run::check(&mut found, &loaded.job.run);
+        if found.is_empty() {
+            Vec::new()
+        } else {
+            issues(found.into_error())
+        }
+    };
+    let keys = |tail: &str| -> Vec<String> { found(tail).iter().map(|i| i.key.clone()).collect() };
+    assert!(found("[run]\nmax_restarts = 2\nrestart_backoff_secs = 0.5\n").is_empty());
+    assert_eq!(
+        keys("[run]\nrestart_backoff_secs = -1.0\n"),
+        ["run.restart_backoff_secs"]
+    );
+    assert_eq!(
+        keys("[run]\nrestart_backoff_secs = nan\n"),
+        ["run.restart_backoff_secs"]
+    );
+    let over = found("[run]\nmax_restarts = 5\nmax_restarts_per_run = 4\n");
+    assert_eq!(over.len(), 1, "{over:?}");
+    assert_eq!(over[0].key, "run.max_restarts");
+    assert!(
+        over[0].to_string().contains("max_restarts_per_run"),
+        "{}",
+        over[0]
     );
 }
