@@ -90,10 +90,7 @@ fn trainer_files(checkpoint: &Path) -> BTreeMap<String, Vec<u8>> {
 
 /// The lines of a run's `metrics.jsonl`.
 fn metrics(run: &Path) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    json_lines(&run.join("metrics.jsonl"))
 }
 
 /// What each step measured that depends on the weights, not on timing.
@@ -215,10 +212,7 @@ fn resume_skips_corrupt_checkpoints_and_refuses_when_none_is_valid() {
         trainer_files(&ck4) == original,
         "step 4 trained again differs"
     );
-    let steps: Vec<u64> = metrics(&run)
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&metrics(&run));
     assert_eq!(steps, [1, 2, 3, 4]);
 
     // Every checkpoint corrupt: one error line naming both, nothing in the run changed.

@@ -85,10 +85,7 @@ fn eval_is_logged_every_n_steps_and_reproduced_by_tandem_eval() {
         out.stdout_text()
     );
     let metrics = t.metrics();
-    let steps: Vec<u64> = metrics
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&metrics);
     assert_eq!(
         steps,
         [0, 1, 2, 3, 4],

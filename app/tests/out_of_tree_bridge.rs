@@ -12,7 +12,7 @@ mod common;
 mod rl_common;
 
 use common::{error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root};
-use rl_common::{JobOpts, OutputText, Scratch};
+use rl_common::{JobOpts, OutputText, Scratch, steps_of};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -210,10 +210,7 @@ fn three_steps(placement: &str) {
 
     let metrics = t.metrics();
     assert_eq!(metrics.len(), 3, "{metrics:?}");
-    let steps: Vec<u64> = metrics
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&metrics);
     assert_eq!(steps, [1, 2, 3]);
     let versions: Vec<u64> = metrics
         .iter()

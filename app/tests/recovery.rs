@@ -11,7 +11,9 @@
 
 mod rl_common;
 
-use rl_common::{JobOpts, OutputText, Scratch, kill9, wait_for, wait_output, worker_pid};
+use rl_common::{
+    JobOpts, OutputText, Scratch, json_lines, kill9, steps_of, wait_for, wait_output, worker_pid,
+};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -29,14 +31,6 @@ fn run(t: &Scratch, job: &Path, out: &str, chaos: Option<&str>) -> Output {
         None => cmd.env_remove("TANDEM_CHAOS"),
     };
     cmd.output().unwrap()
-}
-
-fn lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The trained weights of the last checkpoint of a run (a LoRA run's adapter).
@@ -98,7 +92,7 @@ fn calm(bridge: &str) -> &'static Calm {
         let dir = t.dir.join("calm");
         Calm {
             weights: final_weights(&dir),
-            metrics: lines(&dir.join("metrics.jsonl")),
+            metrics: json_lines(&dir.join("metrics.jsonl")),
         }
     })
 }
@@ -114,11 +108,8 @@ fn chaos_run_ends_with_the_uninterrupted_weights(bridge: &str, seed: u64) {
     let dir = t.dir.join("chaos");
 
     // Every step exactly once, in order.
-    let metrics = lines(&dir.join("metrics.jsonl"));
-    let steps: Vec<u64> = metrics
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let metrics = json_lines(&dir.join("metrics.jsonl"));
+    let steps = steps_of(&metrics);
     assert_eq!(
         steps,
         (1..=u64::from(STEPS)).collect::<Vec<_>>(),
@@ -132,7 +123,7 @@ fn chaos_run_ends_with_the_uninterrupted_weights(bridge: &str, seed: u64) {
         STEPS / 3 - 1,
         "{bridge}: one kill every third step but the last"
     );
-    let events = lines(&dir.join("events.jsonl"));
+    let events = json_lines(&dir.join("events.jsonl"));
     let count = |op: &str| events.iter().filter(|e| e["op"] == op).count();
     let deaths = count("death");
     if bridge == "checkpoint" {
@@ -228,10 +219,7 @@ fn a_worker_that_keeps_dying_stops_the_run_past_its_budget() {
     );
     assert!(err.contains("logs/engine-0.log"), "{err}");
     // Step 1 finished after the first restart and is recorded; the run stopped in step 2.
-    let steps: Vec<u64> = lines(&t.dir.join("run/metrics.jsonl"))
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&json_lines(&t.dir.join("run/metrics.jsonl")));
     assert_eq!(steps, vec![1], "{err}");
 }
 
@@ -305,9 +293,6 @@ fn a_killed_controller_leaves_no_worker_and_resumes_to_the_same_weights() {
         final_weights(&run_dir) == calm.weights,
         "the resumed run's final weights differ from the uninterrupted run's"
     );
-    let steps: Vec<u64> = lines(&run_dir.join("metrics.jsonl"))
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&json_lines(&run_dir.join("metrics.jsonl")));
     assert_eq!(steps, (1..=u64::from(STEPS)).collect::<Vec<_>>());
 }

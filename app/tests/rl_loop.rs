@@ -312,11 +312,7 @@ fn a_killed_trainer_without_restarts_resumes_from_the_last_checkpoint() {
         "{syncs:?}"
     );
     // Metrics: steps 1..=resumed_to, each once, in order.
-    let steps: Vec<u64> = t
-        .metrics()
-        .iter()
-        .map(|m| m["step"].as_u64().unwrap())
-        .collect();
+    let steps = steps_of(&t.metrics());
     assert_eq!(steps, (1..=resumed_to).collect::<Vec<_>>());
 }
 

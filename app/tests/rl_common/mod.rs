@@ -246,6 +246,23 @@ kind = "arithmetic"
     }
 }
 
+/// The `step` of every metrics line, in file order.
+pub fn steps_of(metrics: &[serde_json::Value]) -> Vec<u64> {
+    metrics
+        .iter()
+        .map(|m| m["step"].as_u64().unwrap())
+        .collect()
+}
+
+/// Every line of a JSON-lines file (none when it is absent).
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// Indices of the events of `step` with operation `op`.
 pub fn positions(events: &[serde_json::Value], step: u64, op: &str) -> Vec<usize> {
     events

@@ -1,6 +1,6 @@
 //! Recovery from worker deaths: a step that failed because a worker died (its process
-//! gone, or its plugin reporting that what it drives — a vLLM server, a torchrun job — is
-//! `unavailable`) gets the worker restarted and goes on from where it was (`step.rs`).
+//! gone, or — no process gone — its plugin reporting that what it drives, a vLLM server or a
+//! torchrun job, is `unavailable`) gets the worker restarted and goes on from where it was (`step.rs`).
 //!
 //! - **Engine**: a new process for that rank, started on the job's model (or, with a bridge
 //!   that restarts engines, on the last shipped checkpoint), the bridge installed and the
@@ -119,27 +119,40 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// The workers that are dead or whose plugin reports what it drives as unavailable:
-    /// the peer the error names, and every worker the monitor found dead (waiting up to
-    /// [`DEATH_GRACE`] for it when the error named none).
+    /// The workers that died: every worker the launcher's monitor found dead (waiting up to
+    /// [`DEATH_GRACE`] for its report, which may come after the failed call), else the worker
+    /// whose plugin reported what it drives (a server, a torchrun job) as unavailable. A
+    /// process found dead explains the failure: a survivor's `unavailable` beside it (a peer
+    /// of a broken transport group) is its consequence, not a second death.
     fn dead_workers(&self, error: &RlError) -> Vec<Worker> {
-        let named = failed_peer(error);
+        let unavailable = failed_peer(error);
         let deadline = Instant::now() + DEATH_GRACE;
         loop {
             let mut dead: Vec<Worker> = Vec::new();
             for (r, e) in self.engines.remotes.iter().enumerate() {
-                if e.dead_reason().is_some() || named.as_deref() == Some(e.name()) {
+                if e.dead_reason().is_some() {
                     dead.push(Worker::Engine(r));
                 }
             }
-            let t = &self.trainer.remote;
-            if t.dead_reason().is_some() || named.as_deref() == Some(t.name()) {
+            if self.trainer.remote.dead_reason().is_some() {
                 dead.push(Worker::Trainer);
             }
-            if !dead.is_empty() || Instant::now() >= deadline {
+            if !dead.is_empty() {
                 return dead;
             }
+            if Instant::now() >= deadline {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        let Some(peer) = unavailable else {
+            return Vec::new();
+        };
+        let engines = self.engines.remotes.iter().enumerate();
+        match engines.into_iter().find(|(_, e)| e.name() == peer) {
+            Some((r, _)) => vec![Worker::Engine(r)],
+            None if self.trainer.remote.name() == peer => vec![Worker::Trainer],
+            None => Vec::new(),
         }
     }
 
@@ -154,21 +167,17 @@ impl Loop<'_> {
     }
 }
 
-/// The worker a control-plane error names as lost, or whose plugin reported what it drives
-/// as unavailable.
+/// The worker whose plugin reported what it drives as unavailable (its server or torchrun job
+/// died; the worker process itself lives).
 fn failed_peer(error: &RlError) -> Option<String> {
     match error {
-        RlError::Runtime(RuntimeError::Control(ControlError::Lost { peer, .. })) => {
-            Some(peer.clone())
-        }
         RlError::Runtime(RuntimeError::Control(ControlError::Remote { peer, error, .. }))
             if error.code == ErrorCode::Unavailable =>
         {
             Some(peer.clone())
         }
-        // A worker's call that returned a plugin error reaches the loop as this variant
-        // (`From<ControlError> for RuntimeError` turns `Remote` into `Plugin` with the context
-        // "<peer>: `<op>`").
+        // What a worker's call actually returns: `From<ControlError> for RuntimeError` turns
+        // `Remote` into `Plugin` with the context "<peer>: `<op>`".
         RlError::Runtime(RuntimeError::Plugin { context, source })
             if source.code == ErrorCode::Unavailable =>
         {
