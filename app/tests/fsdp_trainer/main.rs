@@ -1,6 +1,8 @@
 //! The `fsdp` trainer plugin against real torchrun + PyTorch FSDP2 (gloo, 2 ranks), loaded
 //! from `libtandem_fsdp.so` through the registry like any dynamic plugin, checked against the
-//! native trainer and engine, and (test `b_`) against a real vLLM server.
+//! native trainer and engine, and (test `b_`) against a real vLLM server; test `d_` runs the
+//! RL loop with it and SIGKILLs a torchrun rank mid-run (the loop restarts the job from its
+//! checkpoint).
 //!
 //! Needs the venv of `scripts/setup-python.sh`: the tests that drive Python are `#[ignore]`d
 //! and, when run with `--ignored`, fail at once if `TANDEM_PYTHON` is unset (never a silent
@@ -228,7 +230,7 @@ fn c_python_errors_and_a_dead_rank_are_one_line() {
 
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2"]
-fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
+fn d_the_native_fsdp_loop_runs_and_a_killed_rank_restarts_from_its_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let job = job(
         dir.path(),
@@ -236,30 +238,196 @@ fn d_native_engine_with_the_fsdp_trainer_runs_the_loop_over_checkpoints() {
         "[trainer]\nplugin = \"fsdp\"\n\n[trainer.options]\nranks = 2",
         "[bridge]\nmode = \"checkpoint\"\nverify = false",
     );
-    let out = run_job(&job, 3);
+    // Checkpoints at steps 2, 4 and 5 (the last).
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        text.replace("seed = 0\n", "seed = 0\nsave_every = 2\n"),
+    )
+    .unwrap();
+
+    // 1. Uninterrupted: every step trains and syncs; the reference of the run below.
+    let start = Instant::now();
+    let out = run_job(&job, STEPS);
+    eprintln!(
+        "fsdp loop: {STEPS} steps in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     assert!(out.status.success(), "{}", stderr(&out));
-    let m = metrics_lines(&dir.path().join("run"));
-    assert_eq!(m.len(), 3, "{m:?}");
-    let events = std::fs::read_to_string(dir.path().join("run/events.jsonl")).unwrap();
+    let clean = dir.path().join("run");
+    let m = metrics_lines(&clean);
+    assert_eq!(m.len(), STEPS as usize, "{m:?}");
+    let events = std::fs::read_to_string(clean.join("events.jsonl")).unwrap();
     assert!(events.contains("sync"), "no sync event: {events}");
-    let weights = dir.path().join("run/weights");
-    let exported: Vec<_> = std::fs::read_dir(&weights)
+    let exported: Vec<_> = std::fs::read_dir(clean.join("weights"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    let trained: Vec<u64> = m
-        .iter()
-        .map(|x| x["weight_version"].as_u64().unwrap())
-        .collect();
+    let trained = versions(&m);
     assert!(
-        trained.windows(2).all(|w| w[1] >= w[0]) && trained[2] > trained[0],
+        trained.windows(2).all(|w| w[1] >= w[0]) && trained[STEPS as usize - 1] > trained[0],
         "weight versions did not go up: {trained:?}"
     );
-    let last = format!("v{}", trained[2]);
+    let last = format!("v{}", trained[STEPS as usize - 1]);
     assert!(
         exported.contains(&last),
         "the last step's checkpoint {last} was not exported: {exported:?}"
     );
+
+    // 2. The same job (same model, same seed) with torchrun rank 0 SIGKILLed once step 3 is
+    //    recorded: the checkpoint of step 2 exists, step 3's batch is trained but in no
+    //    checkpoint, steps 4 and 5 remain. The plugin reports the dead job as `unavailable`;
+    //    the loop restarts the trainer (a new torchrun job), loads the step-2 checkpoint,
+    //    replays step 3 and goes on, with the very weights of the uninterrupted run (fsdp on
+    //    the CPU is bit-exact run to run, and the checkpoint holds the optimizer state).
+    let killed_run = dir.path().join("killed");
+    let start = Instant::now();
+    let (out, rank0) = run_killing_rank0_after(&job, &killed_run, 3);
+    eprintln!(
+        "fsdp loop: {STEPS} steps with rank 0 (pid {rank0}) killed in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    let km = metrics_lines(&killed_run);
+    let steps: Vec<u64> = km.iter().map(|x| x["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=u64::from(STEPS)).collect::<Vec<_>>(), "{km:?}");
+    assert_eq!(
+        versions(&km),
+        trained,
+        "weight versions differ from the clean run"
+    );
+    assert_eq!(km.last().unwrap()["restarts"].as_u64(), Some(1), "{km:?}");
+    let ev = event_lines(&killed_run);
+    let at = |op: &str| -> Vec<usize> { (0..ev.len()).filter(|&i| ev[i]["op"] == op).collect() };
+    let (deaths, restarts) = (at("death"), at("restart"));
+    assert_eq!((deaths.len(), restarts.len()), (1, 1), "{ev:?}");
+    let (death, restart) = (&ev[deaths[0]], &ev[restarts[0]]);
+    eprintln!("fsdp loop: {death}\nfsdp loop: {restart}");
+    assert_eq!(death["target"], "trainer", "{death}");
+    let why = death["detail"].as_str().unwrap();
+    assert!(
+        why.contains("torchrun job") && why.contains("died during"),
+        "{why}"
+    );
+    assert_eq!(restart["target"], "trainer", "{restart}");
+    let died_in = death["step"].as_u64().unwrap();
+    assert!((4..u64::from(STEPS)).contains(&died_in), "{death}");
+    // The newest checkpoint when the trainer died is what the new one loads; the batches
+    // trained since are replayed in order, and the trainer is back at the version the run
+    // had reached.
+    let newest = (0..deaths[0])
+        .rev()
+        .find(|&i| ev[i]["op"] == "checkpoint")
+        .map(|i| ev[i]["detail"].as_str().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no checkpoint before the death: {ev:?}"));
+    assert!(newest.ends_with("step-000002"), "{newest}");
+    let loads: Vec<&str> = at("load_checkpoint")
+        .into_iter()
+        .filter(|&i| i > deaths[0] && i < restarts[0])
+        .map(|i| ev[i]["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(loads.len(), 1, "{ev:?}");
+    assert!(
+        loads[0].starts_with(&format!("{newest} ")),
+        "{loads:?} vs {newest}"
+    );
+    let replays: Vec<&str> = at("replay")
+        .into_iter()
+        .filter(|&i| i > deaths[0] && i < restarts[0])
+        .map(|i| ev[i]["detail"].as_str().unwrap())
+        .collect();
+    assert!(
+        replays == ["steps [3]"] || replays == ["steps [3,4]"],
+        "{replays:?}"
+    );
+    let reached = (0..deaths[0])
+        .rev()
+        .find(|&i| ev[i]["op"] == "train")
+        .map(|i| ev[i]["detail"].as_str().unwrap().to_string())
+        .unwrap();
+    assert!(
+        restart["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{reached} ")),
+        "{restart} after {reached}"
+    );
+    assert!(at("recovered").iter().any(|&i| i > restarts[0]), "{ev:?}");
+    let final_weights = |run: &Path| {
+        std::fs::read(run.join(format!("checkpoints/step-{STEPS:06}/model.safetensors"))).unwrap()
+    };
+    assert!(
+        final_weights(&killed_run) == final_weights(&clean),
+        "the recovered run's final weights differ from the uninterrupted run's"
+    );
+    assert_no_leftovers(dir.path(), std::time::Duration::from_secs(30));
+}
+
+/// Steps of the loop runs of test `d_`.
+const STEPS: u32 = 5;
+
+fn versions(metrics: &[serde_json::Value]) -> Vec<u64> {
+    metrics
+        .iter()
+        .map(|x| x["weight_version"].as_u64().unwrap())
+        .collect()
+}
+
+fn event_lines(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `tandem run JOB --steps STEPS --output-dir OUT`, SIGKILLing torchrun rank 0 of its trainer
+/// as soon as the metrics line of step `after` is written; the run's output and the pid
+/// killed.
+fn run_killing_rank0_after(job: &Path, out: &Path, after: usize) -> (std::process::Output, i32) {
+    let logs = tempfile::tempdir().unwrap();
+    let file = |name: &str| std::fs::File::create(logs.path().join(name)).unwrap();
+    let mut child = tandem()
+        .arg("run")
+        .arg(job)
+        .args(["--steps", &STEPS.to_string(), "--output-dir"])
+        .arg(out)
+        .env("TANDEM_PYTHON", python())
+        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path())
+        .stdout(file("stdout"))
+        .stderr(file("stderr"))
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut killed = None;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed().as_secs() > 600 {
+            let _ = child.kill();
+            panic!("`tandem run` did not finish within 600 s");
+        }
+        let recorded = std::fs::read_to_string(out.join("metrics.jsonl"))
+            .map_or(0, |t| t.matches('\n').count());
+        if killed.is_none() && recorded >= after {
+            let pid = torchrun_rank_pid(out, 0).expect("torchrun rank 0 of the run");
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            killed = Some(pid);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let read = |name: &str| std::fs::read(logs.path().join(name)).unwrap();
+    let output = std::process::Output {
+        status,
+        stdout: read("stdout"),
+        stderr: read("stderr"),
+    };
+    let pid = killed.unwrap_or_else(|| panic!("rank 0 was never killed: {}", stderr(&output)));
+    (output, pid)
 }
 
 /// No `options.python`, no `$TANDEM_PYTHON` and no pointer file of `scripts/setup-python.sh`

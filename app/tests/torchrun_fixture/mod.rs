@@ -304,3 +304,63 @@ pub(crate) fn assert_no_venv_is_one_line(trainer: &str, wants: &[&str]) {
     }
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
+
+/// Every process whose command line or environment names `dir` (tandem workers by their spec
+/// path, torchrun agents and ranks by `TANDEM_TORCHRUN_CONFIG`), with its command line.
+pub(crate) fn processes_under(dir: &Path) -> Vec<(i32, String)> {
+    let root = dir.to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let read = |f: &str| std::fs::read(format!("/proc/{pid}/{f}")).unwrap_or_default();
+        let (cmd, env) = (read("cmdline"), read("environ"));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).replace('\0', " ");
+        if text(&cmd).contains(&root) || text(&env).contains(&root) {
+            out.push((pid, text(&cmd)));
+        }
+    }
+    out
+}
+
+/// The pid of torchrun rank `rank` of the job a trainer of the run in `run_dir` launched
+/// (its environment holds `RANK=<rank>` and the run dir in `TANDEM_TORCHRUN_CONFIG`; the
+/// torchrun agent has no `RANK`), from /proc.
+pub(crate) fn torchrun_rank_pid(run_dir: &Path, rank: u32) -> Option<i32> {
+    let root = run_dir.to_string_lossy().into_owned();
+    let want = format!("RANK={rank}");
+    processes_under(run_dir).into_iter().find_map(|(pid, _)| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let vars: Vec<String> = env
+            .split(|b| *b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        let ours = vars
+            .iter()
+            .any(|v| v.starts_with("TANDEM_TORCHRUN_CONFIG=") && v.contains(&root));
+        (ours && vars.contains(&want)).then_some(pid)
+    })
+}
+
+/// Waits up to `limit` for every process of `dir` ([`processes_under`]) to be gone; kills
+/// what is left and panics naming it.
+pub(crate) fn assert_no_leftovers(dir: &Path, limit: std::time::Duration) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if processes_under(dir).is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let left = processes_under(dir);
+    for (pid, _) in &left {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    assert!(
+        left.is_empty(),
+        "processes left behind after the run: {left:?}"
+    );
+}

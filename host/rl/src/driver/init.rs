@@ -49,7 +49,13 @@ impl<'a> Loop<'a> {
         let events = &parts.events;
         // Colocated: the engines give their memory back before the trainer loads.
         engines.drained_offload(events, 0)?;
-        let mut cursor = init_trainer(&trainer, events, job.algorithm.kl_coef > 0.0, &resume_from)?;
+        let mut cursor = init_trainer(
+            &trainer,
+            events,
+            0,
+            job.algorithm.kl_coef > 0.0,
+            &resume_from,
+        )?;
         cursor.total_steps = opts.steps.unwrap_or(job.run.steps);
         trainer.snapshot("actor")?;
         events.record(0, "trainer", "snapshot", "actor");
@@ -108,20 +114,22 @@ impl<'a> Loop<'a> {
     }
 }
 
-/// The trainer's init, its `ref` snapshot (with a KL penalty) and, on `--resume`, the
-/// checkpoint: where the steps start (`total_steps` is the caller's).
+/// The trainer's init, its `ref` snapshot (with a KL penalty) and, on `--resume` or a
+/// restart, the checkpoint, recorded as events of `step`: where the steps start
+/// (`total_steps` is the caller's).
 pub(super) fn init_trainer(
     trainer: &RemoteTrainer,
     events: &EventLog,
+    step: u32,
     kl: bool,
     resume_from: &ResumeFrom,
 ) -> Result<Cursor, RlError> {
     let info = trainer.init()?;
     let version = info.weight_version;
-    events.record(0, "trainer", "init", &format!("version {version}"));
+    events.record(step, "trainer", "init", &format!("version {version}"));
     if kl {
         trainer.snapshot("ref")?;
-        events.record(0, "trainer", "snapshot", "ref");
+        events.record(step, "trainer", "snapshot", "ref");
     }
     let Some((dir, state)) = resume_from else {
         return Ok(cursor(1, 0, version));
@@ -136,7 +144,7 @@ pub(super) fn init_trainer(
         )));
     }
     events.record(
-        0,
+        step,
         "trainer",
         "load_checkpoint",
         &format!("{} version {}", dir.display(), ck.weight_version),

@@ -38,6 +38,9 @@ use tandem_runtime::RuntimeError;
 /// only hinted at (a closed connection is seen before the exit is reaped).
 const DEATH_GRACE: Duration = Duration::from_secs(3);
 
+/// How long it waits for a dead process beside a plugin's `unavailable` answer.
+const UNAVAILABLE_GRACE: Duration = Duration::from_millis(500);
+
 /// A worker of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Worker {
@@ -126,7 +129,14 @@ impl Loop<'_> {
     /// of a broken transport group) is its consequence, not a second death.
     fn dead_workers(&self, error: &RlError) -> Vec<Worker> {
         let unavailable = failed_peer(error);
-        let deadline = Instant::now() + DEATH_GRACE;
+        // A plugin that reports its server dead answers at once; the monitor reports a dead
+        // process within a poll or two, so a short wait tells the two apart.
+        let grace = if unavailable.is_some() {
+            UNAVAILABLE_GRACE
+        } else {
+            DEATH_GRACE
+        };
+        let deadline = Instant::now() + grace;
         loop {
             let mut dead: Vec<Worker> = Vec::new();
             for (r, e) in self.engines.remotes.iter().enumerate() {
@@ -162,7 +172,14 @@ impl Loop<'_> {
             Worker::Engine(r) => self.engines.remotes[r].dead_reason(),
             Worker::Trainer => self.trainer.remote.dead_reason(),
         };
-        let text = reason.unwrap_or_else(|| error.to_string());
+        let text = reason.unwrap_or_else(|| match error {
+            // The plugin's message without its help: its advice (restart the run) is what
+            // the loop is about to do.
+            RlError::Runtime(RuntimeError::Plugin { context, source }) => {
+                format!("{context}: {}", source.message)
+            }
+            other => other.to_string(),
+        });
         text.lines().next().unwrap_or_default().to_string()
     }
 }

@@ -121,7 +121,7 @@ impl Loop<'_> {
             None => None,
         };
         let kl = self.job.algorithm.kl_coef > 0.0;
-        let start = super::super::init::init_trainer(&new, &self.events, kl, &resume)?;
+        let start = super::super::init::init_trainer(&new, &self.events, step, kl, &resume)?;
         self.trainer.replace(new);
         let target = self.cursor.weight_version;
         self.cursor.weight_version = start.weight_version;
