@@ -226,6 +226,19 @@ fn c_checkpoints_carry_the_optimizer_load_at_another_tp_and_serve_on_the_native_
     let ck = fixture().dir.path().join("megatron-ck");
     let info = ok(t.save_checkpoint(ck.display().to_string().into()));
     assert_eq!(info.weight_version, 3);
+    // The index names the weights' file for every weight, so vLLM leaves the moments alone.
+    let index: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ck.join("model.safetensors.index.json")).unwrap(),
+    )
+    .unwrap();
+    let files: std::collections::BTreeSet<&str> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(files.into_iter().collect::<Vec<_>>(), ["model.safetensors"]);
+    assert!(ck.join("optimizer.safetensors").is_file());
     let saved = logprobs(&mut t, &probe, WhichWeights::Current);
     // The step after the save, then load and take it again: the same step exactly (AdamW's
     // moments and step count came back with the weights).

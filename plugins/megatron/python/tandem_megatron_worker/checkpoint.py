@@ -39,6 +39,13 @@ class CheckpointOps:
             files.run(out.close)
             out.abort()  # closes the file where a failure skipped close()
 
+    def _write_index(self, out):
+        layout = convert.hf_layout(self.model, self.spec, self.tp)
+        size = sum(torch.Size(shape).numel() * dtype.itemsize for _, shape, dtype in layout)
+        index = {"metadata": {"total_size": size}, "weight_map": {n: "model.safetensors" for n, _, _ in layout}}
+        with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+            json.dump(index, f, indent=2)
+
     def _write_config(self, out):
         with open(os.path.join(self.cfg["model_path"], "config.json")) as f:
             raw = json.load(f)
@@ -56,6 +63,10 @@ class CheckpointOps:
         if with_optim and self._has_moments():
             moments = [(key + ".", lambda _n, p, key=key: self.optim.state[p][key]) for key in ("exp_avg", "exp_avg_sq")]
             self._write_tensors(files, os.path.join(out, "optimizer.safetensors"), moments)
+            if self.rank == 0:
+                # vLLM loads every *.safetensors of a directory without an index: this one
+                # names the weights' file, so the moments beside it are left alone.
+                files.run(self._write_index, out)
         if self.rank == 0:
             files.run(self._write_config, out)
             files.run(write_state, out, self._state())
