@@ -24,6 +24,8 @@ steps = STEPS
 seed = 0
 save_every = 4
 restart_backoff_secs = 0.0
+max_restarts = 10
+max_restarts_per_run = 20
 
 [placement]
 mode = "colocate"
