@@ -333,15 +333,22 @@ fn memory_is_flat_over_many_colocated_steps() {
     assert!(out.status.success(), "{}", out.stderr_text());
     let metrics = t.metrics();
     assert_eq!(metrics.len(), 100);
-    for field in ["rss", "ledger"] {
+    // The ledger is exact; of RSS, the memory the workers allocated (`rss_data`: the
+    // file-backed rest moves with the machine's load), within 2 % or 2 MiB (allocator arenas).
+    for (field, floor) in [("rss_data", 2.0 * 1024.0 * 1024.0), ("ledger", 0.0)] {
         let at10 = &metrics[9][field];
         let at100 = &metrics[99][field];
+        assert_eq!(
+            at10.as_object().unwrap().len(),
+            2,
+            "engine-0 + trainer: {at10}"
+        );
         for (worker, v10) in at10.as_object().unwrap() {
             let v10 = v10.as_f64().unwrap();
             let v100 = at100[worker].as_f64().unwrap();
             let change = (v100 - v10).abs() / v10.max(1.0);
             assert!(
-                change <= 0.02,
+                (field == "ledger" || v10 > 0.0) && (v100 - v10).abs() <= (0.02 * v10).max(floor),
                 "{field} of {worker}: {v10} bytes at step 10, {v100} at step 100 ({:.1}%)",
                 change * 100.0
             );

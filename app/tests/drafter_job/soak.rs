@@ -1,7 +1,7 @@
 //! `examples/drafter.toml` as shipped (only its model and run directory moved into a scratch
-//! directory): 1000 colocated steps, the memory ledger flat after step 10 and worker RSS
-//! without growth (late peak vs early peak), and the drafter it trains for the quickstart
-//! model reaching the acceptance length its header states on held-out prompts.
+//! directory): 1000 colocated steps, the memory ledger flat after step 10 and the memory the
+//! workers allocated without growth (late peak vs early peak), and the drafter it trains for
+//! the quickstart model reaching the acceptance length its header states on held-out prompts.
 
 use crate::rl_common::Scratch;
 use serde_json::Value;
@@ -63,17 +63,20 @@ fn the_example_runs_1000_steps_with_flat_memory_and_reaches_its_acceptance() {
             );
         }
     }
-    // RSS also moves with what the allocator and the kernel do under load (a one-off bump of
-    // 2 MB in a 76 MB worker when the machine is busy), so one sample is no baseline: a leak
-    // is growth, so the peak of the last 100 steps stays within 2 % of the peak of steps
-    // 10-110 (a leak of 20 KB per step fails).
+    // A leak grows what the workers allocated (`rss_data`: anonymous + shared memory). The
+    // rest of RSS is file-backed pages of code and mapped files, which the kernel drops and
+    // faults back in with the load on the machine (2.8 MB more late than early in one CI run
+    // while other tests ran beside the early steps), so it is not compared. Allocator arenas
+    // still move in steps, so one sample is no baseline: the peak of the last 100 steps stays
+    // within 2 % (at least 2 MiB) of the peak of steps 10-110; a leak of 20 KB per step,
+    // 18 MB over the run, fails.
     let peak = |from: u64, to: u64| {
         let mut p: BTreeMap<String, f64> = BTreeMap::new();
         for line in m
             .iter()
             .filter(|l| (from..=to).contains(&l["step"].as_u64().unwrap()))
         {
-            for (worker, v) in figures(line, "rss") {
+            for (worker, v) in figures(line, "rss_data") {
                 let e = p.entry(worker).or_insert(v);
                 *e = e.max(v);
             }
@@ -84,9 +87,10 @@ fn the_example_runs_1000_steps_with_flat_memory_and_reaches_its_acceptance() {
     assert_eq!(early.len(), 2, "engine-0 and trainer: {early:?}");
     for (worker, was) in &early {
         let now = late[worker];
+        let slack = (0.02 * was).max(2.0 * 1024.0 * 1024.0);
         assert!(
-            (now - was).abs() <= 0.02 * was,
-            "peak rss of {worker} over steps 900-1000: {now} vs {was} over steps 10-110"
+            *was > 0.0 && (now - was).abs() <= slack,
+            "peak allocated memory of {worker} over steps 900-1000: {now} vs {was} over steps 10-110"
         );
     }
     let first = m[0]["acceptance_length"].as_f64().unwrap();

@@ -49,8 +49,10 @@ pub struct StepMetrics {
     pub step_s: f64,
     /// Time outside plugin calls (s).
     pub overhead_s: f64,
-    /// Resident memory of each worker process (bytes), by worker name.
+    /// Resident memory of each worker process (bytes, `VmRSS`), by worker name.
     pub rss: BTreeMap<String, u64>,
+    /// The part of it each worker allocated (bytes, [`Resident::data`]), by worker name.
+    pub rss_data: BTreeMap<String, u64>,
     /// Memory-ledger bytes reported by each worker (resident region bytes), by worker name.
     pub ledger: BTreeMap<String, u64>,
     /// Greedy accuracy on the held-out set after this step (`[eval]` steps only).
@@ -190,16 +192,32 @@ fn write_lines(path: &Path, steps: &[StepMetrics]) -> Result<(), RlError> {
     std::fs::rename(&tmp, path).map_err(RlError::io(format!("replacing {}", path.display())))
 }
 
-/// Resident set size of a process in bytes (`VmRSS` of `/proc/<pid>/status`), 0 if unknown.
-pub fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(0)
+/// Resident memory of one process in bytes (zeros once it is gone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resident {
+    /// All of it (`VmRSS`).
+    pub total: u64,
+    /// What the process allocated (`RssAnon` + `RssShmem`: heap, stacks, memory regions and
+    /// shared segments). The rest of `VmRSS` is file-backed pages (its code, mapped files),
+    /// which the kernel drops under memory pressure and faults back in as code runs, so only
+    /// this part is comparable step to step when the machine is busy: where a leak shows.
+    pub data: u64,
+}
+
+/// Reads [`Resident`] from `/proc/<pid>/status`.
+pub fn resident(pid: u32) -> Resident {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Resident::default();
+    };
+    let kb = |key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |v| v * 1024)
+    };
+    Resident {
+        total: kb("VmRSS:"),
+        data: kb("RssAnon:") + kb("RssShmem:"),
+    }
 }

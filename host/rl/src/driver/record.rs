@@ -5,7 +5,7 @@
 use super::{Loop, Phases, RunSummary};
 use crate::bridge::SyncRecord;
 use crate::error::RlError;
-use crate::metrics::{StepMetrics, rss_bytes};
+use crate::metrics::{Resident, StepMetrics, resident};
 use crate::plot;
 use crate::rollout::Rollout;
 use std::collections::BTreeMap;
@@ -22,7 +22,7 @@ pub(super) struct StepLog {
     /// The step's figures (phases, memory and step time are added by the record phase).
     pub metrics: StepMetrics,
     /// Resident memory of each worker, by name.
-    pub rss: BTreeMap<String, u64>,
+    pub rss: BTreeMap<String, Resident>,
 }
 
 impl StepLog {
@@ -83,8 +83,11 @@ impl Loop<'_> {
             m.sync_s = r.latency_s;
         }
         m.weight_version = self.engines.min_version();
-        rss.insert("trainer".to_string(), rss_bytes(self.trainer.remote.pid()));
-        m.rss = rss;
+        rss.insert("trainer".to_string(), resident(self.trainer.remote.pid()));
+        for (name, r) in rss {
+            m.rss.insert(name.clone(), r.total);
+            m.rss_data.insert(name, r.data);
+        }
         self.ledger_figures(m);
         m.step_s = started.elapsed().as_secs_f64();
         m.overhead_s = (m.step_s - phases.values().sum::<f64>()).max(0.0);

@@ -11,7 +11,7 @@ use crate::bridge::SyncRecord;
 use crate::checkpoint::{self, LoopState};
 use crate::error::RlError;
 use crate::grpo;
-use crate::metrics::{StepMetrics, rss_bytes};
+use crate::metrics::{StepMetrics, resident};
 use crate::rollout::{self, Rollout, RolloutSpec};
 use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
 
@@ -177,7 +177,7 @@ impl Loop<'_> {
             self.engines.drained_offload(&self.events, log.step)
         })?;
         for (rank, e) in self.engines.remotes.iter().enumerate() {
-            log.rss.insert(format!("engine-{rank}"), rss_bytes(e.pid()));
+            log.rss.insert(format!("engine-{rank}"), resident(e.pid()));
         }
         Ok(())
     }

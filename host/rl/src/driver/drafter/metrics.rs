@@ -48,8 +48,10 @@ pub struct DrafterStepMetrics {
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).
     pub step_s: f64,
-    /// Resident memory of each worker (bytes).
+    /// Resident memory of each worker (bytes, `VmRSS`).
     pub rss: BTreeMap<String, u64>,
+    /// The part of it each worker allocated (bytes, [`crate::metrics::Resident::data`]).
+    pub rss_data: BTreeMap<String, u64>,
     /// Memory-ledger bytes each worker reports.
     pub ledger: BTreeMap<String, u64>,
 }

@@ -6,8 +6,7 @@ use super::launch::pair_group;
 use super::metrics::DrafterStepMetrics;
 use crate::config::FeatureRouteKind;
 use crate::error::RlError;
-use crate::metrics::rss_bytes;
-use std::collections::BTreeMap;
+use crate::metrics::resident;
 use std::time::Instant;
 use tandem_plugin_api::{
     ComponentStats, FeatureBatch, FeatureRoute, FeatureSource, GenerateRequest, HiddenStatesReport,
@@ -388,14 +387,18 @@ impl DrafterLoop<'_> {
                 m.ledger.insert(name, bytes as u64);
             }
         };
-        let mut rss = BTreeMap::new();
+        let mut workers: Vec<(String, u32)> = Vec::new();
         for (rank, e) in self.engines.iter().enumerate() {
-            rss.insert(format!("engine-{rank}"), rss_bytes(e.pid()));
+            workers.push((format!("engine-{rank}"), e.pid()));
             ledger(format!("engine-{rank}"), e.stats().ok(), m);
         }
-        rss.insert("trainer".into(), rss_bytes(self.trainer.pid()));
+        workers.push(("trainer".into(), self.trainer.pid()));
         ledger("trainer".into(), self.trainer.stats().ok(), m);
-        m.rss = rss;
+        for (name, pid) in workers {
+            let r = resident(pid);
+            m.rss.insert(name.clone(), r.total);
+            m.rss_data.insert(name, r.data);
+        }
     }
 }
 
