@@ -1,7 +1,8 @@
 //! The RL loop end to end through `tandem run`: real worker processes, the event log's
-//! ordering invariants, `needs_offload = false`, bad run directories, a killed engine and a
-//! killed trainer with restarts off (`[run] max_restarts = 0`) and `--resume`, memory flatness over many steps, and `[run]
-//! dump_rollouts`.
+//! ordering invariants (the drained offload, the staged onload, each engine rank's rollout
+//! bubble state), `needs_offload = false`, bad run directories, a killed engine and a killed
+//! trainer with restarts off (`[run] max_restarts = 0`) and `--resume`, memory flatness over
+//! many steps, and `[run] dump_rollouts`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -32,6 +33,8 @@ fn staged_order(bridge: &str, bridge_options: &str) -> Scratch {
     let job = t.job(&JobOpts {
         engines: 2,
         steps: 3,
+        // Rank 0 generates 2 groups, rank 1 one: a tail where rank 1 idles, as a rule.
+        prompts: 3,
         bridge: bridge.into(),
         bridge_options: bridge_options.into(),
         ..JobOpts::default()
@@ -82,9 +85,45 @@ fn staged_order(bridge: &str, bridge_options: &str) -> Scratch {
         let train = at("train");
         assert_eq!(train.len(), 1);
         assert!(max(&release) < train[0] && train[0] < min(&resume_w));
+        // Each engine rank's bubble state: generating → released the moment its share is in
+        // → completed once every share is in; all of it before the offload and the training.
+        let bubble = |rank: usize, state: &str| -> usize {
+            let v: Vec<usize> = at("bubble")
+                .into_iter()
+                .filter(|&i| {
+                    events[i]["target"] == format!("engine-{rank}") && events[i]["detail"] == state
+                })
+                .collect();
+            assert_eq!(
+                v.len(),
+                1,
+                "step {step}: engine-{rank} {state} once: {events:#?}"
+            );
+            v[0]
+        };
+        let released: Vec<usize> = (0..2).map(|r| bubble(r, "released")).collect();
+        let completed: Vec<usize> = (0..2).map(|r| bubble(r, "completed")).collect();
+        for r in 0..2 {
+            assert!(bubble(r, "generating") < released[r] && released[r] < completed[r]);
+        }
+        assert!(
+            max(&released) < min(&completed),
+            "step {step}: a rank completed while another still generated"
+        );
+        assert!(max(&completed) < min(&pause) && max(&completed) < train[0]);
     }
     let metrics = t.metrics();
     assert_eq!(metrics.len(), 3);
+    for m in &metrics {
+        // With two ranks the idle engine time is the tail: the early rank waits it out.
+        let (tail, bubble) = (
+            m["tail_s"].as_f64().unwrap(),
+            m["bubble_s"].as_f64().unwrap(),
+        );
+        let generate = m["phases"]["generate"].as_f64().unwrap();
+        assert!(tail >= 0.0 && tail <= generate, "{m}");
+        assert!((bubble - tail).abs() < 1e-9, "{m}");
+    }
     assert!(
         metrics
             .iter()

@@ -6,7 +6,8 @@
 //!   init, then each step as a sequence of phases — rollout, drained offload, train, save,
 //!   staged onload with the sync, record — and shutdown), [`phases`] (drained offload /
 //!   staged onload across all engines, each engine's state machine checked first),
-//!   [`rollout`], [`grpo`], [`checkpoint`], [`warmstart`] (preset model + supervised warm
+//!   [`rollout`], [`bubble`] (each engine rank's place in the rollout, the schedule of
+//!   bubble-time training), [`grpo`], [`checkpoint`], [`warmstart`] (preset model + supervised warm
 //!   start), [`prompt`] (plain or chat-template prompts), [`eval`] (held-out accuracy, shared
 //!   with `tandem eval`), and what a run writes and shows: [`events`], [`metrics`], [`plot`],
 //!   [`progress`].
@@ -16,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bridge;
+pub mod bubble;
 pub mod checkpoint;
 pub mod config;
 pub mod driver;

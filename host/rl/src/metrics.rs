@@ -43,6 +43,12 @@ pub struct StepMetrics {
     pub sync_bytes: u64,
     /// Latency of the sync (s).
     pub sync_s: f64,
+    /// Seconds from the first engine rank's finish of its rollout share to the last one's:
+    /// the rollout's long tail (0 with one engine).
+    pub tail_s: f64,
+    /// Engine-seconds idle during the rollout: over ranks, the last finish less its own
+    /// ([`crate::bubble::BubbleTimes::bubble_s`]), what bubble-time training can use.
+    pub bubble_s: f64,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

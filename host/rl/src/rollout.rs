@@ -87,13 +87,16 @@ impl Pending {
             .collect()
     }
 
-    /// Generates the missing shares, every engine in parallel. Every engine that answered
-    /// keeps its completions; the first failure (by rank) is returned with its rank.
+    /// Generates the missing shares, every engine in parallel; `done(rank)` is called the
+    /// moment an engine has returned its whole share (while the others may still generate).
+    /// Every engine that answered keeps its completions; the first failure (by rank) is
+    /// returned with its rank.
     pub fn generate(
         &mut self,
         spec: &RolloutSpec,
         engines: &[RemoteEngine],
         codec: &PromptCodec,
+        done: &(dyn Fn(usize) + Sync),
     ) -> Result<(), (usize, RlError)> {
         let missing = self.missing();
         let replies = std::thread::scope(|s| {
@@ -102,8 +105,15 @@ impl Pending {
                 .map(|&e| {
                     let request =
                         request(spec, e as u64, &self.assignment[e], &self.prompts, codec);
+                    let want = self.assignment[e].len() * spec.group_size as usize;
                     let engine = &engines[e];
-                    s.spawn(move || engine.generate(request).map_err(RlError::from))
+                    s.spawn(move || {
+                        let reply = engine.generate(request).map_err(RlError::from);
+                        if matches!(&reply, Ok(r) if r.completions.len() == want) {
+                            done(e);
+                        }
+                        reply
+                    })
                 })
                 .collect();
             handles

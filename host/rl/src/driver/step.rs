@@ -8,12 +8,19 @@ use super::chaos::Point;
 use super::record::StepLog;
 use super::{Loop, timed};
 use crate::bridge::SyncRecord;
+use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
 use crate::checkpoint::{self, LoopState};
 use crate::error::RlError;
 use crate::grpo;
 use crate::metrics::{StepMetrics, resident};
 use crate::rollout::{self, Rollout, RolloutSpec};
+use std::sync::Mutex;
+use std::time::Instant;
 use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
+
+fn engine_name(rank: usize) -> String {
+    format!("engine-{rank}")
+}
 
 /// A step under way: what it measured and how far it got. A worker's death sends the step
 /// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's
@@ -23,6 +30,9 @@ pub(super) struct StepState {
     spec: RolloutSpec,
     /// The rollout while engines still owe their shares.
     pending: Option<rollout::Pending>,
+    /// Where each engine rank is in the rollout, and when each finished its share.
+    bubble: Coordinator,
+    times: BubbleTimes,
     /// The rollout once every engine returned its share.
     rollout: Option<Rollout>,
     /// The train batch made of it (made once: `rollouts.jsonl` gets it once).
@@ -75,10 +85,13 @@ impl Loop<'_> {
             self.task.as_ref(),
             &self.codec,
         )?;
+        let ranks = self.engines.remotes.len();
         Ok(StepState {
             log: StepLog::new(step),
             spec,
             pending: Some(pending),
+            bubble: Coordinator::new(ranks, 1),
+            times: BubbleTimes::new(ranks),
             rollout: None,
             batch: None,
             trained: false,
@@ -119,6 +132,12 @@ impl Loop<'_> {
                     .ok_or_else(|| RlError::failed("no rollout"))?;
                 s.batch = Some(self.batch(rollout, &mut s.log));
             }
+            if !s.bubble.policy_may_train() {
+                return Err(RlError::failed(format!(
+                    "the policy trains only once every engine rank's rollout is over; ranks: {:?}",
+                    s.bubble.states()
+                )));
+            }
             let batch = s.batch.clone().ok_or_else(|| RlError::failed("no batch"))?;
             self.chaos.at(step, Point::Train, &self.workers());
             self.train(batch, &mut s.log)?;
@@ -148,24 +167,73 @@ impl Loop<'_> {
         Ok(record)
     }
 
-    /// Generates whole GRPO groups on every engine that still owes its share; once all are
-    /// in, the rollout is decoded and rewarded and the data position moves on.
+    /// Generates whole GRPO groups on every engine that still owes its share, each rank's
+    /// bubble state following it (generating → released the moment its share is in →
+    /// completed when the last is in, each logged); once all are in, the rollout is decoded
+    /// and rewarded and the data position moves on.
     fn rollout(&mut self, s: &mut StepState) -> Result<(), RlError> {
+        let step = s.log.step;
         s.spec.adapter = self.bridge.request_adapter();
         let pending = s
             .pending
             .as_mut()
             .ok_or_else(|| RlError::failed("no pending rollout"))?;
-        let (spec, engines, codec) = (&s.spec, &self.engines.remotes, &self.codec);
-        timed(&mut s.log.phases, "generate", || {
-            pending.generate(spec, engines, codec).map_err(|(_, e)| e)
-        })?;
+        for rank in pending.missing() {
+            // A rank whose engine died mid-share is still generating (its replacement's).
+            if s.bubble.states()[rank] == RankState::Idle {
+                self.bubble(step, &mut s.bubble, rank, BubbleOp::Start)?;
+            }
+        }
+        let (spec, engines, codec, events) =
+            (&s.spec, &self.engines.remotes, &self.codec, &self.events);
+        let shared = Mutex::new((&mut s.bubble, &mut s.times, None));
+        let done = |rank: usize| {
+            let at = Instant::now();
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let (bubble, times, failed) = &mut *g;
+            times.finished(rank, at);
+            match bubble.apply(rank, BubbleOp::Finish) {
+                Ok(state) => events.record(step, &engine_name(rank), "bubble", state.name()),
+                Err(e) => *failed = Some(e),
+            }
+        };
+        let generated = timed(&mut s.log.phases, "generate", || {
+            pending
+                .generate(spec, engines, codec, &done)
+                .map_err(|(_, e)| e)
+        });
+        let (_, _, failed) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = failed {
+            return Err(RlError::failed(e.to_string()));
+        }
+        generated?;
+        for rank in 0..s.bubble.states().len() {
+            self.bubble(step, &mut s.bubble, rank, BubbleOp::Complete)?;
+        }
+        s.log.metrics.tail_s = s.times.tail_s();
+        s.log.metrics.bubble_s = s.times.bubble_s();
         let done = s
             .pending
             .take()
             .ok_or_else(|| RlError::failed("no pending rollout"))?;
         s.rollout = Some(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
         self.cursor.data_position += u64::from(self.job.algorithm.prompts_per_step);
+        Ok(())
+    }
+
+    /// One transition of a rank's bubble state, logged.
+    fn bubble(
+        &self,
+        step: u32,
+        bubble: &mut Coordinator,
+        rank: usize,
+        op: BubbleOp,
+    ) -> Result<(), RlError> {
+        let state = bubble
+            .apply(rank, op)
+            .map_err(|e| RlError::failed(e.to_string()))?;
+        self.events
+            .record(step, &engine_name(rank), "bubble", state.name());
         Ok(())
     }
 
