@@ -1,9 +1,11 @@
 //! The native engine with a drafter, in this process through the plugin registry: greedy
 //! output equals the engine's without a drafter — for several prompts at once, with a LoRA
 //! adapter, and after a weight update (which only changes how much the drafter is accepted);
-//! a drafter that cannot load is refused and the engine keeps serving with what it had.
+//! a drafter that cannot load is refused and the engine keeps serving with what it had; and
+//! RL rollouts through `tandem run` that speculate in the tail of each engine's batch
+//! (`speculate_below_batch`) with the same greedy tokens, their figures in the metrics.
 
-use crate::rl_common::Scratch;
+use crate::rl_common::{JobOpts, OutputText, Scratch};
 use std::path::Path;
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::drafter::{Drafter, DrafterInit};
@@ -203,4 +205,76 @@ fn an_engine_started_with_an_unusable_drafter_serves_without_it() {
     assert_eq!(stat(&e, "spec.drafter"), 0.0);
     let plain = engine(&model, None);
     assert_eq!(greedy(&e, None), greedy(&plain, None));
+}
+
+/// Each line of `<dir>/<file>`.
+fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    crate::rl_common::json_lines(path)
+}
+
+#[test]
+fn rl_rollouts_speculate_in_the_tail_and_generate_the_same_greedy_tokens() {
+    // An untrained model rarely stops early: long completions, many speculative rounds.
+    let t = Scratch::new();
+    let drafter = t.dir.join("drafter");
+    drafter_for(&t.dir.join("model"), &drafter, 5);
+    // Two engines: rank 0 gets 2 groups (8 rows), rank 1 one (4 rows). With drafting only
+    // while at most 4 rows decode, rank 1 speculates from its first round and rank 0 only
+    // once a group has finished; greedy, so speculation must not change a single token.
+    let job = t.job(&JobOpts {
+        engines: 2,
+        steps: 3,
+        prompts: 3,
+        max_tokens: 12,
+        extra_run: "dump_rollouts = true".into(),
+        extra_algorithm: "temperature = 0.0".into(),
+        bridge_options: "restart = false".into(),
+        ..JobOpts::default()
+    });
+    let text = std::fs::read_to_string(&job).unwrap();
+    let spec_job = t.dir.join("spec.toml");
+    let options = format!("max_seq_len = 64\ndrafter = {drafter:?}\nspeculate_below_batch = 4\n");
+    std::fs::write(&spec_job, text.replace("max_seq_len = 64\n", &options)).unwrap();
+    for (job, out) in [(&job, "plain"), (&spec_job, "spec")] {
+        let out = t.run(job, &["--output-dir", out]);
+        assert!(out.status.success(), "{}", out.stderr_text());
+    }
+    let tokens = |run: &str| -> Vec<(u64, Vec<u64>)> {
+        json_lines(&t.dir.join(run).join("rollouts.jsonl"))
+            .iter()
+            .map(|l| {
+                let toks = l["tokens"].as_array().unwrap();
+                let toks = toks.iter().map(|x| x.as_u64().unwrap()).collect();
+                (l["step"].as_u64().unwrap(), toks)
+            })
+            .collect()
+    };
+    let plain = tokens("plain");
+    assert_eq!(plain.len(), 3 * 3 * 4, "3 steps of 3 groups of 4");
+    assert_eq!(
+        tokens("spec"),
+        plain,
+        "speculation changed the greedy rollouts"
+    );
+    let metrics = |run: &str| json_lines(&t.dir.join(run).join("metrics.jsonl"));
+    for m in metrics("plain") {
+        assert!(m.get("spec_tokens").is_none() && m.get("acceptance_length").is_none());
+    }
+    let spec = metrics("spec");
+    assert_eq!(spec.len(), 3);
+    for (m, p) in spec.iter().zip(metrics("plain")) {
+        assert_eq!(m["reward_mean"], p["reward_mean"], "{m}");
+        let (n, len) = (
+            m["spec_tokens"].as_u64().unwrap(),
+            m["acceptance_length"].as_f64(),
+        );
+        // Rank 1 speculates from its first round (the prefill's token is not a round's).
+        assert!(n > 0, "{m}");
+        let len = len.unwrap();
+        assert!((1.0..=5.0).contains(&len), "{m}");
+        println!(
+            "step {}: {n} tokens in speculative rounds, acceptance length {len:.2}",
+            m["step"]
+        );
+    }
 }

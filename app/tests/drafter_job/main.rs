@@ -238,6 +238,15 @@ fn bad_drafter_inputs_are_one_line_each() {
         .replace("draft_tokens = 3", "draft_tokens = 0");
     std::fs::write(&j, text).unwrap();
     check_fails(&j, "draft_tokens");
+    // speculate_below_batch = 0.
+    let j = job(&t, "never", 1, "");
+    let text = std::fs::read_to_string(&j).unwrap().replace(
+        "draft_tokens = 3",
+        "draft_tokens = 3\nspeculate_below_batch = 0",
+    );
+    std::fs::write(&j, text).unwrap();
+    let err = check_fails(&j, "speculate_below_batch");
+    assert!(err.contains("must be at least 1"), "{err}");
 
     // A drafter job with a GRPO trainer, and with the wrong bridge.
     let j = job(&t, "grpo-trainer", 1, "");

@@ -49,6 +49,12 @@ pub struct StepMetrics {
     /// Engine-seconds idle during the rollout: over ranks, the last finish less its own
     /// ([`crate::bubble::BubbleTimes::bubble_s`]), what bubble-time training can use.
     pub bubble_s: f64,
+    /// Tokens the rollout decoded in speculative rounds (engines with a drafter only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_tokens: Option<u64>,
+    /// Their mean per verify round: accepted drafts + 1 (engines with a drafter only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acceptance_length: Option<f64>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

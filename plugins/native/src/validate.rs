@@ -66,6 +66,14 @@ impl CheckOptions for EngineOptions {
                     .with_help("the drafter proposes this many tokens per round; e.g. 4"),
             );
         }
+        if self.speculate_below_batch == Some(0) {
+            p.push(
+                ConfigProblem::new("speculate_below_batch", "must be at least 1").with_help(
+                    "the engine speculates while at most this many sequences decode, e.g. 4; \
+                         leave it out to speculate always, or the drafter out to never",
+                ),
+            );
+        }
         if self.max_seq_len < 2 {
             p.push(
                 ConfigProblem::new(

@@ -6,6 +6,8 @@
 //! sequence of phases, each a method of its own:
 //!
 //! 1. **rollout** — whole GRPO groups on every engine in parallel, decoded and rewarded;
+//!    each rank's bubble state follows it ([`crate::bubble`]), and what speculative decoding
+//!    did in it is read from the engines (`spec.rs`);
 //! 2. **drained offload** — pause all → flush all → release all ([`crate::phases`]);
 //! 3. **train** — onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps →
 //!    snapshot `actor`;
@@ -32,6 +34,7 @@ mod onload;
 mod record;
 mod recover;
 mod rundir;
+mod spec;
 mod step;
 mod trainer;
 pub mod world;

@@ -6,6 +6,7 @@
 
 use super::chaos::Point;
 use super::record::StepLog;
+use super::spec::SpecFigures;
 use super::{Loop, timed};
 use crate::bridge::SyncRecord;
 use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
@@ -33,6 +34,8 @@ pub(super) struct StepState {
     /// Where each engine rank is in the rollout, and when each finished its share.
     bubble: Coordinator,
     times: BubbleTimes,
+    /// What speculative decoding did in the rollout so far.
+    speculated: SpecFigures,
     /// The rollout once every engine returned its share.
     rollout: Option<Rollout>,
     /// The train batch made of it (made once: `rollouts.jsonl` gets it once).
@@ -92,6 +95,7 @@ impl Loop<'_> {
             pending: Some(pending),
             bubble: Coordinator::new(ranks, 1),
             times: BubbleTimes::new(ranks),
+            speculated: SpecFigures::default(),
             rollout: None,
             batch: None,
             trained: false,
@@ -197,21 +201,28 @@ impl Loop<'_> {
                 Err(e) => *failed = Some(e),
             }
         };
+        let before = super::spec::read(engines);
         let generated = timed(&mut s.log.phases, "generate", || {
             pending
                 .generate(spec, engines, codec, &done)
                 .map_err(|(_, e)| e)
         });
+        let after = super::spec::read(engines);
         let (_, _, failed) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = failed {
             return Err(RlError::failed(e.to_string()));
         }
+        s.speculated.add(&before, &after);
         generated?;
         for rank in 0..s.bubble.states().len() {
             self.bubble(step, &mut s.bubble, rank, BubbleOp::Complete)?;
         }
         s.log.metrics.tail_s = s.times.tail_s();
         s.log.metrics.bubble_s = s.times.bubble_s();
+        if let Some((tokens, len)) = s.speculated.figures() {
+            s.log.metrics.spec_tokens = Some(tokens);
+            s.log.metrics.acceptance_length = len;
+        }
         let done = s
             .pending
             .take()

@@ -52,6 +52,9 @@ pub struct EngineOptions {
     pub drafter: Option<String>,
     /// Draft tokens proposed per speculative round.
     pub draft_tokens: usize,
+    /// Speculate only while at most this many sequences decode together (the long tail of a
+    /// batch); above it, plain decoding. Unset: every round speculates.
+    pub speculate_below_batch: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -61,6 +64,7 @@ impl Default for EngineOptions {
             max_seq_len: 1024,
             drafter: None,
             draft_tokens: 4,
+            speculate_below_batch: None,
         }
     }
 }
@@ -136,7 +140,8 @@ impl NativeEngine {
             max_batch: opts.max_batch,
             max_seq,
         };
-        let engine = Engine::new(model, cfg, &mut provider).ctx("engine `native` options")?;
+        let mut engine = Engine::new(model, cfg, &mut provider).ctx("engine `native` options")?;
+        engine.set_speculate_below_batch(opts.speculate_below_batch);
         log(
             &host,
             LogLevel::Info,

@@ -231,6 +231,7 @@ impl NativeEngine {
             Metric::new("spec.emitted", s.emitted as f64),
             Metric::new("spec.mean_accept_len", s.mean_accept_len()),
             Metric::new("spec.verifies", s.verifies as f64),
+            Metric::new("spec.plain", s.plain as f64),
             Metric::new("spec.draft_s", s.draft_ns as f64 * 1e-9),
             Metric::new("spec.verify_s", s.verify_ns as f64 * 1e-9),
             Metric::new("hidden_states.calls", h.calls as f64),

@@ -77,6 +77,8 @@ pub struct Engine {
     spec: Option<spec::SpecState>,
     /// Multi-token verify scratch (`activations/verify`), grown on demand.
     verify: Option<Box<dyn Region>>,
+    /// Rounds draft only while at most this many rows decode ([`Engine::set_speculate_below_batch`]).
+    speculate_below: usize,
     stats: SpecStats,
 }
 
@@ -118,6 +120,7 @@ impl Engine {
             sample_scratch: Vec::new(),
             spec: None,
             verify: None,
+            speculate_below: usize::MAX,
             stats: SpecStats::default(),
         })
     }

@@ -1,5 +1,7 @@
 //! Speculative generation: with a draft model set ([`Engine::set_drafter`]), every decode step
-//! of [`Engine::generate`] becomes a round per row (the protocol of [`super::draft`]):
+//! of [`Engine::generate`] becomes a round per row (the protocol of [`super::draft`]); with
+//! [`Engine::set_speculate_below_batch`], rounds of a batch larger than its bound draft nothing
+//! (one verified token per row, the features still fed) — speculation in the long tail only:
 //!
 //! 1. the drafter is fed the row's newly verified positions (aux features + the tokens that
 //!    follow them) and proposes `k_i` tokens, `k_i = min(k, budget − 1)` where `budget` is
@@ -47,6 +49,10 @@ pub struct SpecStats {
     pub draft_ns: u64,
     /// Wall time in the verify forwards, ns.
     pub verify_ns: u64,
+    /// Tokens decoded without drafts because more rows than
+    /// [`Engine::set_speculate_below_batch`] allows were decoding (counted in no figure
+    /// above).
+    pub plain: u64,
 }
 
 impl SpecStats {
@@ -141,6 +147,16 @@ impl Engine {
         Ok(old)
     }
 
+    /// Drafts only while at most `rows` sequences decode together: the long tail of a batch,
+    /// where the target's forward is cheap per row and a drafter's tokens pay; a full batch
+    /// gains little from them. Above it, a round verifies one token per row without drafts
+    /// (counted in [`SpecStats::plain`]) and still feeds the drafter each row's features, so
+    /// drafting starts at once when the batch shrinks. `None` (the default): every round
+    /// drafts. Output is the same either way: greedy token for token, sampled in distribution.
+    pub fn set_speculate_below_batch(&mut self, rows: Option<usize>) {
+        self.speculate_below = rows.unwrap_or(usize::MAX);
+    }
+
     /// Turns speculative decoding off and hands the drafter back (frees the verify scratch).
     pub fn take_drafter(&mut self) -> Option<Box<dyn DraftModel>> {
         self.verify = None;
@@ -203,8 +219,10 @@ impl Engine {
             verify: vscratch,
             stats,
             sample_scratch,
+            speculate_below,
             ..
         } = self;
+        let speculate = rows.len() <= *speculate_below;
         let (Some(sp), Some(vscratch)) = (spec.as_mut(), vscratch.as_mut()) else {
             return Err(NativeError::Input(
                 "speculative round without a drafter or verify scratch".into(),
@@ -219,7 +237,11 @@ impl Engine {
                     .max_tokens
                     .saturating_sub(outs[row.req].tokens.len());
                 let budget = left.min(max_seq.saturating_sub(row.pos + 1));
-                budget.saturating_sub(1).min(sp.k)
+                if speculate {
+                    budget.saturating_sub(1).min(sp.k)
+                } else {
+                    0
+                }
             })
             .collect();
         let drafting = Instant::now();
@@ -334,17 +356,25 @@ impl Engine {
                     break;
                 }
             }
-            stats.rounds += 1;
-            stats.drafted += (n - 1) as u64;
-            stats.emitted += emitted as u64;
+            if speculate {
+                stats.rounds += 1;
+                stats.drafted += (n - 1) as u64;
+                stats.emitted += emitted as u64;
+            } else {
+                stats.plain += emitted as u64;
+            }
             // Positions pos .. pos + emitted are verified now; each is followed by the token
-            // emitted from it. They are the drafter's next feed.
+            // emitted from it. They are the drafter's next feed: the whole feed when the
+            // drafter took the previous one this round, else (no drafts for the row) appended
+            // to what it has not seen yet.
             let f = &mut sp.feeds[row.slot];
-            f.pos0 = pos;
-            f.feats.clear();
+            if dr.is_some() {
+                f.pos0 = pos;
+                f.feats.clear();
+                f.next.clear();
+            }
             f.feats
                 .extend_from_slice(&vo.aux[r0 * w..(r0 + emitted) * w]);
-            f.next.clear();
             f.next
                 .extend_from_slice(&out.tokens[out.tokens.len() - emitted..]);
             row.pos = pos + emitted;
