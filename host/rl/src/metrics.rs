@@ -218,18 +218,9 @@ pub struct Resident {
 
 /// Reads [`Resident`] from `/proc/<pid>/status`.
 pub fn resident(pid: u32) -> Resident {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Resident::default();
-    };
-    let kb = |key: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |v| v * 1024)
-    };
+    let s = crate::bridge::rss::status(pid).unwrap_or_default();
     Resident {
-        total: kb("VmRSS:"),
-        data: kb("RssAnon:") + kb("RssShmem:"),
+        total: s.rss,
+        data: s.anon + s.shmem,
     }
 }

@@ -28,6 +28,8 @@ pub struct Status {
     pub hwm: u64,
     /// Resident shared memory (`RssShmem`: memfd regions, mapped or owned).
     pub shmem: u64,
+    /// Resident anonymous memory (`RssAnon`: heap, stacks).
+    pub anon: u64,
 }
 
 /// Parses the `kB` figures of a `/proc/<pid>/status` text.
@@ -43,6 +45,7 @@ fn parse_status(text: &str) -> Status {
         rss: kb("VmRSS:"),
         hwm: kb("VmHWM:"),
         shmem: kb("RssShmem:"),
+        anon: kb("RssAnon:"),
     }
 }
 
@@ -150,7 +153,8 @@ mod tests {
             Status {
                 rss: 1024 * 1024,
                 hwm: 2048 * 1024,
-                shmem: 256 * 1024
+                shmem: 256 * 1024,
+                anon: 512 * 1024,
             }
         );
         assert_eq!(parse_status("Name:\tx\n"), Status::default());
