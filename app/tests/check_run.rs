@@ -318,7 +318,7 @@ fn the_valid_quickstart_still_checks() {
         stdout(&out)
     );
     // And the shipped examples themselves.
-    for example in ["quickstart", "broadcast"] {
+    for example in ["quickstart", "broadcast", "quickstart-spec", "drafter"] {
         let out = run(tandem()
             .arg("check")
             .arg(workspace_root().join(format!("examples/{example}.toml"))));

@@ -72,7 +72,9 @@ pub trait InferenceEngine: Send + Sync {
         Err(PluginError::not_supported("hidden_states", "this engine")).into()
     }
     /// Loads (or replaces) the draft model the engine speculates with, from a drafter
-    /// directory; on an error the engine keeps serving as it did.
+    /// directory, and speculates with it; on an error the engine keeps serving as it did. An
+    /// empty `dir` turns speculation off (the engine may keep the drafter's buffers for the
+    /// next load).
     fn load_drafter(&self, dir: RString) -> PResult<()> {
         let _ = dir;
         Err(PluginError::not_supported("load_drafter", "this engine")).into()

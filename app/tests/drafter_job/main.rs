@@ -2,11 +2,13 @@
 //! states over a shared-memory transport group): it trains and measures acceptance, the
 //! shm route and the control-plane route give the same drafter, the saved drafter decodes
 //! speculatively with `tandem generate` (the same greedy tokens), bad drafter inputs are
-//! one line each, and the shipped example runs 1000 steps with flat memory (`soak.rs`).
+//! one line each, and the shipped example runs 1000 steps with flat memory (`soak.rs`); an RL
+//! run trains its drafter in the rollouts' bubbles (`rl.rs`).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 mod engine;
+mod rl;
 #[path = "../rl_common/mod.rs"]
 mod rl_common;
 mod soak;

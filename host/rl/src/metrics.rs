@@ -55,6 +55,25 @@ pub struct StepMetrics {
     /// Their mean per verify round: accepted drafts + 1 (engines with a drafter only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acceptance_length: Option<f64>,
+    /// Drafter optimiser steps taken in this step's bubbles (`[drafter] enabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafter_steps: Option<u32>,
+    /// Their mean drafter loss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafter_loss: Option<f64>,
+    /// Seconds the drafter trainer held its regions to train (onload to offload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafter_train_s: Option<f64>,
+    /// Seconds of drafter steps taken while some engine still generated: the bubble time
+    /// used (beside `bubble_s`, the bubble time available).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bubble_used_s: Option<f64>,
+    /// The drafter version the engines serve after the step (0: none yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drafter_version: Option<u64>,
+    /// Whether the engines speculate after the step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculating: Option<bool>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

@@ -36,6 +36,10 @@ pub struct Rollout {
     pub exact: usize,
 }
 
+/// Called with an engine rank's whole share the moment it is in: `(rank, prompts,
+/// completions)`.
+pub type ShareDone<'a> = dyn Fn(usize, &[RVec<u32>], &[Completion]) + Sync + 'a;
+
 /// A rollout under way: its problems, their prompts, which engine generates which groups,
 /// and what each engine has returned so far. An engine whose worker died is asked again
 /// (by its replacement) for its own groups only; the others keep their completions.
@@ -87,8 +91,9 @@ impl Pending {
             .collect()
     }
 
-    /// Generates the missing shares, every engine in parallel; `done(rank)` is called the
-    /// moment an engine has returned its whole share (while the others may still generate).
+    /// Generates the missing shares, every engine in parallel; `done(rank, prompts,
+    /// completions)` is called with an engine's whole share the moment it returned it (while
+    /// the others may still generate).
     /// Every engine that answered keeps its completions; the first failure (by rank) is
     /// returned with its rank.
     pub fn generate(
@@ -96,7 +101,7 @@ impl Pending {
         spec: &RolloutSpec,
         engines: &[RemoteEngine],
         codec: &PromptCodec,
-        done: &(dyn Fn(usize) + Sync),
+        done: &ShareDone<'_>,
     ) -> Result<(), (usize, RlError)> {
         let missing = self.missing();
         let replies = std::thread::scope(|s| {
@@ -108,9 +113,12 @@ impl Pending {
                     let want = self.assignment[e].len() * spec.group_size as usize;
                     let engine = &engines[e];
                     s.spawn(move || {
+                        let prompts = request.prompts.clone();
                         let reply = engine.generate(request).map_err(RlError::from);
-                        if matches!(&reply, Ok(r) if r.completions.len() == want) {
-                            done(e);
+                        if let Ok(r) = &reply
+                            && r.completions.len() == want
+                        {
+                            done(e, &prompts, &r.completions);
                         }
                         reply
                     })

@@ -35,8 +35,10 @@ pub struct ResolvedPlan {
     pub transport: String,
     /// Transport chosen per group, one line each (e.g. `trainers [0, 1]: shm (1 pair)`).
     pub transport_groups: Vec<String>,
-    /// A drafter job's data path and measurement, one line (`None` for an RL job).
+    /// A drafter job's data path and measurement, or an RL job's drafter, one line.
     pub drafter: Option<String>,
+    /// An RL job's drafter trainer (`[drafter] enabled`).
+    pub drafter_trainer: Option<ResolvedComponent>,
 }
 
 /// A resolved engine or trainer.

@@ -314,24 +314,88 @@ pub enum FeatureRouteKind {
     Control,
 }
 
-/// `[drafter]`: a drafter-training job (`[algorithm] name = "drafter"`): the engines generate
-/// for the task's prompts, send the hidden states of every sequence to the trainer, which
-/// steps the drafter; every `eval_every` steps the engines load the drafter and decode the
-/// held-out prompts speculatively, reporting the mean acceptance length.
+/// When an RL run's drafter trains (`[drafter] train_in`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainIn {
+    /// In the rollout's bubbles: a rank whose share is done trains the drafter while the
+    /// other ranks still generate (FastRL's idea, overlapped for real).
+    #[default]
+    Bubbles,
+    /// After every rank's rollout (sequential, as FastRL runs it).
+    AfterRollout,
+    /// Never: the engines speculate with the drafter they were given.
+    Off,
+}
+
+impl TrainIn {
+    /// The name in job files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrainIn::Bubbles => "bubbles",
+            TrainIn::AfterRollout => "after_rollout",
+            TrainIn::Off => "off",
+        }
+    }
+}
+
+/// `[drafter]`: a speculative-decoding drafter (EAGLE-3).
+///
+/// In a drafter-training job (`[algorithm] name = "drafter"`) the engines generate for the
+/// task's prompts, send the hidden states of every sequence to the trainer, which steps the
+/// drafter; every `eval_every` steps the engines load the drafter and decode the held-out
+/// prompts speculatively, reporting the mean acceptance length (`route`, `eval_*`,
+/// `ignore_eos`).
+///
+/// In an RL job (`enabled = true`) a drafter trainer worker (`plugin`, `options`) trains the
+/// drafter on the hidden states of the rollouts (`train_in`, `max_steps_per_bubble`,
+/// `min_ranks_for_training`, `train_every_n_steps`, `learning_rate`,
+/// `activation_timeout_secs`); the trained drafter reaches the engines after every step's
+/// weight sync, and they speculate while at most `speculate_below_batch` rows decode (the
+/// long tail) and while the measured acceptance stays at or above `min_acceptance`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DrafterSection {
-    /// How hidden states travel.
+    /// How hidden states travel (drafter job).
     pub route: FeatureRouteKind,
-    /// Measure the acceptance length every N steps (0: only after the last step).
+    /// Measure the acceptance length every N steps (0: only after the last step; drafter
+    /// job).
     pub eval_every: u32,
-    /// Held-out prompts of the acceptance measurement.
+    /// Held-out prompts of the acceptance measurement (drafter job).
     pub eval_prompts: u32,
-    /// Max new tokens of the acceptance measurement (default: `[algorithm] max_tokens`).
+    /// Max new tokens of the acceptance measurement (default: `[algorithm] max_tokens`;
+    /// drafter job).
     pub eval_max_tokens: Option<u32>,
     /// Generate past end-of-sequence tokens (always `max_tokens` per completion), so short
-    /// answers still give the drafter sequences to learn.
+    /// answers still give the drafter sequences to learn (drafter job).
     pub ignore_eos: bool,
+    /// An RL run trains a drafter and speculates with it.
+    pub enabled: bool,
+    /// The drafter trainer component (RL run).
+    pub plugin: String,
+    /// The drafter trainer's options, handed to it as JSON (RL run): e.g. `ttt_steps`,
+    /// `max_tokens` (feature rows per step), `drafter` (start from a drafter directory).
+    pub options: toml::Table,
+    /// When the drafter trains (RL run).
+    pub train_in: TrainIn,
+    /// Drafter steps one bubble may take at most (RL run).
+    pub max_steps_per_bubble: u32,
+    /// Ranks that must have finished their share before the drafter trains
+    /// (FastRL's `min_workers_for_training`; RL run).
+    pub min_ranks_for_training: u32,
+    /// Train the drafter on every N-th step's rollouts (RL run).
+    pub train_every_n_steps: u32,
+    /// The drafter's learning rate (RL run).
+    pub learning_rate: f64,
+    /// Seconds the drafter trainer may take to come back from its offload (its regions
+    /// resumed) before the bubble is given up (FastRL: 30 s; RL run).
+    pub activation_timeout_secs: f64,
+    /// The engines speculate only while at most this many rows decode (RL run; the engine
+    /// option of the same name).
+    pub speculate_below_batch: Option<u32>,
+    /// Speculation switches off while the acceptance length falls below this, and back on
+    /// once the drafter's training accuracy predicts it again (0: never off; RL run).
+    pub min_acceptance: f64,
 }
 
 impl Default for DrafterSection {
@@ -342,6 +406,17 @@ impl Default for DrafterSection {
             eval_prompts: 32,
             eval_max_tokens: None,
             ignore_eos: false,
+            enabled: false,
+            plugin: "native-drafter".into(),
+            options: toml::Table::new(),
+            train_in: TrainIn::Bubbles,
+            max_steps_per_bubble: 8,
+            min_ranks_for_training: 1,
+            train_every_n_steps: 1,
+            learning_rate: 3e-4,
+            activation_timeout_secs: 30.0,
+            speculate_below_batch: None,
+            min_acceptance: 0.0,
         }
     }
 }

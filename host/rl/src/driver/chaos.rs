@@ -8,6 +8,8 @@
 //! milliseconds into it are drawn from `(S, step)`, so the same seed kills the same worker at
 //! the same point of the same step in every run. `victim=trainer` or `victim=engine` narrows
 //! the draw; `at=<phase>` fixes the phase (`rollout`, `offload`, `train`, `save`, `sync`).
+//! `drafter=N` kills the drafter trainer (`[drafter] enabled`) in step N's bubble, right
+//! after its first drafter step (with or without `every`).
 //!
 //! The kill is a real SIGKILL of the worker's process: the controller learns of it the way it
 //! learns of any death (the call in flight fails, the monitor reports the exit). A kill "into"
@@ -67,6 +69,8 @@ struct Schedule {
     every: u32,
     victims: Victims,
     at: Option<Point>,
+    /// The step whose bubble loses the drafter trainer.
+    drafter: Option<u32>,
 }
 
 /// The run's fault injector (inactive without `TANDEM_CHAOS`).
@@ -109,6 +113,7 @@ impl Chaos {
     pub fn at(&mut self, step: u32, point: Point, targets: &[Target]) {
         let Some(s) = &self.schedule else { return };
         if step == 0
+            || s.every == 0
             || step >= self.last_step
             || !step.is_multiple_of(s.every)
             || self.dealt.contains(&step)
@@ -144,6 +149,13 @@ impl Chaos {
         }
     }
 
+    /// Whether the drafter trainer dies in step `step`'s bubble (`drafter=N`).
+    pub fn kills_drafter_at(&self, step: u32) -> bool {
+        self.schedule
+            .as_ref()
+            .is_some_and(|s| s.drafter == Some(step))
+    }
+
     /// Waits for a kill sent from a thread (so it lands in the step it was drawn for).
     pub fn settle(&mut self) {
         if let Some(k) = self.killer.take() {
@@ -152,7 +164,8 @@ impl Chaos {
     }
 }
 
-fn sigkill(pid: u32) {
+/// SIGKILLs `pid` (a failure is logged).
+pub(super) fn sigkill(pid: u32) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     if let Err(e) = kill(Pid::from_raw(pid as i32), Signal::SIGKILL) {
@@ -196,6 +209,7 @@ fn parse(text: &str) -> Result<Schedule, String> {
         every: 0,
         victims: Victims::Any,
         at: None,
+        drafter: None,
     };
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part
@@ -222,11 +236,16 @@ fn parse(text: &str) -> Result<Schedule, String> {
                 })?;
                 s.at = Some(p.0);
             }
-            _ => return Err(format!("unknown key `{k}` (seed, every, victim, at)")),
+            "drafter" => s.drafter = Some(num(v)?.try_into().map_err(|_| "drafter: too large")?),
+            _ => {
+                return Err(format!(
+                    "unknown key `{k}` (seed, every, victim, at, drafter)"
+                ));
+            }
         }
     }
-    if s.every == 0 {
-        return Err("every=N (N >= 1) is required".into());
+    if s.every == 0 && s.drafter.is_none() {
+        return Err("every=N (N >= 1) or drafter=N is required".into());
     }
     Ok(s)
 }
@@ -276,9 +295,22 @@ mod tests {
             ("every=2,at=eval", "at:"),
             ("every=2,when=3", "unknown key"),
             ("every", "key=value"),
+            ("drafter=x", "not a number"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(why), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn a_drafter_kill_stands_alone_and_names_its_step() {
+        let c = Chaos {
+            schedule: Some(parse("drafter=3").unwrap()),
+            last_step: 10,
+            ..Chaos::default()
+        };
+        assert!(c.kills_drafter_at(3));
+        assert!(!c.kills_drafter_at(2) && !c.kills_drafter_at(4));
+        assert!(!Chaos::default().kills_drafter_at(3));
     }
 }

@@ -30,6 +30,8 @@ pub(super) struct Parts {
     pub events: EventLog,
     pub files: RunFiles,
     pub world: Option<super::world::World>,
+    /// The drafter trainer (`[drafter] enabled`), spawned, not initialised.
+    pub drafter: Option<RemoteTrainer>,
 }
 
 /// The newest complete checkpoint to resume from, and the loop state saved with it.
@@ -63,6 +65,24 @@ impl<'a> Loop<'a> {
             .bridge
             .setup(&trainer, &mut engines.remotes, &mut parts.launcher)?;
         events.record(0, "loop", "bridge_setup", &launch.plan.bridge.mode);
+        let draft = match parts.drafter {
+            Some(remote) => {
+                let releasable = launch
+                    .plan
+                    .drafter_trainer
+                    .as_ref()
+                    .map(|c| c.releasable_tags.clone())
+                    .unwrap_or_default();
+                Some(super::draft::Draft::start(
+                    remote,
+                    &job.drafter,
+                    &releasable,
+                    launch.draft_tokens(),
+                    events,
+                )?)
+            }
+            None => None,
+        };
         let metrics = open_metrics(&parts.files.metrics, opts.resume, &cursor, &resume_from)?;
         let offload = launch.trainer_offload(&parts.bridge);
         let chaos = super::chaos::Chaos::new(opts.chaos.as_deref(), cursor.total_steps)
@@ -91,6 +111,7 @@ impl<'a> Loop<'a> {
             force_sync: false,
             restarts: super::recover::Restarts::new(&job.run),
             chaos,
+            draft,
         };
         l.first_onload()?;
         l.progress = Progress::new(l.cursor.first_step, l.cursor.total_steps, opts.progress);

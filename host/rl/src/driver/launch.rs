@@ -89,6 +89,7 @@ impl<'a> Loop<'a> {
         let launch = Launch { job, plan, opts };
         let world = bridge_world(&launcher, plan, &j.transport, &bridge)?;
         let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &events)?;
+        let drafter = launch.spawn_drafter(&mut launcher)?;
         let parts = super::init::Parts {
             task,
             codec,
@@ -98,6 +99,7 @@ impl<'a> Loop<'a> {
             events,
             files,
             world,
+            drafter,
         };
         Loop::init(launch, parts, engines, trainer, resume_from)
     }
@@ -211,6 +213,49 @@ impl Launch<'_> {
         Ok((engines, trainer))
     }
 
+    /// The drafter trainer of a job with `[drafter] enabled`: trainer rank `N` after the
+    /// policy's `N` ranks, a world of its own.
+    pub(super) fn spawn_drafter(
+        &self,
+        launcher: &mut LocalLauncher,
+    ) -> Result<Option<RemoteTrainer>, RlError> {
+        let (job, plan) = (&self.job.job, self.plan);
+        let Some(c) = &plan.drafter_trainer else {
+            return Ok(None);
+        };
+        let options_json = crate::config::options_json(&job.drafter.options)
+            .map_err(|e| RlError::usage(format!("[drafter.options]: {e}")))?;
+        let spec = WorkerSpec {
+            role: Role::Trainer,
+            rank: plan.trainer.ranks,
+            world_size: 1,
+            component: c.component.clone(),
+            model_path: absolute(&plan.model_path),
+            options_json,
+            device: crate::config::device_of(&plan.devices, 0),
+            run_dir: absolute(&self.opts.run_dir),
+            plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
+            transport: None,
+        };
+        let remote = launcher
+            .spawn_trainers(&[spec])?
+            .pop()
+            .ok_or_else(|| RlError::failed("the drafter trainer worker did not start"))?;
+        Ok(Some(remote))
+    }
+
+    /// Draft tokens per round the engines propose (`[engine.options] draft_tokens`, else the
+    /// native engine's default of 4).
+    pub(super) fn draft_tokens(&self) -> u32 {
+        self.job
+            .job
+            .engine
+            .options
+            .get("draft_tokens")
+            .and_then(toml::Value::as_integer)
+            .map_or(4, |k| k.clamp(1, 64) as u32)
+    }
+
     /// Engine and trainer share devices (and take turns with their memory).
     pub fn colocated(&self) -> bool {
         self.plan.placement == PlacementMode::Colocate
@@ -245,7 +290,14 @@ impl Launch<'_> {
                 &job.trainer.options,
             ),
         };
-        let options_json = crate::config::options_json(table)
+        let mut table = table.clone();
+        if role == Role::Engine
+            && job.drafter.enabled
+            && let Some(rows) = job.drafter.speculate_below_batch
+        {
+            table.insert("speculate_below_batch".into(), i64::from(rows).into());
+        }
+        let options_json = crate::config::options_json(&table)
             .map_err(|e| RlError::usage(format!("[{role}.options]: {e}")))?;
         Ok(WorkerSpec {
             role,

@@ -25,6 +25,7 @@
 //! (`recover/`); `TANDEM_CHAOS` kills workers on purpose to test that (`chaos.rs`).
 
 mod chaos;
+mod draft;
 pub mod drafter;
 mod dump;
 mod eval;
@@ -165,6 +166,8 @@ struct Loop<'a> {
     restarts: recover::Restarts,
     /// `TANDEM_CHAOS`: kills dealt on purpose (recovery tests, `tandem bench loop`).
     chaos: chaos::Chaos,
+    /// The drafter trained in the rollouts' bubbles (`[drafter] enabled`).
+    draft: Option<draft::Draft>,
 }
 
 /// Wall time of each phase of a step (s), by name.

@@ -84,6 +84,11 @@ impl Loop<'_> {
         }
         m.weight_version = self.engines.min_version();
         rss.insert("trainer".to_string(), resident(self.trainer.remote.pid()));
+        if let Some(d) = &self.draft {
+            rss.insert(super::draft::NAME.to_string(), resident(d.pid()));
+            m.drafter_version = Some(d.served());
+            m.speculating = Some(d.speculating());
+        }
         for (name, r) in rss {
             m.rss.insert(name.clone(), r.total);
             m.rss_data.insert(name, r.data);
@@ -120,6 +125,9 @@ impl Loop<'_> {
             add(format!("engine-{rank}"), e.stats().ok());
         }
         add("trainer".into(), self.trainer.remote.stats().ok());
+        if let Some(bytes) = self.draft.as_ref().and_then(|d| d.ledger()) {
+            m.ledger.insert(super::draft::NAME.into(), bytes);
+        }
     }
 
     /// The run's summary after its last step.

@@ -15,7 +15,8 @@ pub(super) struct SpecCounters {
 }
 
 impl SpecCounters {
-    /// The counters of `stats`, when the engine speculates (`spec.drafter` = 1).
+    /// The counters of `stats`, when the engine speculates (`spec.on` = 1, or `spec.drafter`
+    /// = 1 from an engine that does not report `spec.on`).
     fn of(stats: &ComponentStats) -> Option<SpecCounters> {
         let get = |key: &str| {
             stats
@@ -24,7 +25,7 @@ impl SpecCounters {
                 .find(|m| m.name.as_str() == key)
                 .map(|m| m.value)
         };
-        (get("spec.drafter")? >= 1.0).then_some(())?;
+        (get("spec.on").or_else(|| get("spec.drafter"))? >= 1.0).then_some(())?;
         Some(SpecCounters {
             rounds: get("spec.rounds")?,
             emitted: get("spec.emitted")?,

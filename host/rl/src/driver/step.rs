@@ -5,19 +5,21 @@
 //! its recovery (`recover/`) the step runs again from there.
 
 use super::chaos::Point;
+use super::draft::{BubbleCtx, BubbleReport, Finished};
 use super::record::StepLog;
 use super::spec::SpecFigures;
 use super::{Loop, timed};
 use crate::bridge::SyncRecord;
 use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
 use crate::checkpoint::{self, LoopState};
+use crate::config::TrainIn;
 use crate::error::RlError;
 use crate::grpo;
 use crate::metrics::{StepMetrics, resident};
 use crate::rollout::{self, Rollout, RolloutSpec};
-use std::sync::Mutex;
-use std::time::Instant;
-use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
+use std::sync::{Mutex, mpsc};
+use std::time::{Duration, Instant};
+use tandem_plugin_api::{Completion, Metric, RVec, TrainBatch, WhichWeights};
 
 fn engine_name(rank: usize) -> String {
     format!("engine-{rank}")
@@ -89,11 +91,16 @@ impl Loop<'_> {
             &self.codec,
         )?;
         let ranks = self.engines.remotes.len();
+        let min_ranks = if self.draft.is_some() {
+            self.job.drafter.min_ranks_for_training as usize
+        } else {
+            1
+        };
         Ok(StepState {
             log: StepLog::new(step),
             spec,
             pending: Some(pending),
-            bubble: Coordinator::new(ranks, 1),
+            bubble: Coordinator::new(ranks, min_ranks),
             times: BubbleTimes::new(ranks),
             speculated: SpecFigures::default(),
             rollout: None,
@@ -164,6 +171,18 @@ impl Loop<'_> {
         if record.is_some() {
             self.force_sync = false;
         }
+        if let Some(d) = self.draft.as_mut() {
+            let t = Instant::now();
+            let measured = s.log.metrics.acceptance_length;
+            s.bubble
+                .begin_sync()
+                .map_err(|e| RlError::failed(e.to_string()))?;
+            d.sync(step, measured, &self.engines.remotes, &self.events);
+            s.bubble
+                .end_sync()
+                .map_err(|e| RlError::failed(e.to_string()))?;
+            super::add_time(&mut s.log.phases, "drafter_sync", t.elapsed());
+        }
         if self.eval_due(step) {
             let result = timed(&mut s.log.phases, "eval", || self.evaluate(step))?;
             s.log.metrics.set_eval(&result);
@@ -173,8 +192,9 @@ impl Loop<'_> {
 
     /// Generates whole GRPO groups on every engine that still owes its share, each rank's
     /// bubble state following it (generating → released the moment its share is in →
-    /// completed when the last is in, each logged); once all are in, the rollout is decoded
-    /// and rewarded and the data position moves on.
+    /// completed when the last is in, each logged); with a drafter, each finished share goes
+    /// to the bubble's drafter training beside the rollout (`draft/bubble.rs`). Once all are
+    /// in, the rollout is decoded and rewarded and the data position moves on.
     fn rollout(&mut self, s: &mut StepState) -> Result<(), RlError> {
         let step = s.log.step;
         s.spec.adapter = self.bridge.request_adapter();
@@ -188,31 +208,110 @@ impl Loop<'_> {
                 self.bubble(step, &mut s.bubble, rank, BubbleOp::Start)?;
             }
         }
+        let train_in = self.draft.as_ref().and_then(|d| d.trains_at(step));
+        let kill_drafter = self.chaos.kills_drafter_at(step);
         let (spec, engines, codec, events) =
             (&s.spec, &self.engines.remotes, &self.codec, &self.events);
         let shared = Mutex::new((&mut s.bubble, &mut s.times, None));
-        let done = |rank: usize| {
+        let (tx, rx) = mpsc::channel::<Finished>();
+        let tx = Mutex::new(train_in.is_some().then_some(tx));
+        let done = |rank: usize, prompts: &[RVec<u32>], completions: &[Completion]| {
             let at = Instant::now();
-            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-            let (bubble, times, failed) = &mut *g;
-            times.finished(rank, at);
-            match bubble.apply(rank, BubbleOp::Finish) {
-                Ok(state) => events.record(step, &engine_name(rank), "bubble", state.name()),
-                Err(e) => *failed = Some(e),
+            let early = {
+                let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let (bubble, times, failed) = &mut *g;
+                times.finished(rank, at);
+                match bubble.apply(rank, BubbleOp::Finish) {
+                    Ok(state) => events.record(step, &engine_name(rank), "bubble", state.name()),
+                    Err(e) => *failed = Some(e),
+                }
+                bubble.generating() > 0
+            };
+            let tx = tx.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(tx) = tx.as_ref() {
+                let tokens: Vec<Vec<u32>> = prompts
+                    .iter()
+                    .zip(completions)
+                    .map(|(p, c)| p.iter().chain(c.tokens.iter()).copied().collect())
+                    .collect();
+                let prompt_lens = prompts.iter().map(|p| p.len() as u32).collect();
+                // A closed channel: the bubble gave up; the rollout goes on.
+                let _ = tx.send(Finished {
+                    rank,
+                    tokens,
+                    prompt_lens,
+                    early,
+                });
             }
         };
+        let transition = |rank: usize, op: BubbleOp| {
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            match g.0.apply(rank, op) {
+                Ok(state) => {
+                    events.record(step, &engine_name(rank), "bubble", state.name());
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    false
+                }
+            }
+        };
+        let cx = BubbleCtx {
+            step,
+            engines,
+            events,
+            transition: &transition,
+            kill_after_first: kill_drafter,
+        };
         let before = super::spec::read(engines);
-        let generated = timed(&mut s.log.phases, "generate", || {
-            pending
+        let mut draft = self.draft.as_mut();
+        let t = Instant::now();
+        let mut rx = Some(rx);
+        let (generated, generate_s, mut report) = std::thread::scope(|sc| {
+            let overlapped = match (train_in, draft.as_deref_mut(), rx.take()) {
+                (Some(TrainIn::Bubbles), Some(d), Some(rx)) => {
+                    let cx = &cx;
+                    Some(sc.spawn(move || d.bubble(cx, &rx)))
+                }
+                (_, _, back) => {
+                    rx = back;
+                    None
+                }
+            };
+            let generated = pending
                 .generate(spec, engines, codec, &done)
-                .map_err(|(_, e)| e)
+                .map_err(|(_, e)| e);
+            let generate_s = t.elapsed();
+            // Every share is in (or failed): the bubble ends with the channel.
+            drop(tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+            let report = overlapped.map(|h| {
+                h.join().unwrap_or_else(|_| BubbleReport {
+                    failure: Some("the bubble thread panicked".into()),
+                    ..BubbleReport::default()
+                })
+            });
+            (generated, generate_s, report)
         });
+        super::add_time(&mut s.log.phases, "generate", generate_s);
+        if report.is_some() {
+            // The bubble's last drafter step and its offload, after the rollout ended.
+            super::add_time(&mut s.log.phases, "drafter", t.elapsed() - generate_s);
+        }
+        if let (Some(TrainIn::AfterRollout), Some(d), Some(rx)) = (train_in, draft, rx.as_ref()) {
+            let t = Instant::now();
+            report = Some(d.bubble(&cx, rx));
+            super::add_time(&mut s.log.phases, "drafter", t.elapsed());
+        }
         let after = super::spec::read(engines);
         let (_, _, failed) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = failed {
             return Err(RlError::failed(e.to_string()));
         }
         s.speculated.add(&before, &after);
+        if let Some(r) = report {
+            self.bubble_done(step, r, &mut s.log);
+        }
         generated?;
         for rank in 0..s.bubble.states().len() {
             self.bubble(step, &mut s.bubble, rank, BubbleOp::Complete)?;
@@ -230,6 +329,29 @@ impl Loop<'_> {
         s.rollout = Some(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
         self.cursor.data_position += u64::from(self.job.algorithm.prompts_per_step);
         Ok(())
+    }
+
+    /// A bubble's figures into the step's metrics; a drafter trainer that failed turns the
+    /// drafter off for the rest of the run (said once, with whether it died).
+    fn bubble_done(&mut self, step: u32, r: BubbleReport, log: &mut StepLog) {
+        let m = &mut log.metrics;
+        *m.drafter_steps.get_or_insert(0) += r.steps;
+        if r.loss.is_some() {
+            m.drafter_loss = r.loss;
+        }
+        *m.drafter_train_s.get_or_insert(0.0) += r.train_s;
+        *m.bubble_used_s.get_or_insert(0.0) += r.overlap_s;
+        let (Some(failure), Some(d)) = (r.failure, self.draft.as_mut()) else {
+            return;
+        };
+        let why = match d.death(Duration::from_secs(3)) {
+            Some(death) => format!("its trainer died: {death}"),
+            None => format!("its trainer failed: {failure}"),
+        };
+        let progress = &self.progress;
+        d.switch_off_for_good(step, why, &self.engines.remotes, &self.events, &|line| {
+            progress.println(line)
+        });
     }
 
     /// One transition of a rank's bubble state, logged.

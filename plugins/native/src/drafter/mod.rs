@@ -427,9 +427,20 @@ impl TrainerImpl for NativeDrafterTrainer {
                     BufferTag::Optimizer,
                     BufferTag::Activations,
                 ] {
+                    let bytes = r.provider.bytes(tag) as f64;
                     metrics.push(Metric::new(
                         &format!("allocated_bytes.{}", tag.as_str()),
-                        r.provider.bytes(tag) as f64,
+                        bytes,
+                    ));
+                    // An offloaded tag's regions hold no physical memory.
+                    let resident = if self.offloaded.contains(tag.as_str()) {
+                        0.0
+                    } else {
+                        bytes
+                    };
+                    metrics.push(Metric::new(
+                        &format!("resident_bytes.{}", tag.as_str()),
+                        resident,
                     ));
                 }
                 if self.offloaded.is_empty() {

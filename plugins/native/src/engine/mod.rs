@@ -84,6 +84,8 @@ struct Inner {
     spare_adapter: Option<Box<dyn tandem_native_core::buffer::Region>>,
     /// The drafter speculative decoding uses, if one is loaded.
     drafter: Option<spec::SharedDrafter>,
+    /// Speculation was turned off (`load_drafter("")`): the drafter is kept but not used.
+    drafter_off: bool,
     /// Draft tokens per round.
     draft_tokens: usize,
     /// The last `hidden_states` rows, concatenated (kept: it grows to its peak once).
@@ -165,6 +167,7 @@ impl NativeEngine {
                 active_adapter: None,
                 spare_adapter: None,
                 drafter: None,
+                drafter_off: false,
                 draft_tokens: opts.draft_tokens,
                 feature_buf: Vec::new(),
                 hidden: spec::HiddenCounters::default(),

@@ -146,10 +146,34 @@ impl NativeEngine {
         }
     }
 
-    /// `load_drafter`.
+    /// `load_drafter`: a directory loads (see the module doc) and speculation is on; an empty
+    /// `dir` turns speculation off and keeps the drafter's buffers, so the next load swaps in
+    /// place again.
     pub(super) fn load_drafter_dir(&self, dir: &str) -> Result<()> {
         let mut inner = lock(&self.inner);
-        self.load_drafter_locked(&mut inner, Path::new(dir))
+        if dir.is_empty() {
+            // The core engine hands back its handle of the shared drafter; the glue keeps one.
+            drop(
+                inner
+                    .engine
+                    .set_drafter(None)
+                    .ctx("engine `native`: speculation off")?,
+            );
+            inner.drafter_off = inner.drafter.is_some();
+            return Ok(());
+        }
+        self.load_drafter_locked(&mut inner, Path::new(dir))?;
+        if inner.drafter_off
+            && let Some(shared) = inner.drafter.clone()
+        {
+            let k = inner.draft_tokens;
+            inner
+                .engine
+                .set_drafter(Some((Box::new(shared), k)))
+                .ctx("engine `native`: speculation back on")?;
+        }
+        inner.drafter_off = false;
+        Ok(())
     }
 
     /// `hidden_states`: one forward over the sequences, the rows sent along the route.
@@ -224,6 +248,10 @@ impl NativeEngine {
         let h = inner.hidden;
         vec![
             Metric::new("spec.drafter", inner.drafter.is_some() as u8 as f64),
+            Metric::new(
+                "spec.on",
+                (inner.drafter.is_some() && !inner.drafter_off) as u8 as f64,
+            ),
             Metric::new("spec.draft_tokens", inner.draft_tokens as f64),
             Metric::new("spec.rounds", s.rounds as f64),
             Metric::new("spec.drafted", s.drafted as f64),

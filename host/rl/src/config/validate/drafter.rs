@@ -1,10 +1,12 @@
-//! `[algorithm] name = "drafter"` with `[drafter]`: a drafter-training job needs an engine
-//! and a trainer that speak hidden states (API level 3, `hidden_states` declared), one
-//! trainer rank, the `checkpoint` bridge (the drafter moves as a directory) and a held-out
-//! set to measure acceptance on.
+//! `[drafter]`. A drafter-training job (`[algorithm] name = "drafter"`) needs an engine and a
+//! trainer that speak hidden states (API level 3, `hidden_states` declared), one trainer
+//! rank, the `checkpoint` bridge (the drafter moves as a directory) and a held-out set to
+//! measure acceptance on. An RL job with `[drafter] enabled` needs an engine that speaks
+//! hidden states, a drafter trainer component that trains on them (`[drafter] plugin`, its
+//! options checked by its plugin like `[trainer.options]`) and settings it can run with.
 
 use super::issues::Issues;
-use crate::config::JobFile;
+use crate::config::{JobFile, ResolvedComponent};
 use tandem_plugin_api::{ComponentKind, api_level};
 use tandem_runtime::registry::Registry;
 
@@ -82,10 +84,24 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
 
 /// What `tandem check` says of a drafter job's data path (`None` for other jobs).
 pub(super) fn describe(j: &JobFile) -> Option<String> {
-    if !j.is_drafter_job() {
-        return None;
-    }
     let d = &j.drafter;
+    if !j.is_drafter_job() {
+        return d.enabled.then(|| {
+            format!(
+                "drafter `{}` trained {} (at most {} steps a bubble, every {} steps, once {} ranks \
+                 are done); synced after every weight sync",
+                d.plugin,
+                match d.train_in {
+                    crate::config::TrainIn::Bubbles => "in the rollout's bubbles",
+                    crate::config::TrainIn::AfterRollout => "after the rollout",
+                    crate::config::TrainIn::Off => "never",
+                },
+                d.max_steps_per_bubble,
+                d.train_every_n_steps,
+                d.min_ranks_for_training
+            )
+        });
+    }
     let path = match d.route {
         crate::config::FeatureRouteKind::Transport => {
             "engine rank i -> trainer over transport group pair<i> (shm on one host)"
@@ -101,4 +117,121 @@ pub(super) fn describe(j: &JobFile) -> Option<String> {
         "hidden states {path}; acceptance length {when} on {} held-out prompts",
         d.eval_prompts
     ))
+}
+
+/// The checks of an RL job's `[drafter]` (none unless `enabled`); the drafter trainer
+/// component when it resolves.
+pub(super) fn check_rl(
+    issues: &mut Issues<'_>,
+    registry: &Registry,
+    j: &JobFile,
+) -> Option<ResolvedComponent> {
+    if j.is_drafter_job() || !j.drafter.enabled {
+        return None;
+    }
+    let d = &j.drafter;
+    if let Some((plugin, decl)) =
+        registry.component(ComponentKind::Engine, j.engine.plugin.get_ref())
+        && (plugin.manifest.api_level < api_level::HIDDEN || !decl.caps.hidden_states)
+    {
+        issues.at(
+            "drafter.enabled",
+            format!(
+                "engine `{}` does not send hidden states, which the drafter trains on",
+                j.engine.plugin.get_ref()
+            ),
+            "use an engine that declares hidden_states (plugin = \"native\"), or set enabled = false",
+        );
+    }
+    let resolved = match registry.component(ComponentKind::Trainer, &d.plugin) {
+        None => {
+            issues.at(
+                "drafter.plugin",
+                format!("unknown drafter trainer `{}`", d.plugin),
+                "use plugin = \"native-drafter\"",
+            );
+            None
+        }
+        Some((plugin, decl))
+            if plugin.manifest.api_level < api_level::HIDDEN || !decl.caps.hidden_states =>
+        {
+            issues.at(
+                "drafter.plugin",
+                format!(
+                    "trainer `{}` does not declare that it can train a drafter on hidden states",
+                    d.plugin
+                ),
+                "use plugin = \"native-drafter\"",
+            );
+            None
+        }
+        Some((plugin, decl)) => Some(ResolvedComponent {
+            component: decl.name.to_string(),
+            plugin: plugin.manifest.name.to_string(),
+            source: plugin.source.to_string(),
+            ranks: 1,
+            releasable_tags: decl
+                .caps
+                .releasable_tags
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        }),
+    };
+    let at_least_one = [
+        ("drafter.max_steps_per_bubble", d.max_steps_per_bubble),
+        ("drafter.train_every_n_steps", d.train_every_n_steps),
+        ("drafter.min_ranks_for_training", d.min_ranks_for_training),
+    ];
+    for (key, v) in at_least_one {
+        if v == 0 {
+            issues.at(key, "must be at least 1", "");
+        }
+    }
+    if d.min_ranks_for_training > j.engine.ranks {
+        issues.at(
+            "drafter.min_ranks_for_training",
+            format!(
+                "{} ranks must finish before the drafter trains, but the job has {} engine ranks",
+                d.min_ranks_for_training, j.engine.ranks
+            ),
+            format!("set it to at most {}", j.engine.ranks),
+        );
+    }
+    if !(d.learning_rate > 0.0 && d.learning_rate.is_finite()) {
+        issues.at(
+            "drafter.learning_rate",
+            format!("must be > 0, got {}", d.learning_rate),
+            "e.g. 0.0003",
+        );
+    }
+    if !(d.activation_timeout_secs > 0.0 && d.activation_timeout_secs.is_finite()) {
+        issues.at(
+            "drafter.activation_timeout_secs",
+            format!("must be > 0, got {}", d.activation_timeout_secs),
+            "FastRL waits 30 s",
+        );
+    }
+    if d.speculate_below_batch == Some(0) {
+        issues.at(
+            "drafter.speculate_below_batch",
+            "must be at least 1",
+            "the engines speculate while at most this many rows decode: e.g. 4",
+        );
+    }
+    if !(d.min_acceptance >= 0.0 && d.min_acceptance.is_finite()) {
+        issues.at(
+            "drafter.min_acceptance",
+            format!("must be >= 0, got {}", d.min_acceptance),
+            "0 never switches speculation off; e.g. 1.5",
+        );
+    }
+    if j.engine.options.contains_key("speculate_below_batch") && d.speculate_below_batch.is_some() {
+        issues.at(
+            "drafter.speculate_below_batch",
+            "is set twice: here and in [engine.options]",
+            "keep one",
+        );
+    }
+    resolved
 }

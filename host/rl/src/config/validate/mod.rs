@@ -77,6 +77,7 @@ pub fn validate_with(
     eval::check(&mut issues, j);
     algorithm::check(&mut issues, &j.algorithm);
     drafter::check(&mut issues, registry, j);
+    let drafter_trainer = drafter::check_rl(&mut issues, registry, j);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
     let output_dir = overrides
         .output_dir
@@ -88,13 +89,31 @@ pub fn validate_with(
         devices: &j.placement.devices,
         run_dir: &output_dir,
     };
-    for (kind, resolved, table) in [
-        (ComponentKind::Engine, &engine, &j.engine.options),
-        (ComponentKind::Trainer, &trainer, &j.trainer.options),
+    let drafter_resolved = drafter_trainer.as_ref().map(|c| (c.clone(), ()));
+    for (kind, section, resolved, table) in [
+        (
+            ComponentKind::Engine,
+            "engine",
+            engine.as_ref().map(|(c, _)| c),
+            &j.engine.options,
+        ),
+        (
+            ComponentKind::Trainer,
+            "trainer",
+            trainer.as_ref().map(|(c, _)| c),
+            &j.trainer.options,
+        ),
+        (
+            ComponentKind::Trainer,
+            "drafter",
+            drafter_resolved.as_ref().map(|(c, _)| c),
+            &j.drafter.options,
+        ),
     ] {
-        if let Some((component, _)) = resolved {
+        if let Some(component) = resolved {
             let options = Options {
                 kind,
+                section,
                 component,
                 table,
             };
@@ -123,5 +142,6 @@ pub fn validate_with(
         transport: j.transport.backend.clone(),
         transport_groups,
         drafter: drafter::describe(j),
+        drafter_trainer,
     })
 }

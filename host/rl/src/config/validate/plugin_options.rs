@@ -19,13 +19,15 @@ pub(super) struct Site<'a> {
 /// One component's options, as the job file has them.
 pub(super) struct Options<'a> {
     pub kind: ComponentKind,
+    /// The job-file section the options are under (`engine`, `trainer`, `drafter`).
+    pub section: &'a str,
     pub component: &'a ResolvedComponent,
     pub table: &'a toml::Table,
 }
 
 /// Asks the component's plugin to check `[SECTION.options]`; its problems go to their keys.
 pub(super) fn check(issues: &mut Issues<'_>, site: &Site<'_>, o: &Options<'_>) {
-    let options_key = format!("{}.options", o.kind.as_str());
+    let options_key = format!("{}.options", o.section);
     let json = match options_json(o.table) {
         Ok(json) => json,
         Err(e) => {

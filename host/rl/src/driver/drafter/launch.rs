@@ -142,7 +142,9 @@ fn groups(engines: u32) -> Vec<(String, Vec<u32>)> {
 
 /// The layers the trainer's drafter reads and the width of one feature row, as the trainer
 /// reports them (`drafter.aux_layer.<i>`, `drafter.feature_width`).
-fn drafter_inputs(trainer: &RemoteTrainer) -> Result<(Vec<u32>, u32), RlError> {
+pub(in crate::driver) fn drafter_inputs(
+    trainer: &RemoteTrainer,
+) -> Result<(Vec<u32>, u32), RlError> {
     let stats = trainer.stats()?;
     let get = |name: &str| {
         stats
@@ -159,7 +161,7 @@ fn drafter_inputs(trainer: &RemoteTrainer) -> Result<(Vec<u32>, u32), RlError> {
     if layers.is_empty() || width == 0 {
         return Err(RlError::failed(
             "the trainer does not report its drafter's inputs (drafter.aux_layer.<i>, \
-             drafter.feature_width in its stats); is it a drafter trainer?",
+             drafter.feature_width in its stats); is it a drafter trainer ([trainer] plugin of a drafter job, [drafter] plugin of an RL job)?",
         ));
     }
     Ok((layers, width))

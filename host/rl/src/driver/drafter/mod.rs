@@ -49,6 +49,8 @@ use tandem_runtime::registry::Registry;
 
 pub use metrics::DrafterStepMetrics;
 
+pub(in crate::driver) use launch::drafter_inputs;
+
 /// What a finished drafter job reports.
 #[derive(Debug, Clone)]
 pub struct DrafterSummary {

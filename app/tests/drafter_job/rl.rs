@@ -1,0 +1,241 @@
+//! An RL run with `[drafter] enabled` through `tandem run` (real worker processes: two
+//! engines, the policy trainer, the drafter trainer): the drafter trains in the bubbles of
+//! each step's rollout in the coordinator's order, its regions hold nothing outside
+//! training, the trained drafter reaches the engines, which then speculate; and a drafter
+//! trainer SIGKILLed mid-bubble leaves the run going on without speculation, saying so.
+
+use crate::rl_common::{JobOpts, OutputText, Scratch};
+use serde_json::Value;
+use std::process::Command;
+
+const STEPS: u64 = 4;
+
+/// Two engines, three prompts (rank 0 has two groups, rank 1 one: rank 1 finishes first),
+/// greedy on the untrained model (long completions), a drafter trained in the bubbles.
+fn job(t: &Scratch) -> std::path::PathBuf {
+    let job = t.job(&JobOpts {
+        engines: 2,
+        steps: STEPS as u32,
+        prompts: 3,
+        max_tokens: 12,
+        extra_algorithm: "temperature = 0.0".into(),
+        bridge_options: "restart = false".into(),
+        extra_sections: "[drafter]\nenabled = true\nmax_steps_per_bubble = 3\n\
+                         speculate_below_batch = 4\nlearning_rate = 0.003\n\n\
+                         [drafter.options]\nttt_steps = 3\nmax_tokens = 512\n"
+            .into(),
+        ..JobOpts::default()
+    });
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        text.replace("max_seq_len = 64\n", "max_seq_len = 64\ndraft_tokens = 3\n"),
+    )
+    .unwrap();
+    job
+}
+
+fn run(t: &Scratch, chaos: Option<&str>) -> std::process::Output {
+    let job = job(t);
+    let mut cmd = Command::new(crate::rl_common::tandem_bin());
+    cmd.args(["run", job.to_str().unwrap()]).current_dir(&t.dir);
+    match chaos {
+        Some(c) => cmd.env("TANDEM_CHAOS", c),
+        None => cmd.env_remove("TANDEM_CHAOS"),
+    };
+    cmd.output().unwrap()
+}
+
+fn is(e: &Value, target: &str, op: &str) -> bool {
+    e["target"] == target && e["op"] == op
+}
+
+/// Positions (in the step's events) of `target`'s `op` events.
+fn at(events: &[&Value], target: &str, op: &str, detail: Option<&str>) -> Vec<usize> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| is(e, target, op) && detail.is_none_or(|d| e["detail"] == d))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Whether an engine was told to continue before the rollout completed (it must not be).
+fn resumed_before(ev: &[&Value], completed: usize) -> bool {
+    ev[..completed].iter().any(|e| e["op"] == "continue")
+}
+
+#[test]
+fn the_drafter_trains_in_the_bubbles_in_order_and_reaches_the_engines() {
+    let t = Scratch::new();
+    let out = run(&t, None);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    for step in 1..=STEPS {
+        let ev: Vec<&Value> = events.iter().filter(|e| e["step"] == step).collect();
+        // Each rank: generating → released → (training → released) → completed, and never
+        // training before its own share is in.
+        for rank in 0..2 {
+            let name = format!("engine-{rank}");
+            let states: Vec<&str> = ev
+                .iter()
+                .filter(|e| is(e, &name, "bubble"))
+                .map(|e| e["detail"].as_str().unwrap())
+                .collect();
+            let legal = [
+                &["generating", "released", "completed"][..],
+                &[
+                    "generating",
+                    "released",
+                    "training",
+                    "released",
+                    "completed",
+                ][..],
+            ];
+            assert!(
+                legal.contains(&states.as_slice()),
+                "step {step} {name}: {states:?}"
+            );
+        }
+        // Rank 1 finished while rank 0 still generated: the bubble owes a drafter step.
+        let onload = at(&ev, "drafter", "onload", None);
+        let trained = at(&ev, "drafter", "train", None);
+        let offload = at(&ev, "drafter", "offload", None);
+        assert_eq!(
+            (onload.len(), trained.len(), offload.len()),
+            (1, 1, 1),
+            "step {step}"
+        );
+        let training = at(&ev, "engine-1", "bubble", Some("training"));
+        let released = at(&ev, "engine-1", "bubble", Some("released"));
+        assert!(
+            released[0] < onload[0] && onload[0] < training[0],
+            "step {step}"
+        );
+        assert!(trained[0] < offload[0], "step {step}");
+        // The drafter's regions go before the rollout is complete, and the policy trains
+        // only after every rank is complete.
+        let completed = at(&ev, "engine-0", "bubble", Some("completed"))[0]
+            .max(at(&ev, "engine-1", "bubble", Some("completed"))[0]);
+        assert!(offload[0] < completed, "step {step}");
+        let policy = at(&ev, "trainer", "train", None);
+        assert!(policy.iter().all(|&p| p > completed), "step {step}");
+        assert!(!resumed_before(&ev, completed), "step {step}");
+        // The trained drafter is loaded by the engines after the staged onload (greedy
+        // groups carry no signal, so the policy may not train at all).
+        let loaded = at(&ev, "engines", "load_drafter", None);
+        let resumed = at(&ev, "engine-0", "continue", None);
+        assert_eq!(loaded.len(), 1, "step {step}");
+        assert!(
+            loaded[0] > completed && loaded[0] > resumed[0],
+            "step {step}"
+        );
+    }
+    let metrics = t.metrics();
+    assert_eq!(metrics.len(), STEPS as usize);
+    for m in &metrics {
+        let steps = m["drafter_steps"].as_u64().unwrap();
+        assert!((1..=3).contains(&steps), "{m}");
+        assert!(m["drafter_loss"].as_f64().unwrap().is_finite(), "{m}");
+        // The drafter trainer's regions hold nothing outside training.
+        assert_eq!(m["ledger"]["drafter"], 0, "{m}");
+        assert!(m["rss"]["drafter"].as_u64().unwrap() > 0, "{m}");
+        assert_eq!(m["speculating"], true, "{m}");
+        assert!(m["drafter_version"].as_u64().unwrap() >= m["step"].as_u64().unwrap());
+    }
+    // From step 2 on the engines speculate with the drafter of the step before.
+    for m in &metrics[1..] {
+        assert!(m["spec_tokens"].as_u64().unwrap() > 0, "{m}");
+        let len = m["acceptance_length"].as_f64().unwrap();
+        assert!((1.0..=4.0).contains(&len), "{m}");
+    }
+}
+
+#[test]
+fn a_drafter_trainer_killed_mid_bubble_leaves_the_run_without_speculation() {
+    let t = Scratch::new();
+    let out = run(&t, Some("drafter=2"));
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let err = out.stderr_text();
+    assert!(
+        err.contains("the drafter is off for the rest of the run")
+            && err.contains("continues without speculative decoding"),
+        "{err}"
+    );
+    let events = t.events();
+    let off: Vec<&Value> = events.iter().filter(|e| is(e, "drafter", "off")).collect();
+    assert_eq!(off.len(), 1, "{off:?}");
+    assert_eq!(off[0]["step"], 2);
+    assert!(
+        off[0]["detail"].as_str().unwrap().contains("died"),
+        "{off:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["step"] == 2 && is(e, "engines", "load_drafter") && e["detail"] == "off"),
+        "the engines were not told to stop speculating"
+    );
+    let metrics = t.metrics();
+    assert_eq!(
+        metrics.len(),
+        STEPS as usize,
+        "the run went on to its last step"
+    );
+    for m in &metrics[2..] {
+        assert_eq!(m["speculating"], false, "{m}");
+        assert!(m.get("drafter_steps").is_none(), "{m}");
+        assert_eq!(m["spec_tokens"].as_u64().unwrap_or(0), 0, "{m}");
+    }
+}
+
+#[test]
+fn bad_drafter_settings_of_an_rl_job_are_one_line_each() {
+    let t = Scratch::new();
+    let base = std::fs::read_to_string(job(&t)).unwrap();
+    for (from, to, want) in [
+        (
+            "max_steps_per_bubble = 3",
+            "max_steps_per_bubble = 3\nmin_ranks_for_training = 3",
+            "drafter.min_ranks_for_training: 3 ranks must finish",
+        ),
+        (
+            "max_steps_per_bubble = 3",
+            "max_steps_per_bubble = 0",
+            "drafter.max_steps_per_bubble: must be at least 1",
+        ),
+        (
+            "enabled = true",
+            "enabled = true\nplugin = \"native\"",
+            "does not declare that it can train a drafter",
+        ),
+        (
+            "ttt_steps = 3",
+            "ttt_steps = 0",
+            "drafter.options.ttt_steps",
+        ),
+        (
+            "draft_tokens = 3",
+            "draft_tokens = 3\nspeculate_below_batch = 2",
+            "is set twice",
+        ),
+        (
+            "max_steps_per_bubble = 3",
+            "max_steps_per_bubble = 3\nmin_acceptance = -1.0",
+            "drafter.min_acceptance: must be >= 0",
+        ),
+    ] {
+        let path = t.dir.join("bad.toml");
+        std::fs::write(&path, base.replace(from, to)).unwrap();
+        let out = t.tandem(&["check", path.to_str().unwrap()]);
+        let err = out.stderr_text();
+        assert_eq!(out.status.code(), Some(2), "{to}: {err}");
+        assert!(err.contains(want), "{want:?} in:\n{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // The good job checks, and says how its drafter trains.
+    let out = t.tandem(&["check", job(&t).to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("trained in the rollout's bubbles"), "{text}");
+}
