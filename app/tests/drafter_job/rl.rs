@@ -1,8 +1,9 @@
 //! An RL run with `[drafter] enabled` through `tandem run` (real worker processes: two
 //! engines, the policy trainer, the drafter trainer): the drafter trains in the bubbles of
 //! each step's rollout in the coordinator's order, its regions hold nothing outside
-//! training, the trained drafter reaches the engines, which then speculate; and a drafter
-//! trainer SIGKILLed mid-bubble leaves the run going on without speculation, saying so.
+//! training, the trained drafter reaches the engines, which then speculate; memory stays flat
+//! over 100 steps; a drafter trainer SIGKILLed mid-bubble leaves the run going on without
+//! speculation, saying so; bad `[drafter]` settings are one line each.
 
 use crate::rl_common::{JobOpts, OutputText, Scratch};
 use serde_json::Value;
@@ -13,12 +14,22 @@ const STEPS: u64 = 4;
 /// Two engines, three prompts (rank 0 has two groups, rank 1 one: rank 1 finishes first),
 /// greedy on the untrained model (long completions), a drafter trained in the bubbles.
 fn job(t: &Scratch) -> std::path::PathBuf {
+    job_of(t, STEPS as u32, 3, 12, "temperature = 0.0")
+}
+
+fn job_of(
+    t: &Scratch,
+    steps: u32,
+    prompts: u32,
+    max_tokens: u32,
+    algorithm: &str,
+) -> std::path::PathBuf {
     let job = t.job(&JobOpts {
         engines: 2,
-        steps: STEPS as u32,
-        prompts: 3,
-        max_tokens: 12,
-        extra_algorithm: "temperature = 0.0".into(),
+        steps,
+        prompts,
+        max_tokens,
+        extra_algorithm: algorithm.into(),
         bridge_options: "restart = false".into(),
         extra_sections: "[drafter]\nenabled = true\nmax_steps_per_bubble = 3\n\
                          speculate_below_batch = 4\nlearning_rate = 0.003\n\n\
@@ -97,7 +108,16 @@ fn the_drafter_trains_in_the_bubbles_in_order_and_reaches_the_engines() {
                 "step {step} {name}: {states:?}"
             );
         }
-        // Rank 1 finished while rank 0 still generated: the bubble owes a drafter step.
+        // The rank that finished first did so while the other still generated (rank 1 has
+        // half of rank 0's rows, but which is first is the machine's to decide): the bubble
+        // owes a drafter step.
+        let first_released =
+            |rank: usize| at(&ev, &format!("engine-{rank}"), "bubble", Some("released"))[0];
+        let (early, late) = if first_released(1) < first_released(0) {
+            (1, 0)
+        } else {
+            (0, 1)
+        };
         let onload = at(&ev, "drafter", "onload", None);
         let trained = at(&ev, "drafter", "train", None);
         let offload = at(&ev, "drafter", "offload", None);
@@ -106,11 +126,36 @@ fn the_drafter_trains_in_the_bubbles_in_order_and_reaches_the_engines() {
             (1, 1, 1),
             "step {step}"
         );
-        let training = at(&ev, "engine-1", "bubble", Some("training"));
-        let released = at(&ev, "engine-1", "bubble", Some("released"));
+        let early_name = format!("engine-{early}");
+        let training = at(&ev, &early_name, "bubble", Some("training"));
+        let released = first_released(early);
         assert!(
-            released[0] < onload[0] && onload[0] < training[0],
+            released < onload[0] && onload[0] < training[0],
             "step {step}"
+        );
+        // The early rank gave its KV cache back on its own before the drafter onloaded; the
+        // drained offload then released the other's only.
+        let drained = at(&ev, &early_name, "release", Some("kv_cache (bubble)"));
+        assert_eq!(drained.len(), 1, "step {step}");
+        assert!(
+            released < drained[0] && drained[0] < onload[0],
+            "step {step}"
+        );
+        let releases = |rank: usize| -> Vec<String> {
+            ev.iter()
+                .filter(|e| is(e, &format!("engine-{rank}"), "release"))
+                .map(|e| e["detail"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (of_late, of_early) = (releases(late), releases(early));
+        assert!(
+            of_late.len() == 1 && of_late[0].contains("kv_cache"),
+            "step {step}: {of_late:?}"
+        );
+        // (`checkpoint` without restarts releases the weights too: those go in the offload.)
+        assert!(
+            of_early[0] == "kv_cache (bubble)" && of_early[1..].iter().all(|d| d == "weights"),
+            "step {step}: {of_early:?}"
         );
         assert!(trained[0] < offload[0], "step {step}");
         // The drafter's regions go before the rollout is complete, and the policy trains
@@ -149,6 +194,44 @@ fn the_drafter_trains_in_the_bubbles_in_order_and_reaches_the_engines() {
         let len = m["acceptance_length"].as_f64().unwrap();
         assert!((1.0..=4.0).contains(&len), "{m}");
     }
+}
+
+#[test]
+fn memory_stays_flat_over_100_steps_with_the_drafter_on() {
+    // As the loop's own flat-memory test (rl_loop.rs): the warm-started model, two groups of
+    // four, four tokens; sampling, so the policy trains every step and the drafter follows.
+    let t = Scratch::warm();
+    let job = job_of(&t, 100, 2, 4, "temperature = 1.0");
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let metrics = t.metrics();
+    assert_eq!(metrics.len(), 100);
+    assert!(
+        metrics
+            .iter()
+            .all(|m| m["drafter_steps"].as_u64().unwrap() >= 1),
+        "every step trains the drafter"
+    );
+    // The ledger is exact (the drafter's is 0 outside its bubbles); of RSS, the memory the
+    // workers allocated, within 2 % or 2 MiB (allocator arenas), as for a run without one.
+    for (field, floor) in [("rss_data", 2.0 * 1024.0 * 1024.0), ("ledger", 0.0)] {
+        let at10 = metrics[9][field].as_object().unwrap();
+        let workers: Vec<&String> = at10.keys().collect();
+        assert_eq!(
+            workers,
+            ["drafter", "engine-0", "engine-1", "trainer"],
+            "{field}"
+        );
+        for (worker, v10) in at10 {
+            let v10 = v10.as_f64().unwrap();
+            let v100 = metrics[99][field][worker].as_f64().unwrap();
+            assert!(
+                (v100 - v10).abs() <= (0.02 * v10).max(floor),
+                "{field} of {worker}: {v10} bytes at step 10, {v100} at step 100"
+            );
+        }
+    }
+    assert!(metrics.iter().all(|m| m["ledger"]["drafter"] == 0));
 }
 
 #[test]

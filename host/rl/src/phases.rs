@@ -6,6 +6,11 @@
 //! `needs_offload = true`. Staged onload: the weights back on every engine, then the sync
 //! (the caller's), then the KV cache, then `continue_generation`. Each stage runs on all
 //! engines in parallel and completes on all of them before the next stage starts.
+//!
+//! A rank whose rollout share is done may be drained on its own while others still generate
+//! (a drafter's bubble, [`drain_one`]): pause → flush → release of the run's tags other than
+//! the weights; the loop commits those transitions ([`Engines::commit_drain`]) and the drained
+//! offload then takes each engine from the state it is in.
 
 use super::events::EventLog;
 use crate::error::RlError;
@@ -13,7 +18,7 @@ use tandem_plugin_api::PauseMode;
 use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
 use tandem_runtime::RuntimeError;
 use tandem_runtime::launch::RemoteEngine;
-use tandem_runtime::orchestrator::{EngineMachine, EngineOp};
+use tandem_runtime::orchestrator::{EngineMachine, EngineOp, EngineState};
 
 /// The engines of a run and what the controller knows of each.
 pub struct Engines {
@@ -49,23 +54,6 @@ fn illegal(rank: usize, e: impl std::fmt::Display) -> RlError {
 }
 
 impl Engines {
-    /// Runs `f` on every engine in parallel; each engine's result, by rank.
-    fn all(
-        &self,
-        f: impl Fn(&RemoteEngine) -> Result<(), RlError> + Sync,
-    ) -> Vec<Result<(), RlError>> {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = self.remotes.iter().map(|e| s.spawn(|| f(e))).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(RlError::failed("an engine call panicked")))
-                })
-                .collect()
-        })
-    }
-
     /// Checks `op` on every machine first (so nothing is called when one would be illegal),
     /// runs `call` on every engine, then commits the transitions of the engines whose call
     /// succeeded (so each machine follows its engine when another engine's worker died) and
@@ -77,14 +65,48 @@ impl Engines {
         what: Stage<'_>,
         call: impl Fn(&RemoteEngine) -> Result<(), RuntimeError> + Sync,
     ) -> Result<(), RlError> {
-        for (rank, m) in self.machines.iter().enumerate() {
+        let every = vec![true; self.machines.len()];
+        self.stage_where(events, step, what, &every, call)
+    }
+
+    /// [`Engines::stage`] on the ranks `which` selects only.
+    fn stage_where(
+        &mut self,
+        events: &EventLog,
+        step: u32,
+        what: Stage<'_>,
+        which: &[bool],
+        call: impl Fn(&RemoteEngine) -> Result<(), RuntimeError> + Sync,
+    ) -> Result<(), RlError> {
+        let picked = |rank: usize| which.get(rank).copied().unwrap_or(false);
+        for (rank, m) in self.machines.iter().enumerate().filter(|(r, _)| picked(*r)) {
             m.clone()
                 .apply(what.op.clone())
                 .map_err(|e| illegal(rank, e))?;
         }
-        let results = self.all(|e| call(e).map_err(RlError::from));
+        let results = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .remotes
+                .iter()
+                .enumerate()
+                .map(|(rank, e)| {
+                    let call = &call;
+                    picked(rank).then(|| s.spawn(move || call(e).map_err(RlError::from)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(RlError::failed("an engine call panicked")))
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
         let mut first = None;
         for (rank, (m, r)) in self.machines.iter_mut().zip(results).enumerate() {
+            let Some(r) = r else { continue };
             match r {
                 Ok(()) => {
                     m.apply(what.op.clone()).map_err(|e| illegal(rank, e))?;
@@ -109,29 +131,85 @@ impl Engines {
             .partition(|t| t == WEIGHTS)
     }
 
-    /// Drained offload: pause all → flush all → release all (when `needs_offload`).
+    /// Drained offload: pause all → flush all → release all (when `needs_offload`), each
+    /// engine from the state it is in (a rank drained in a bubble is already released).
     pub fn drained_offload(&mut self, events: &EventLog, step: u32) -> Result<(), RlError> {
-        self.stage(
-            events,
-            step,
-            Stage::new(EngineOp::Pause, "pause", "wait"),
-            |e| e.pause_generation(PauseMode::Wait),
-        )?;
-        self.stage(
-            events,
-            step,
-            Stage::new(EngineOp::Flush, "flush", ""),
-            |e| e.flush_cache(),
-        )?;
+        let serving = self.in_state(&EngineState::Serving);
+        if serving.contains(&true) {
+            self.stage_where(
+                events,
+                step,
+                Stage::new(EngineOp::Pause, "pause", "wait"),
+                &serving,
+                |e| e.pause_generation(PauseMode::Wait),
+            )?;
+        }
+        let paused = self.in_state(&EngineState::Paused);
+        if paused.contains(&true) {
+            self.stage_where(
+                events,
+                step,
+                Stage::new(EngineOp::Flush, "flush", ""),
+                &paused,
+                |e| e.flush_cache(),
+            )?;
+        }
         if !self.needs_offload || self.release_tags.is_empty() {
             return Ok(());
         }
-        let tags = self.release_tags.clone();
-        let op = EngineOp::Release(tags.iter().cloned().collect());
-        let detail = tags.join(",");
-        self.stage(events, step, Stage::new(op, "release", &detail), |e| {
-            e.release_memory(&tags)
-        })
+        // What each engine still holds of the tags (all of them unless drained in a bubble),
+        // released together per distinct set.
+        let missing: Vec<Vec<String>> = self
+            .machines
+            .iter()
+            .map(|m| {
+                let held = m.released();
+                self.release_tags
+                    .iter()
+                    .filter(|t| !held.contains(*t))
+                    .cloned()
+                    .collect()
+            })
+            .collect();
+        let mut sets: Vec<Vec<String>> = missing.clone();
+        sets.sort();
+        sets.dedup();
+        for tags in sets.into_iter().filter(|t| !t.is_empty()) {
+            let which: Vec<bool> = missing.iter().map(|m| *m == tags).collect();
+            let op = EngineOp::Release(tags.iter().cloned().collect());
+            let detail = tags.join(",");
+            self.stage_where(
+                events,
+                step,
+                Stage::new(op, "release", &detail),
+                &which,
+                |e| e.release_memory(&tags),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Which engines are in state `s`, by rank.
+    fn in_state(&self, s: &EngineState) -> Vec<bool> {
+        self.machines.iter().map(|m| m.state() == s).collect()
+    }
+
+    /// The tags a rank drained in a bubble releases: the run's release tags but the weights
+    /// (the sync needs them), when the run releases memory at all.
+    pub fn drain_tags(&self) -> Vec<String> {
+        self.split_tags().1
+    }
+
+    /// Commits what [`drain_one`] did to rank `rank`'s engine (`ops`, in order) to its machine.
+    pub fn commit_drain(&mut self, rank: usize, ops: &[EngineOp]) -> Result<(), RlError> {
+        let m = self
+            .machines
+            .get_mut(rank)
+            .ok_or_else(|| RlError::failed(format!("no engine rank {rank}")))?;
+        for op in ops {
+            m.apply(op.clone()).map_err(|e| illegal(rank, e))?;
+        }
+        Ok(())
     }
 
     /// First stage of the onload: the weights (before the sync).
@@ -257,4 +335,41 @@ impl Engines {
             let _ = m.apply(EngineOp::AbortUpdate);
         }
     }
+}
+
+/// Drains one engine whose share is done (pause → flush → release `tags`), logging each call
+/// as the drained offload does (detail `bubble`); the operations that succeeded, in order, for
+/// [`Engines::commit_drain`]. A failure stops the drain there (the engine's own error, which
+/// the rollout or the drained offload reports).
+pub fn drain_one(
+    engine: &RemoteEngine,
+    rank: usize,
+    tags: &[String],
+    events: &EventLog,
+    step: u32,
+) -> Vec<EngineOp> {
+    let mut done = Vec::new();
+    let release = EngineOp::Release(tags.iter().cloned().collect());
+    for (op, label) in [
+        (EngineOp::Pause, "pause"),
+        (EngineOp::Flush, "flush"),
+        (release, "release"),
+    ] {
+        let called = match &op {
+            EngineOp::Pause => engine.pause_generation(PauseMode::Wait),
+            EngineOp::Flush => engine.flush_cache(),
+            _ => engine.release_memory(tags),
+        };
+        if let Err(e) = called {
+            tracing::warn!("engine rank {rank}: its drain in the bubble stopped at {label}: {e}");
+            break;
+        }
+        let detail = match &op {
+            EngineOp::Release(_) => format!("{} (bubble)", tags.join(",")),
+            _ => "bubble".to_string(),
+        };
+        events.record(step, &name(rank), label, &detail);
+        done.push(op);
+    }
+    done
 }

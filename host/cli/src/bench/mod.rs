@@ -12,6 +12,7 @@ pub mod memory;
 pub mod native;
 pub mod native_ref;
 pub mod rl_loop;
+mod rl_spec;
 pub mod serve;
 pub mod spec;
 pub mod trainers;

@@ -4,7 +4,8 @@
 //! run, and each phase's share of the step; then the `ipc` run twice more with a worker
 //! SIGKILLed every third step (an engine rank during its rollout; the trainer during its
 //! train phase), reporting the time to recover from each death (restart, checkpoint and
-//! replay, re-sync: the `recovered` events) beside the step time of the run without deaths.
+//! replay, re-sync: the `recovered` events) beside the step time of the run without deaths;
+//! then the speculative long tail, the drafter off beside on (`rl_spec.rs`).
 
 use super::Figure;
 use crate::error::CliError;
@@ -131,6 +132,7 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, CliError> {
             .limit_name("step time"),
         );
     }
+    figures.extend(super::rl_spec::run(&registry, tmp, steps.max(12) * 2)?);
     Ok(figures)
 }
 
@@ -168,7 +170,8 @@ fn run_job(
     Ok(run_dir)
 }
 
-fn metrics(run_dir: &Path) -> Vec<StepMetrics> {
+/// The metrics lines of a run.
+pub(super) fn metrics(run_dir: &Path) -> Vec<StepMetrics> {
     let text = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap_or_default();
     text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())

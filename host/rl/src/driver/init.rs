@@ -114,6 +114,9 @@ impl<'a> Loop<'a> {
             draft,
         };
         l.first_onload()?;
+        if let Some(d) = &l.draft {
+            d.size_engines(&l.engines.remotes)?;
+        }
         l.progress = Progress::new(l.cursor.first_step, l.cursor.total_steps, opts.progress);
         Ok(l)
     }

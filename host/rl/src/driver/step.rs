@@ -257,12 +257,14 @@ impl Loop<'_> {
                 }
             }
         };
+        let drain = self.engines.drain_tags();
         let cx = BubbleCtx {
             step,
             engines,
             events,
             transition: &transition,
             kill_after_first: kill_drafter,
+            drain: &drain,
         };
         let before = super::spec::read(engines);
         let mut draft = self.draft.as_mut();
@@ -310,6 +312,9 @@ impl Loop<'_> {
         }
         s.speculated.add(&before, &after);
         if let Some(r) = report {
+            for (rank, ops) in &r.drained {
+                self.engines.commit_drain(*rank, ops)?;
+            }
             self.bubble_done(step, r, &mut s.log);
         }
         generated?;

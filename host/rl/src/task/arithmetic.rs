@@ -1,4 +1,7 @@
 //! `arithmetic`: `Q: a+b=? A:` with small operands; the answer is the sum (or difference).
+//! With `long_tail`, that fraction of the problems asks for the answer written `long_repeat`
+//! times in a row (`Q: 2+3=? x16 A:` → `5555555555555555`): long completions among short
+//! ones, the long tail of a rollout that speculative decoding serves.
 
 use super::{Problem, RewardKind, Task, TaskError, rng_for, score_answer};
 use rand_chacha::rand_core::RngCore;
@@ -14,6 +17,10 @@ pub struct ArithmeticOptions {
     pub ops: Vec<String>,
     /// `exact` or `partial`.
     pub reward: RewardKind,
+    /// Fraction of problems (0..=1) whose answer is written `long_repeat` times.
+    pub long_tail: f64,
+    /// How many times a long-tail problem's answer is written (2..=64).
+    pub long_repeat: u32,
 }
 
 impl Default for ArithmeticOptions {
@@ -22,6 +29,8 @@ impl Default for ArithmeticOptions {
             max_operand: 9,
             ops: vec!["+".into()],
             reward: RewardKind::Partial,
+            long_tail: 0.0,
+            long_repeat: 16,
         }
     }
 }
@@ -57,6 +66,20 @@ impl Arithmetic {
                 "use \"+\" or \"-\"",
             ));
         }
+        if !(0.0..=1.0).contains(&opts.long_tail) {
+            return Err(TaskError::new(
+                "options.long_tail",
+                format!("{} is not a fraction", opts.long_tail),
+                "use 0..=1, e.g. 0.125 (one problem in eight asks for a long answer)",
+            ));
+        }
+        if !(2..=64).contains(&opts.long_repeat) {
+            return Err(TaskError::new(
+                "options.long_repeat",
+                format!("{} is out of range", opts.long_repeat),
+                "use 2..=64 (and [algorithm] max_tokens above it)",
+            ));
+        }
         Ok(Arithmetic { opts, seed })
     }
 }
@@ -80,6 +103,18 @@ impl Task for Arithmetic {
         } else {
             a + b
         };
+        // Drawn last, and only when asked for: the short problems are those of a task
+        // without a long tail.
+        let long = self.opts.long_tail > 0.0
+            && ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < self.opts.long_tail;
+        if long {
+            let n = self.opts.long_repeat;
+            return Problem {
+                index,
+                prompt: format!("Q: {a}{op}{b}=? x{n} A:"),
+                answer: answer.to_string().repeat(n as usize),
+            };
+        }
         Problem {
             index,
             prompt: format!("Q: {a}{op}{b}=? A:"),

@@ -238,3 +238,40 @@ fn held_out_prompts_never_reach_training() {
     let t = build_for_run(&small, 5, &off).unwrap();
     assert_eq!(t.problem(3), build(&small, 5).unwrap().problem(3));
 }
+
+#[test]
+fn a_long_tail_asks_some_problems_for_a_repeated_answer_and_keeps_the_rest() {
+    let plain = build(&section("arithmetic", "max_operand = 3"), 5).unwrap();
+    let tail = build(
+        &section(
+            "arithmetic",
+            "max_operand = 3\nlong_tail = 0.25\nlong_repeat = 12",
+        ),
+        5,
+    )
+    .unwrap();
+    let mut long = 0;
+    for i in 0..400 {
+        let (p, t) = (plain.problem(i), tail.problem(i));
+        if t.prompt.ends_with("x12 A:") {
+            long += 1;
+            assert_eq!(t.prompt, p.prompt.replace("=? A:", "=? x12 A:"));
+            assert_eq!(t.answer, p.answer.repeat(12));
+            assert_eq!(tail.reward(&t, &format!(" {}", t.answer)), 1.0);
+            assert!(tail.reward(&t, &format!(" {}", p.answer)) < 0.1);
+        } else {
+            // The other problems are the plain task's.
+            assert_eq!((t.prompt, t.answer), (p.prompt, p.answer));
+        }
+    }
+    assert!((60..140).contains(&long), "{long} of 400 long");
+    for bad in ["long_tail = 1.5", "long_repeat = 1"] {
+        let Err(e) = build(&section("arithmetic", bad), 5) else {
+            panic!("{bad} accepted");
+        };
+        assert!(
+            e.to_string().contains(bad.split(' ').next().unwrap()),
+            "{e}"
+        );
+    }
+}

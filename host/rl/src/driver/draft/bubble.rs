@@ -1,7 +1,10 @@
 //! Drafter training in a step's bubbles. The loop sends each engine rank's finished share
 //! (its sequences) the moment its engine returns it; this runs beside the rollout:
 //!
-//! 1. a finished rank's engine computes its sequences' hidden states (it is idle now);
+//! 1. a finished rank's engine computes its sequences' hidden states (it is idle now); a rank
+//!    that finished while others still generate is then drained on its own (pause → flush →
+//!    release of its KV cache, when the run releases memory), so the drafter trains in memory
+//!    the engine gave back;
 //! 2. once `min_ranks_for_training` ranks are done, the drafter trainer onloads its regions
 //!    and those ranks go `released → training`; ranks done later join as they finish;
 //! 3. drafter steps on everything gathered so far, until the last engine finishes (the
@@ -24,6 +27,7 @@ use tandem_plugin_api::{
     ROption, RVec, TrainBatch, TrainSequence, UpdateKind, UpdatePayload,
 };
 use tandem_runtime::launch::RemoteEngine;
+use tandem_runtime::orchestrator::EngineOp;
 
 /// An engine rank's finished share of the rollout: its sequences (prompt + completion) and
 /// their prompt lengths.
@@ -51,6 +55,8 @@ pub(in crate::driver) struct BubbleReport {
     pub overlap_s: f64,
     /// Why the drafter trainer failed, if it did (the drafter goes off for good).
     pub failure: Option<String>,
+    /// Ranks drained in the bubble and the lifecycle operations their engines took.
+    pub drained: Vec<(usize, Vec<EngineOp>)>,
 }
 
 /// What a bubble works with.
@@ -62,6 +68,8 @@ pub(in crate::driver) struct BubbleCtx<'a> {
     pub transition: &'a (dyn Fn(usize, BubbleOp) -> bool + Sync),
     /// Kill the drafter trainer after the first drafter step (`TANDEM_CHAOS` `drafter=N`).
     pub kill_after_first: bool,
+    /// What an early rank's drain releases (empty: no drain).
+    pub drain: &'a [String],
 }
 
 /// One rank's sequences and their hidden states.
@@ -113,6 +121,13 @@ impl Draft {
             if let Some(f) = next {
                 match self.features(cx, f) {
                     Ok(s) => {
+                        if s.early && !cx.drain.is_empty() {
+                            let engine = &cx.engines[s.rank];
+                            let ops = crate::phases::drain_one(
+                                engine, s.rank, cx.drain, cx.events, cx.step,
+                            );
+                            report.drained.push((s.rank, ops));
+                        }
                         if started.is_some() && (cx.transition)(s.rank, BubbleOp::Train) {
                             training.push(s.rank);
                         }

@@ -93,6 +93,30 @@ impl Draft {
         Ok(d)
     }
 
+    /// Sizes every engine's hidden-states buffers for the longest sequence it can hold (one
+    /// `hidden_states` call of `max_seq_len` tokens, its features dropped), so the bubbles
+    /// allocate nothing later (as a drafter job's step 0 does).
+    pub(super) fn size_engines(&self, engines: &[RemoteEngine]) -> Result<(), RlError> {
+        for e in engines {
+            let stats = e.stats()?;
+            let max_seq = stats
+                .metrics
+                .iter()
+                .find(|m| m.name.as_str() == "max_seq_len")
+                .map_or(0, |m| m.value as usize);
+            if max_seq == 0 {
+                continue;
+            }
+            e.hidden_states(tandem_plugin_api::HiddenStatesRequest {
+                sequences: vec![tandem_plugin_api::RVec::from(vec![1u32; max_seq])].into(),
+                layers: self.layers.clone().into(),
+                adapter: tandem_plugin_api::ROption::RNone,
+                route: tandem_plugin_api::FeatureRoute::Inline,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Whether step `step`'s rollout feeds the drafter, and how.
     pub(super) fn trains_at(&self, step: u32) -> Option<TrainIn> {
         let s = &self.settings;
