@@ -32,6 +32,7 @@ fn job_of(
         extra_algorithm: algorithm.into(),
         bridge_options: "restart = false".into(),
         extra_sections: "[drafter]\nenabled = true\nmax_steps_per_bubble = 3\n\
+                         min_steps_per_bubble = 1\n\
                          speculate_below_batch = 4\nlearning_rate = 0.003\n\n\
                          [drafter.options]\nttt_steps = 3\nmax_tokens = 512\n"
             .into(),
@@ -110,7 +111,7 @@ fn the_drafter_trains_in_the_bubbles_in_order_and_reaches_the_engines() {
         }
         // The rank that finished first did so while the other still generated (rank 1 has
         // half of rank 0's rows, but which is first is the machine's to decide): the bubble
-        // owes a drafter step.
+        // owes a drafter step (min_steps_per_bubble = 1).
         let first_released =
             |rank: usize| at(&ev, &format!("engine-{rank}"), "bubble", Some("released"))[0];
         let (early, late) = if first_released(1) < first_released(0) {
@@ -286,6 +287,11 @@ fn bad_drafter_settings_of_an_rl_job_are_one_line_each() {
             "max_steps_per_bubble = 3",
             "max_steps_per_bubble = 0",
             "drafter.max_steps_per_bubble: must be at least 1",
+        ),
+        (
+            "min_steps_per_bubble = 1",
+            "min_steps_per_bubble = 4",
+            "drafter.min_steps_per_bubble: 4 is above max_steps_per_bubble = 3",
         ),
         (
             "enabled = true",

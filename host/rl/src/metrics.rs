@@ -223,6 +223,18 @@ fn write_lines(path: &Path, steps: &[StepMetrics]) -> Result<(), RlError> {
     std::fs::rename(&tmp, path).map_err(RlError::io(format!("replacing {}", path.display())))
 }
 
+/// The sum of a worker's figures whose name starts with `prefix` (e.g. `allocated_bytes.`:
+/// its memory-ledger bytes, tag by tag), as whole bytes.
+pub fn bytes_with_prefix(stats: &tandem_plugin_api::ComponentStats, prefix: &str) -> u64 {
+    let sum: f64 = stats
+        .metrics
+        .iter()
+        .filter(|m| m.name.as_str().starts_with(prefix))
+        .map(|m| m.value)
+        .sum();
+    sum as u64
+}
+
 /// Resident memory of one process in bytes (zeros once it is gone).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Resident {

@@ -148,10 +148,22 @@ fn run_job(
         Some(c) => format!("{bridge}-{}", c.replace([',', '='], "-")),
         None => bridge.to_string(),
     };
-    let job_path = tmp.join(format!("{name}.toml"));
     let text = JOB
         .replace("STEPS", &steps.to_string())
         .replace("BRIDGE", bridge);
+    run_text(registry, tmp, &name, &text, chaos)
+}
+
+/// Writes the job `text` as `<tmp>/<name>.toml` and runs it (with a kill schedule) into
+/// `<tmp>/run-<name>`; that run dir.
+pub(super) fn run_text(
+    registry: &Registry,
+    tmp: &Path,
+    name: &str,
+    text: &str,
+    chaos: Option<String>,
+) -> Result<PathBuf, CliError> {
+    let job_path = tmp.join(format!("{name}.toml"));
     std::fs::write(&job_path, text)
         .map_err(CliError::io(format!("writing {}", job_path.display())))?;
     let job = LoadedJob::read(&job_path)?;

@@ -1,5 +1,5 @@
 //! `tandem bench loop`, speculative long tail: the quickstart with two engine ranks and a
-//! long tail (one problem in eight asks for its answer written 16 times), run twice with the
+//! long tail (one problem in eight asks for its answer written 32 times), run twice with the
 //! same seed — the drafter off, then on (trained in the rollouts' bubbles, the engines
 //! speculating while at most 16 rows decode) — and compared after warm-up: rollout time per
 //! step (on beside off; target ≥ 1.3× shorter), the drafter's work outside the bubbles per
@@ -10,9 +10,7 @@
 use super::Figure;
 use crate::error::CliError;
 use std::path::Path;
-use tandem_rl::config::LoadedJob;
 use tandem_rl::metrics::StepMetrics;
-use tandem_rl::{self, RunOptions};
 use tandem_runtime::registry::Registry;
 
 const JOB: &str = r#"
@@ -49,7 +47,7 @@ mode = "ipc"
 [algorithm]
 prompts_per_step = 16
 group_size = 8
-max_tokens = 20
+max_tokens = 24
 temperature = 1.0
 learning_rate = 0.0003
 
@@ -60,7 +58,7 @@ kind = "arithmetic"
 max_operand = 3
 reward = "exact"
 long_tail = 0.125
-long_repeat = 16
+long_repeat = 32
 
 [drafter]
 enabled = ENABLED
@@ -69,7 +67,7 @@ speculate_below_batch = 16
 
 [drafter.options]
 ttt_steps = 4
-max_tokens = 2048
+max_tokens = 512
 "#;
 
 /// Draft tokens per round in [`JOB`]: an acceptance length is at most this + 1.
@@ -154,24 +152,9 @@ fn run_job(
     steps: u32,
 ) -> Result<Vec<StepMetrics>, CliError> {
     let name = if on { "spec-on" } else { "spec-off" };
-    let job_path = tmp.join(format!("{name}.toml"));
     let text = JOB
         .replace("STEPS", &steps.to_string())
         .replace("ENABLED", if on { "true" } else { "false" });
-    std::fs::write(&job_path, text)
-        .map_err(CliError::io(format!("writing {}", job_path.display())))?;
-    let job = LoadedJob::read(&job_path)?;
-    let plan = tandem_rl::config::validate(&job, registry)?;
-    let run_dir = tmp.join(format!("run-{name}"));
-    let opts = RunOptions {
-        run_dir: run_dir.clone(),
-        resume: false,
-        steps: None,
-        progress: false,
-        exe: None,
-        plugin_dirs: Vec::new(),
-        chaos: None,
-    };
-    tandem_rl::run(&job, &plan, registry, opts)?;
+    let run_dir = super::rl_loop::run_text(registry, tmp, name, &text, None)?;
     Ok(super::rl_loop::metrics(&run_dir))
 }

@@ -56,6 +56,28 @@ pub struct ResolvedComponent {
     pub releasable_tags: Vec<String>,
 }
 
+impl ResolvedComponent {
+    /// The component `decl` of `plugin`, run on `ranks` ranks.
+    pub fn of(
+        plugin: &tandem_runtime::registry::LoadedPlugin,
+        decl: &tandem_plugin_api::ComponentDecl,
+        ranks: u32,
+    ) -> ResolvedComponent {
+        ResolvedComponent {
+            component: decl.name.to_string(),
+            plugin: plugin.manifest.name.to_string(),
+            source: plugin.source.to_string(),
+            ranks,
+            releasable_tags: decl
+                .caps
+                .releasable_tags
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        }
+    }
+}
+
 /// A resolved bridge.
 #[derive(Debug, Clone, Serialize)]
 pub struct ResolvedBridge {

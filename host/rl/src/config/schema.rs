@@ -380,6 +380,10 @@ pub struct DrafterSection {
     pub train_in: TrainIn,
     /// Drafter steps one bubble may take at most (RL run).
     pub max_steps_per_bubble: u32,
+    /// Drafter steps a bubble takes even when the last engine finishes first, once a rank
+    /// finished early (0: drafter steps only while an engine still generates, so the drafter
+    /// never lengthens a step by more than the step in flight; RL run).
+    pub min_steps_per_bubble: u32,
     /// Ranks that must have finished their share before the drafter trains
     /// (FastRL's `min_workers_for_training`; RL run).
     pub min_ranks_for_training: u32,
@@ -411,6 +415,7 @@ impl Default for DrafterSection {
             options: toml::Table::new(),
             train_in: TrainIn::Bubbles,
             max_steps_per_bubble: 8,
+            min_steps_per_bubble: 0,
             min_ranks_for_training: 1,
             train_every_n_steps: 1,
             learning_rate: 3e-4,

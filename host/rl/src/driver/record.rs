@@ -112,13 +112,10 @@ impl Loop<'_> {
     fn ledger_figures(&self, m: &mut StepMetrics) {
         let mut add = |name: String, stats: Option<ComponentStats>| {
             if let Some(s) = stats {
-                let ledger: f64 = s
-                    .metrics
-                    .iter()
-                    .filter(|x| x.name.as_str().starts_with("allocated_bytes."))
-                    .map(|x| x.value)
-                    .sum();
-                m.ledger.insert(name, ledger as u64);
+                m.ledger.insert(
+                    name,
+                    crate::metrics::bytes_with_prefix(&s, "allocated_bytes."),
+                );
             }
         };
         for (rank, e) in self.engines.remotes.iter().enumerate() {

@@ -165,18 +165,7 @@ pub(super) fn check_rl(
             );
             None
         }
-        Some((plugin, decl)) => Some(ResolvedComponent {
-            component: decl.name.to_string(),
-            plugin: plugin.manifest.name.to_string(),
-            source: plugin.source.to_string(),
-            ranks: 1,
-            releasable_tags: decl
-                .caps
-                .releasable_tags
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-        }),
+        Some((plugin, decl)) => Some(ResolvedComponent::of(plugin, decl, 1)),
     };
     let at_least_one = [
         ("drafter.max_steps_per_bubble", d.max_steps_per_bubble),
@@ -187,6 +176,16 @@ pub(super) fn check_rl(
         if v == 0 {
             issues.at(key, "must be at least 1", "");
         }
+    }
+    if d.min_steps_per_bubble > d.max_steps_per_bubble {
+        issues.at(
+            "drafter.min_steps_per_bubble",
+            format!(
+                "{} is above max_steps_per_bubble = {}",
+                d.min_steps_per_bubble, d.max_steps_per_bubble
+            ),
+            "lower it, or raise max_steps_per_bubble",
+        );
     }
     if d.min_ranks_for_training > j.engine.ranks {
         issues.at(

@@ -133,17 +133,6 @@ fn component(
         );
         return None;
     };
-    let resolved = ResolvedComponent {
-        component: decl.name.to_string(),
-        plugin: plugin.manifest.name.to_string(),
-        source: plugin.source.to_string(),
-        ranks,
-        releasable_tags: decl
-            .caps
-            .releasable_tags
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-    };
+    let resolved = ResolvedComponent::of(plugin, decl, ranks);
     Some((resolved, decl.caps.clone()))
 }

@@ -9,8 +9,8 @@
 //!    and those ranks go `released → training`; ranks done later join as they finish;
 //! 3. drafter steps on everything gathered so far, until the last engine finishes (the
 //!    share channel closes) or `max_steps_per_bubble` steps are taken; a bubble that had a
-//!    rank finish while others still generated takes at least one step (so its hidden
-//!    states are never wasted on a tail shorter than one hidden-states call);
+//!    rank finish while others still generated takes at least `min_steps_per_bubble` steps
+//!    (0 by default: a tail shorter than a drafter step trains nothing);
 //! 4. the trained drafter is exported for the sync, the regions are offloaded again and the
 //!    ranks go back to `released`.
 //!
@@ -139,9 +139,10 @@ impl Draft {
                 continue;
             }
             // A bubble overlaps the rollout: once every engine is done, it ends (after the
-            // one step an early finish is owed).
+            // steps an early finish is owed).
             let overlapping = self.settings.train_in == crate::config::TrainIn::Bubbles;
-            let owed = report.steps == 0 && shards.iter().any(|s| s.early);
+            let owed =
+                report.steps < self.settings.min_steps_per_bubble && shards.iter().any(|s| s.early);
             if (overlapping && !open && !owed) || !can_train {
                 if open {
                     continue;

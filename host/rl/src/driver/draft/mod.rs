@@ -135,13 +135,7 @@ impl Draft {
     /// training), if it answers.
     pub(super) fn ledger(&self) -> Option<u64> {
         let s = self.remote.stats().ok()?;
-        let bytes: f64 = s
-            .metrics
-            .iter()
-            .filter(|m| m.name.as_str().starts_with("resident_bytes."))
-            .map(|m| m.value)
-            .sum();
-        Some(bytes as u64)
+        Some(crate::metrics::bytes_with_prefix(&s, "resident_bytes."))
     }
 
     /// Why the drafter trainer's process is dead, once the launcher's monitor reports it

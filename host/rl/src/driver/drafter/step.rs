@@ -378,13 +378,10 @@ impl DrafterLoop<'_> {
     fn memory_figures(&self, m: &mut DrafterStepMetrics) {
         let ledger = |name: String, s: Option<ComponentStats>, m: &mut DrafterStepMetrics| {
             if let Some(s) = s {
-                let bytes: f64 = s
-                    .metrics
-                    .iter()
-                    .filter(|x| x.name.as_str().starts_with("allocated_bytes."))
-                    .map(|x| x.value)
-                    .sum();
-                m.ledger.insert(name, bytes as u64);
+                m.ledger.insert(
+                    name,
+                    crate::metrics::bytes_with_prefix(&s, "allocated_bytes."),
+                );
             }
         };
         let mut workers: Vec<(String, u32)> = Vec::new();
