@@ -10,7 +10,8 @@
 //! 3. drafter steps on everything gathered so far, until the last engine finishes (the
 //!    share channel closes) or `max_steps_per_bubble` steps are taken; a bubble that had a
 //!    rank finish while others still generated takes at least `min_steps_per_bubble` steps
-//!    (0 by default: a tail shorter than a drafter step trains nothing);
+//!    (0 by default: a tail shorter than a drafter step trains nothing, and the share that
+//!    ends the rollout is not even turned into hidden states);
 //! 4. the trained drafter is exported for the sync, the regions are offloaded again and the
 //!    ranks go back to `released`.
 //!
@@ -119,6 +120,14 @@ impl Draft {
                 }
             };
             if let Some(f) = next {
+                // In a bubble, the share that ended the rollout would only delay the step:
+                // its hidden states are not computed unless steps are still owed.
+                let overlapping = self.settings.train_in == crate::config::TrainIn::Bubbles;
+                let owed_any = report.steps < self.settings.min_steps_per_bubble
+                    && (f.early || shards.iter().any(|s| s.early));
+                if overlapping && !f.early && !owed_any {
+                    continue;
+                }
                 match self.features(cx, f) {
                     Ok(s) => {
                         if s.early && !cx.drain.is_empty() {
