@@ -45,7 +45,8 @@ impl<'a> Stage<'a> {
     }
 }
 
-fn name(rank: usize) -> String {
+/// Engine rank `rank`'s name in events.
+pub(crate) fn name(rank: usize) -> String {
     format!("engine-{rank}")
 }
 

@@ -16,14 +16,11 @@ use crate::config::TrainIn;
 use crate::error::RlError;
 use crate::grpo;
 use crate::metrics::{StepMetrics, resident};
+use crate::phases::name as engine_name;
 use crate::rollout::{self, Rollout, RolloutSpec};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tandem_plugin_api::{Completion, Metric, RVec, TrainBatch, WhichWeights};
-
-fn engine_name(rank: usize) -> String {
-    format!("engine-{rank}")
-}
 
 /// A step under way: what it measured and how far it got. A worker's death sends the step
 /// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's

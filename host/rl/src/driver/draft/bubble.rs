@@ -97,6 +97,8 @@ impl Draft {
         let mut started: Option<Instant> = None;
         let budget = self.settings.max_steps_per_bubble;
         let min_ranks = self.settings.min_ranks_for_training.max(1) as usize;
+        // A bubble overlaps the rollout: once every engine is done, it ends.
+        let overlapping = self.settings.train_in == crate::config::TrainIn::Bubbles;
         loop {
             let can_train = shards.len() >= min_ranks && report.steps < budget;
             let next = if !open {
@@ -122,7 +124,6 @@ impl Draft {
             if let Some(f) = next {
                 // In a bubble, the share that ended the rollout would only delay the step:
                 // its hidden states are not computed unless steps are still owed.
-                let overlapping = self.settings.train_in == crate::config::TrainIn::Bubbles;
                 let owed_any = report.steps < self.settings.min_steps_per_bubble
                     && (f.early || shards.iter().any(|s| s.early));
                 if overlapping && !f.early && !owed_any {
@@ -147,9 +148,7 @@ impl Draft {
                 }
                 continue;
             }
-            // A bubble overlaps the rollout: once every engine is done, it ends (after the
-            // steps an early finish is owed).
-            let overlapping = self.settings.train_in == crate::config::TrainIn::Bubbles;
+            // Once every engine is done the bubble ends, after the steps an early finish is owed.
             let owed =
                 report.steps < self.settings.min_steps_per_bubble && shards.iter().any(|s| s.early);
             if (overlapping && !open && !owed) || !can_train {
