@@ -45,10 +45,16 @@ pub fn cdylib(crate_name: &str) -> PathBuf {
 /// A fresh temporary directory holding copies of the given libraries (under the given names).
 pub fn plugin_dir(files: &[(&Path, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
-    for (src, name) in files {
-        std::fs::copy(src, dir.path().join(name)).expect("copy plugin");
-    }
+    copy_plugins(dir.path(), files);
     dir
+}
+
+/// Copies the given libraries into `dir` (under the given names).
+pub fn copy_plugins(dir: &Path, files: &[(&Path, &str)]) {
+    std::fs::create_dir_all(dir).expect("plugin dir");
+    for (src, name) in files {
+        std::fs::copy(src, dir.join(name)).expect("copy plugin");
+    }
 }
 
 /// Runs a command and returns its output.
@@ -179,20 +185,22 @@ pub fn batch_of(seqs: Vec<TrainSequence>, kind: LossKind, lr: f32) -> TrainBatch
 
 /// A tiny model (`tandem model init`, `<dir>/m`) in a scratch directory, and a plugin directory.
 pub struct ModelFixture {
-    /// The scratch directory (the model, and whatever the tests write next to it).
-    pub dir: tempfile::TempDir,
+    /// The scratch directory (the model, and whatever the tests write next to it): a
+    /// [`process_scratch`] directory, as the fixture lives for the whole test process.
+    pub dir: PathBuf,
     /// The model directory.
     pub model: PathBuf,
-    /// The plugin directory.
-    pub plugins: tempfile::TempDir,
+    /// The plugin directory (inside `dir`).
+    pub plugins: PathBuf,
 }
 
 /// The tiny preset at `seed`, with the plugin libraries `libs` (as in [`plugin_dir`]).
 pub fn model_fixture(seed: u64, libs: &[(&Path, &str)]) -> ModelFixture {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("m");
+    let dir = process_scratch("model-fixture");
+    let model = dir.join("m");
     init_model("tiny", seed, &model);
-    let plugins = plugin_dir(libs);
+    let plugins = dir.join("plugins");
+    copy_plugins(&plugins, libs);
     ModelFixture {
         dir,
         model,

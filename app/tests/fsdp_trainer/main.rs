@@ -99,7 +99,7 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
     assert!(d <= 1e-4, "engine vs trainer differ by {d}");
 
     // save → train → load brings back the saved weights and version.
-    let ck = fixture().dir.path().join("ck-full");
+    let ck = fixture().dir.join("ck-full");
     let info = ok(t.save_checkpoint(ck.display().to_string().into()));
     assert_eq!(info.weight_version, 6);
     ok(t.train_step(train));
@@ -135,7 +135,7 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
     eprintln!("native engine with the fsdp adapter vs trainer: max |Δ| {d:.2e}");
     assert!(d <= 1e-4, "native engine vs trainer differ by {d}");
 
-    let vllm_lib = fixture().plugins.path().join("libtandem_vllm.so");
+    let vllm_lib = fixture().plugins.join("libtandem_vllm.so");
     assert!(
         vllm_lib.exists(),
         "build the vllm plugin first: cargo build -p tandem-plugin-vllm"
@@ -394,7 +394,7 @@ fn run_killing_rank0_after(job: &Path, out: &Path, after: usize) -> (std::proces
         .args(["--steps", &STEPS.to_string(), "--output-dir"])
         .arg(out)
         .env("TANDEM_PYTHON", python())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path())
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins)
         .stdout(file("stdout"))
         .stderr(file("stderr"))
         .spawn()

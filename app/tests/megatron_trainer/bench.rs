@@ -11,7 +11,7 @@ fn h_bench_trainers_puts_megatron_beside_fsdp_and_native_on_the_same_batch() {
     plugin_lib("tandem-plugin-fsdp", "libtandem_fsdp.so");
     let out = run(tandem()
         .args(["bench", "trainers", "--quick", "--json", "--plugin-dir"])
-        .arg(fixture().plugins.path())
+        .arg(&fixture().plugins)
         .env("TANDEM_PYTHON", python()));
     assert!(out.status.success(), "{}", stderr(&out));
     let figures: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)

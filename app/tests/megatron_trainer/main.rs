@@ -223,7 +223,7 @@ fn c_checkpoints_carry_the_optimizer_load_at_another_tp_and_serve_on_the_native_
     for _ in 0..3 {
         ok(t.train_step(sft_batch()));
     }
-    let ck = fixture().dir.path().join("megatron-ck");
+    let ck = fixture().dir.join("megatron-ck");
     let info = ok(t.save_checkpoint(ck.display().to_string().into()));
     assert_eq!(info.weight_version, 3);
     // The index names the weights' file for every weight, so vLLM leaves the moments alone.
@@ -354,7 +354,7 @@ fn check_job(dir: &Path, model: &Path, options: &str) -> std::process::Output {
     run(tandem()
         .arg("check")
         .arg(&job)
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()))
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins))
 }
 
 #[test]
@@ -404,7 +404,7 @@ fn e_a_model_the_layout_cannot_split_another_architecture_and_no_python_are_one_
     let out = run(tandem()
         .arg("check")
         .arg(&job_path)
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins));
     assert!(!out.status.success());
     let lines = error_lines(&out);
     assert!(

@@ -12,6 +12,9 @@
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -43,7 +46,7 @@ fn model() -> &'static (PathBuf, PathBuf) {
     MODEL.get_or_init(|| {
         let known = tandem_model::fetch::known("smollm2").unwrap();
         let gguf = tandem_model::fetch::gguf(known, &mut |l| eprintln!("fetch: {l}")).unwrap();
-        let dir = tempfile::tempdir().unwrap().keep().join("smollm2");
+        let dir = common::process_scratch("smollm2").join("smollm2");
         let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
             .args(["model", "import"])
             .arg(&gguf)

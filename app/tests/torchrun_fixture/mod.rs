@@ -44,19 +44,19 @@ pub(crate) fn fixture() -> &'static ModelFixture {
 /// Asserts that the plugin library of `crate_name` is in the fixture's plugin dir.
 pub(crate) fn plugin_lib(crate_name: &str, lib: &str) {
     assert!(
-        fixture().plugins.path().join(lib).exists(),
+        fixture().plugins.join(lib).exists(),
         "build the plugin first: cargo build -p {crate_name}"
     );
 }
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| discover(fixture().plugins.path()))
+    R.get_or_init(|| discover(&fixture().plugins))
 }
 
 pub(crate) fn config(component: &str, options: &str, run: &str) -> ComponentConfig {
     let f = fixture();
-    cpu_config(component, &f.model, options, &f.dir.path().join(run))
+    cpu_config(component, &f.model, options, &f.dir.join(run))
 }
 
 pub(crate) fn fsdp(options: &str, run: &str) -> TrainerBox {
@@ -208,7 +208,7 @@ pub(crate) fn run_job(job: &Path, steps: u32) -> std::process::Output {
         .arg(job)
         .args(["--steps", &steps.to_string()])
         .env("TANDEM_PYTHON", python())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()))
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins))
 }
 
 /// Runs a short version of `examples/<name>.toml` (copied under a scratch dir so the model it
@@ -228,7 +228,7 @@ pub(crate) fn short_example(name: &str, steps: u32) {
         .args(["--steps", &steps.to_string(), "--output-dir"])
         .arg(&out_dir)
         .env("TANDEM_PYTHON", python())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins));
     assert!(out.status.success(), "{}", stderr(&out));
     eprintln!(
         "{name}: {steps} steps in {:.1} s",
@@ -295,7 +295,7 @@ pub(crate) fn assert_no_venv_is_one_line(trainer: &str, wants: &[&str]) {
         .arg(&job)
         .env_remove("TANDEM_PYTHON")
         .env("TANDEM_VENV_ROOT", no_venv.path())
-        .env("TANDEM_PLUGIN_PATH", fixture().plugins.path()));
+        .env("TANDEM_PLUGIN_PATH", &fixture().plugins));
     assert!(!out.status.success());
     let lines = error_lines(&out);
     assert_eq!(lines.len(), 1, "{}", stderr(&out));

@@ -29,11 +29,11 @@ pub(crate) fn fixture() -> &'static ModelFixture {
 
 pub(crate) fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| discover(fixture().plugins.path()))
+    R.get_or_init(|| discover(&fixture().plugins))
 }
 
 pub(crate) fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
-    cpu_config(component, model, options, &fixture().dir.path().join("run"))
+    cpu_config(component, model, options, &fixture().dir.join("run"))
 }
 
 /// Options of the shared server configuration.
