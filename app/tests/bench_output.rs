@@ -3,7 +3,8 @@
 //! (No timing is asserted: figures are for people, targets live in the printed table.)
 //! `tandem bench native --quick --json`: its five figures, well formed, without Python;
 //! `tandem bench spec --quick --json`: its drafter, decode and transfer figures;
-//! `tandem bench serve --quick --json`: HTTP beside in-process figures at 1/8/64 clients.
+//! `tandem bench serve --quick --json`: HTTP beside in-process figures at 1/8/64 clients;
+//! `tandem bench soak --quick --json`: ledger drift, memory growth and acceptance figures.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -188,4 +189,63 @@ fn bench_serve_quick_json_prints_http_beside_in_process_figures() {
             "{f}"
         );
     }
+}
+
+#[test]
+fn bench_soak_quick_json_prints_ledger_memory_and_acceptance_figures() {
+    // --quick: examples/drafter.toml as shipped, 100 steps (its model created in a scratch
+    // directory). The ledger is exact accounting, so its drift is checked here; the memory
+    // growth figures are for people (the heap moves by a few MB with the machine's load).
+    let out = run(tandem().args(["bench", "soak", "--quick", "--json"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let case = |f: &serde_json::Value| f["case"].as_str().unwrap().to_owned();
+    let with = |part: &str| -> Vec<&serde_json::Value> {
+        figures.iter().filter(|f| case(f).contains(part)).collect()
+    };
+    let drift = with("ledger drift after step 10");
+    let workers: Vec<String> = drift
+        .iter()
+        .map(|f| case(f).split(':').next().unwrap().to_owned())
+        .collect();
+    assert_eq!(workers, ["engine-0", "trainer"], "{figures:?}");
+    for f in &drift {
+        assert!(f["limit"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(
+            f["ratio"].as_f64().unwrap() <= 0.02,
+            "the ledger drifted: {f}"
+        );
+    }
+    assert_eq!(with("allocated memory growth over the run").len(), 2);
+    assert_eq!(with("allocated memory growth in the calmer half").len(), 2);
+    for f in &figures {
+        assert_eq!(f["bench"], "soak");
+        let (value, limit, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["limit"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(
+            (ratio - value / limit).abs() < 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+    }
+    let accept = |s: u32| {
+        let f = with(&format!("acceptance length at step {s}"));
+        assert_eq!(f.len(), 1, "{figures:?}");
+        assert_eq!(f[0]["limit"], 5.0, "draft_tokens + 1");
+        f[0]["value"].as_f64().unwrap()
+    };
+    let (first, last) = (accept(0), accept(100));
+    assert!(
+        (1.0..=5.0).contains(&first) && (1.0..=5.0).contains(&last),
+        "{first} {last}"
+    );
+    assert!(
+        last > first,
+        "training did not raise acceptance: {first} -> {last}"
+    );
 }

@@ -2,8 +2,8 @@
 //! states over a shared-memory transport group): it trains and measures acceptance, the
 //! shm route and the control-plane route give the same drafter, the saved drafter decodes
 //! speculatively with `tandem generate` (the same greedy tokens), bad drafter inputs are
-//! one line each, and the shipped example runs 1000 steps with flat memory (`soak.rs`); an RL
-//! run trains its drafter in the rollouts' bubbles (`rl.rs`).
+//! one line each; an RL run trains its drafter in the rollouts' bubbles (`rl.rs`). The
+//! shipped example's 1000-step soak is `tandem bench soak`.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -11,7 +11,6 @@ mod engine;
 mod rl;
 #[path = "../rl_common/mod.rs"]
 mod rl_common;
-mod soak;
 
 use rl_common::Scratch;
 use serde_json::Value;

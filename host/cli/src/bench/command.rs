@@ -36,6 +36,10 @@ pub enum BenchName {
     /// (TP=1/2) trainers on the tiny and small presets, each beside its peer of the same run
     /// (`$TANDEM_PYTHON` and the plugins via `--plugin-dir`); `--quick`: tiny only.
     Trainers,
+    /// `examples/drafter.toml` for 1000 steps (`--quick`: 100): the memory ledger's drift and
+    /// the workers' allocated memory growth beside their early values, and the drafter's
+    /// acceptance length beside `draft_tokens + 1`.
+    Soak,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
@@ -55,6 +59,7 @@ pub fn run(
         BenchName::Spec => bench::spec::run(quick)?,
         BenchName::Serve => bench::serve::run(quick)?,
         BenchName::Trainers => bench::trainers::run(plugin_dirs, quick)?,
+        BenchName::Soak => bench::soak::run(quick)?,
         BenchName::Bridges => {
             let mut figures = bench::bridges::run(quick)?;
             match bench::bridges_vllm::run(plugin_dirs, &figures)? {

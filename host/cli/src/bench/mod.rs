@@ -14,6 +14,7 @@ pub mod native_ref;
 pub mod rl_loop;
 mod rl_spec;
 pub mod serve;
+pub mod soak;
 pub mod spec;
 pub mod trainers;
 pub mod transport;

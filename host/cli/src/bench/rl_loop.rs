@@ -151,17 +151,18 @@ fn run_job(
     let text = JOB
         .replace("STEPS", &steps.to_string())
         .replace("BRIDGE", bridge);
-    run_text(registry, tmp, &name, &text, chaos)
+    run_text(registry, tmp, &name, &text, chaos, false)
 }
 
-/// Writes the job `text` as `<tmp>/<name>.toml` and runs it (with a kill schedule) into
-/// `<tmp>/run-<name>`; that run dir.
+/// Writes the job `text` as `<tmp>/<name>.toml` and runs it (with a kill schedule; with a
+/// progress bar on stderr when `progress`) into `<tmp>/run-<name>`; that run dir.
 pub(super) fn run_text(
     registry: &Registry,
     tmp: &Path,
     name: &str,
     text: &str,
     chaos: Option<String>,
+    progress: bool,
 ) -> Result<PathBuf, CliError> {
     let job_path = tmp.join(format!("{name}.toml"));
     std::fs::write(&job_path, text)
@@ -173,12 +174,16 @@ pub(super) fn run_text(
         run_dir: run_dir.clone(),
         resume: false,
         steps: None,
-        progress: false,
+        progress,
         exe: None,
         plugin_dirs: Vec::new(),
         chaos,
     };
-    tandem_rl::run(&job, &plan, registry, opts)?;
+    if job.job.is_drafter_job() {
+        tandem_rl::driver::drafter::run(&job, &plan, registry, opts)?;
+    } else {
+        tandem_rl::run(&job, &plan, registry, opts)?;
+    }
     Ok(run_dir)
 }
 

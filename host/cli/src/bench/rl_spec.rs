@@ -156,6 +156,6 @@ fn run_job(
     let text = JOB
         .replace("STEPS", &steps.to_string())
         .replace("ENABLED", if on { "true" } else { "false" });
-    let run_dir = super::rl_loop::run_text(registry, tmp, name, &text, None)?;
+    let run_dir = super::rl_loop::run_text(registry, tmp, name, &text, None, false)?;
     Ok(super::rl_loop::metrics(&run_dir))
 }
