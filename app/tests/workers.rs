@@ -369,7 +369,8 @@ fn peers_without_the_run_token_are_rejected() {
     let (plugins, rundir) = (fixtures(), tempfile::tempdir().unwrap());
     let mut l = launcher(rundir.path());
     let addr = l.control_addr();
-    let err = control::connect(addr, "guess", Role::Engine, 0, Duration::from_secs(5)).unwrap_err();
+    let err =
+        control::connect(addr, "guess", Role::Engine, 0, 0, Duration::from_secs(5)).unwrap_err();
     assert!(
         matches!(&err, ControlError::Rejected { reason, .. } if reason == "wrong run token"),
         "{err}"

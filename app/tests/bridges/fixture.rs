@@ -61,8 +61,7 @@ pub(crate) fn rig_n(
     let mut opts = LaunchOptions::new(&run_dir);
     opts.exe = Some(PathBuf::from(env!("CARGO_BIN_EXE_tandem")));
     let mut launcher = LocalLauncher::new(opts).unwrap();
-    let world =
-        transport_timeout.map(|t| World::for_bridge(launcher.token(), engines, "shm", t).unwrap());
+    let world = transport_timeout.map(|t| World::for_bridge(&launcher, engines, "shm", t).unwrap());
     let engine_opts = r#"{"max_batch": 2, "max_seq_len": 64}"#;
     let specs: Vec<WorkerSpec> = (0..engines)
         .map(|i| {

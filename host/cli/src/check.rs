@@ -80,6 +80,7 @@ pub(super) fn describe(plan: &ResolvedPlan) -> String {
             plan.bridge.apply_kind,
             if plan.bridge.verify { "on" } else { "off" },
         ),
+        format!("  launcher   {}", plan.launcher),
         format!("  transport  {}", plan.transport),
     ];
     out.extend(plan.transport_groups.iter().map(|g| format!("    {g}")));

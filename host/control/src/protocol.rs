@@ -17,8 +17,8 @@ use tandem_plugin_api::{BridgePlan, PluginError};
 
 /// Version of this protocol; a worker of another build is refused at the hello. 2: role calls
 /// and replies generated from the role table (struct variants; replies per role and method).
-/// 3: bridge calls.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 3: bridge calls. 4: the hello names the worker's host and its launch.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Role of a worker process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -78,8 +78,13 @@ pub enum ToController {
         role: Role,
         /// The worker's rank within its role.
         rank: u32,
-        /// The worker's process id (the launcher claims only the pid it spawned).
+        /// The worker's process id, on its host.
         pid: u32,
+        /// Which start of the rank this is (the launcher claims only the launch it started:
+        /// a late connection of an earlier process of the rank is not taken for it).
+        launch: u64,
+        /// The worker's host name (the launcher records where each rank runs).
+        host: String,
     },
     /// The component was constructed; calls may come.
     Ready {

@@ -28,6 +28,12 @@ pub struct Accepted {
     pub stream: TcpStream,
     /// The worker's process id, as it reported it.
     pub pid: u32,
+    /// The launch it reported ([`ToController::Hello`]).
+    pub launch: u64,
+    /// Its host name, as it reported it.
+    pub host: String,
+    /// The address it connected from.
+    pub peer: Option<SocketAddr>,
 }
 
 #[derive(Default)]
@@ -163,9 +169,8 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn handshake(mut stream: TcpStream, shared: &Shared) {
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
+    let peer_addr = stream.peer_addr().ok();
+    let peer = peer_addr.map_or_else(|| "unknown peer".to_string(), |a| a.to_string());
     let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
     let _ = stream.set_nodelay(true);
     let hello = frame::read::<ToController>(&mut stream, MAX_HELLO_BYTES);
@@ -174,13 +179,15 @@ fn handshake(mut stream: TcpStream, shared: &Shared) {
         tracing::warn!("control plane: rejected peer {peer}: {why}");
         let _ = frame::write(&mut stream, &ToWorker::Rejected { reason: why });
     };
-    let (role, rank, pid) = match hello {
+    let (role, rank, pid, launch, host) = match hello {
         Ok(ToController::Hello {
             protocol,
             token,
             role,
             rank,
             pid,
+            launch,
+            host,
         }) => {
             if !same_token(&token, &shared.token) {
                 return refuse(stream, "wrong run token".into());
@@ -193,7 +200,7 @@ fn handshake(mut stream: TcpStream, shared: &Shared) {
                     ),
                 );
             }
-            (role, rank, pid)
+            (role, rank, pid, launch, host)
         }
         Ok(_) => return refuse(stream, "first message was not a hello".into()),
         Err(e) => return refuse(stream, format!("no valid hello within 5 s ({e})")),
@@ -212,20 +219,28 @@ fn handshake(mut stream: TcpStream, shared: &Shared) {
         return;
     }
     let _ = stream.set_read_timeout(None);
-    tracing::debug!("control plane: {role} rank {rank} (pid {pid}) connected from {peer}");
-    table
-        .accepted
-        .insert((role, rank), Accepted { stream, pid });
+    tracing::debug!(
+        "control plane: {role} rank {rank} (pid {pid} on {host}) connected from {peer}"
+    );
+    let accepted = Accepted {
+        stream,
+        pid,
+        launch,
+        host,
+        peer: peer_addr,
+    };
+    table.accepted.insert((role, rank), accepted);
     shared.arrived.notify_all();
 }
 
-/// Worker side of the handshake: connects to `addr`, presents `token`, and returns the
-/// stream once the controller welcomed it.
+/// Worker side of the handshake: connects to `addr`, presents `token` (as `role` rank `rank`,
+/// start `launch` of the rank), and returns the stream once the controller welcomed it.
 pub fn connect(
     addr: SocketAddr,
     token: &str,
     role: Role,
     rank: u32,
+    launch: u64,
     timeout: Duration,
 ) -> Result<TcpStream, ControlError> {
     let ctx = || format!("control plane: connecting to the controller at {addr}");
@@ -241,6 +256,8 @@ pub fn connect(
         role,
         rank,
         pid: std::process::id(),
+        launch,
+        host: host_name(),
     };
     frame::write(&mut stream, &hello).map_err(|e| ControlError::io(ctx(), e))?;
     stream
@@ -308,7 +325,7 @@ mod tests {
         let s = server();
         let addr = s.connect_addr();
         let t = Duration::from_secs(5);
-        let wrong = connect(addr, "not-the-token", Role::Engine, 0, t).unwrap_err();
+        let wrong = connect(addr, "not-the-token", Role::Engine, 0, 0, t).unwrap_err();
         assert!(
             matches!(&wrong, ControlError::Rejected { reason, .. } if reason == "wrong run token"),
             "{wrong}"
@@ -318,8 +335,8 @@ mod tests {
         junk.write_all(&[0, 0, 0, 2, 0xc1, 0xc1]).unwrap();
         let reply: Result<ToWorker, _> = frame::read(&mut junk, MAX_HELLO_BYTES);
         assert!(matches!(reply, Ok(ToWorker::Rejected { .. })), "{reply:?}");
-        let mut first = connect(addr, s.token(), Role::Trainer, 3, t).unwrap();
-        let _second = connect(addr, s.token(), Role::Trainer, 3, t).unwrap();
+        let mut first = connect(addr, s.token(), Role::Trainer, 3, 0, t).unwrap();
+        let _second = connect(addr, s.token(), Role::Trainer, 3, 0, t).unwrap();
         assert!(
             s.claim(Role::Engine, 0, Duration::from_millis(50))
                 .is_none()
@@ -335,4 +352,14 @@ mod tests {
         assert_eq!(first.read(&mut [0u8; 1]).unwrap(), 0);
         assert_eq!(s.rejected_peers(), 2);
     }
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`: the UTS namespace's, as `hostname`
+/// prints it), or `unknown`.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -86,6 +86,9 @@ pub struct StepMetrics {
     pub rss_data: BTreeMap<String, u64>,
     /// Memory-ledger bytes reported by each worker (resident region bytes), by worker name.
     pub ledger: BTreeMap<String, u64>,
+    /// Where each worker runs (`host (ip)` from its hello), by worker name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, String>,
     /// Greedy accuracy on the held-out set after this step (`[eval]` steps only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval_accuracy: Option<f64>,

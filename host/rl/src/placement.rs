@@ -3,7 +3,7 @@
 //! first devices, engines the next ones (CPU "devices" are all the same CPU). From placements
 //! the transport plan picks a backend per pair (same device → shm, never NCCL).
 
-use crate::config::{JobFile, PlacementMode};
+use crate::config::{JobFile, LauncherKind, PlacementMode};
 use tandem_transport::plan::{self, GroupPlan, TransportOverride};
 use tandem_transport::topology::{Device, GroupSpec, Placement};
 
@@ -19,7 +19,8 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `job` with every rank on this host.
+    /// The layout of `job`: every rank on this host, or with `[launcher] kind = "slurm"` on
+    /// the node it names for the rank (this host where it names none).
     pub fn of(job: &JobFile) -> Result<Layout, String> {
         let (t, e) = (job.trainer.ranks as usize, job.engine.ranks as usize);
         let devices: Vec<Device> = job
@@ -31,14 +32,21 @@ impl Layout {
         if devices.is_empty() {
             return Err("placement.devices is empty".into());
         }
-        let host = tandem_transport::topology::host_id();
-        let at = |i: usize| Placement::new(host.clone(), devices[i % devices.len()]);
-        let mut placements: Vec<Placement> = (0..t).map(at).collect();
+        let here = tandem_transport::topology::host_id();
+        let l = &job.launcher;
+        let slurm = l.kind == LauncherKind::Slurm;
+        let host = |nodes: &[String], rank: usize| match nodes.get(rank).or(nodes.last()) {
+            Some(n) if slurm => n.clone(),
+            _ => here.clone(),
+        };
+        let at = |host: String, i: usize| Placement::new(host, devices[i % devices.len()]);
+        let mut placements: Vec<Placement> =
+            (0..t).map(|i| at(host(&l.trainer_nodes, i), i)).collect();
         let engine_offset = match job.placement.mode {
             PlacementMode::Colocate => 0,
             PlacementMode::Disaggregated => t,
         };
-        placements.extend((0..e).map(|i| at(engine_offset + i)));
+        placements.extend((0..e).map(|i| at(host(&l.engine_nodes, i), engine_offset + i)));
         Ok(Layout {
             placements,
             trainers: (0..t).collect(),

@@ -63,7 +63,7 @@ impl Ctx<'_> {
         let mut opts = LaunchOptions::new(&run_dir);
         opts.worker_verbosity = 0;
         let mut launcher = LocalLauncher::new(opts)?;
-        let world = World::for_bridge(launcher.token(), ENGINES, "shm", 120.0)
+        let world = World::for_bridge(&launcher, ENGINES, "shm", 120.0)
             .map_err(|e| failed("transport world")(e.to_string()))?;
         let engine_opts = r#"{"max_batch": 2, "max_seq_len": 64}"#;
         let specs: Vec<_> = (0..ENGINES)

@@ -35,6 +35,8 @@ pub struct ResolvedPlan {
     pub transport: String,
     /// Transport chosen per group, one line each (e.g. `trainers [0, 1]: shm (1 pair)`).
     pub transport_groups: Vec<String>,
+    /// How the workers start and where (`[launcher]`), one line.
+    pub launcher: String,
     /// A drafter job's data path and measurement, or an RL job's drafter, one line.
     pub drafter: Option<String>,
     /// An RL job's drafter trainer (`[drafter] enabled`).

@@ -44,6 +44,9 @@ pub struct JobFile {
     /// Transport-layer settings.
     #[serde(default)]
     pub transport: TransportSection,
+    /// Where the workers start.
+    #[serde(default)]
+    pub launcher: LauncherSection,
 }
 
 impl JobFile {
@@ -113,6 +116,36 @@ pub enum PlacementMode {
     Colocate,
     /// Engine and trainer on separate devices.
     Disaggregated,
+}
+
+/// How the workers start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LauncherKind {
+    /// Children of the controller, on this machine.
+    #[default]
+    Local,
+    /// One `srun` step per worker, on the nodes named below.
+    Slurm,
+}
+
+/// `[launcher]`: where the workers start and how they reach the controller.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LauncherSection {
+    /// `local` (default) or `slurm`.
+    pub kind: LauncherKind,
+    /// The controller's address the workers dial (an IP of this machine they can route to);
+    /// required with `slurm`. The control plane listens on it; the run token keeps others out.
+    pub advertise: Option<String>,
+    /// Slurm: the node of each engine rank (one name: all of them; empty: Slurm chooses).
+    pub engine_nodes: Vec<String>,
+    /// Slurm: the node of each trainer rank, as for engines.
+    pub trainer_nodes: Vec<String>,
+    /// Slurm: `--partition`.
+    pub partition: Option<String>,
+    /// Slurm: extra `srun` arguments.
+    pub srun_args: Vec<String>,
 }
 
 /// `[placement]`.

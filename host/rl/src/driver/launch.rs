@@ -8,7 +8,7 @@ use super::world::World;
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
 use crate::checkpoint::{self, LoopState};
-use crate::config::{LoadedJob, PlacementMode, ResolvedPlan};
+use crate::config::{LauncherKind, LoadedJob, PlacementMode, ResolvedPlan};
 use crate::error::RlError;
 use crate::eval::EvalSet;
 use crate::events::EventLog;
@@ -18,7 +18,9 @@ use crate::task::HeldOut;
 use crate::warmstart;
 use std::path::{Path, PathBuf};
 use tandem_control::protocol::Role;
-use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer};
+use tandem_runtime::launch::{
+    LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer, SlurmOptions,
+};
 use tandem_runtime::orchestrator::EngineMachine;
 use tandem_runtime::registry::Registry;
 use tandem_runtime::worker::WorkerSpec;
@@ -81,9 +83,7 @@ impl<'a> Loop<'a> {
             // companion files (tokenizer, generation config) now.
             tandem_model::companion::complete(&plan.model_path, dir)?;
         }
-        let mut options = LaunchOptions::new(absolute(&opts.run_dir));
-        options.exe = opts.exe.clone();
-        let mut launcher = LocalLauncher::new(options)?;
+        let mut launcher = LocalLauncher::new(launch_options(j, opts))?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
@@ -103,6 +103,28 @@ impl<'a> Loop<'a> {
         };
         Loop::init(launch, parts, engines, trainer, resume_from)
     }
+}
+
+/// The launcher's options for a run of `j`: its run directory and executable, and the
+/// `[launcher]` (validated): Slurm's nodes, and the advertised address, which the control
+/// plane also listens on.
+pub(super) fn launch_options(j: &crate::config::JobFile, opts: &RunOptions) -> LaunchOptions {
+    let mut options = LaunchOptions::new(absolute(&opts.run_dir));
+    options.exe = opts.exe.clone();
+    let l = &j.launcher;
+    if let Some(ip) = l.advertise.as_deref().and_then(|a| a.parse().ok()) {
+        options.advertise = Some(ip);
+        options.bind = std::net::SocketAddr::new(ip, 0);
+    }
+    if l.kind == LauncherKind::Slurm {
+        options.slurm = Some(SlurmOptions {
+            engine_nodes: l.engine_nodes.clone(),
+            trainer_nodes: l.trainer_nodes.clone(),
+            partition: l.partition.clone(),
+            srun_args: l.srun_args.clone(),
+        });
+    }
+    options
 }
 
 /// The checkpoint `--resume` continues from ([`checkpoint::newest_valid`]), one warning per
@@ -135,7 +157,7 @@ pub(super) fn bridge_world(
         return Ok(None);
     }
     World::for_bridge(
-        launcher.token(),
+        launcher,
         plan.engine.ranks,
         &transport.backend,
         transport.timeout_secs,

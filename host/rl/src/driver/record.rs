@@ -84,6 +84,11 @@ impl Loop<'_> {
         }
         m.weight_version = self.engines.min_version();
         rss.insert("trainer".to_string(), resident(self.trainer.remote.pid()));
+        for (rank, e) in self.engines.remotes.iter().enumerate() {
+            m.hosts.insert(format!("engine-{rank}"), e.host());
+        }
+        m.hosts
+            .insert("trainer".to_string(), self.trainer.remote.host());
         if let Some(d) = &self.draft {
             rss.insert(super::draft::NAME.to_string(), resident(d.pid()));
             m.drafter_version = Some(d.served());

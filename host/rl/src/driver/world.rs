@@ -1,10 +1,13 @@
 //! The transport world of a run's workers (the data plane): a rendezvous store the controller
-//! hosts, a fresh name per run incarnation, and the named groups each worker builds. The
+//! hosts (on the address the workers dial the control plane at: loopback, or the advertised
+//! address when workers run on other hosts), a fresh name per run incarnation, and the named groups each worker builds. The
 //! drafter job's world pairs each engine rank with the trainer (`pair<i>`); an RL run whose
 //! bridge moves data over the transport has the group `bridge` (trainer first, then every
 //! engine rank).
 
 use crate::error::RlError;
+use std::net::SocketAddr;
+use tandem_runtime::launch::LocalLauncher;
 use tandem_runtime::worker::TransportSpec;
 use tandem_transport::store::StoreServer;
 
@@ -20,17 +23,19 @@ pub struct World {
 }
 
 impl World {
-    /// Starts the store (authenticated by the run's `token`) for a world of `size` ranks with
-    /// `groups` (world ranks in group-rank order); `what` names the world in its key space.
+    /// Starts the store (authenticated by the run's token, on the launcher's control address)
+    /// for a world of `size` ranks with `groups` (world ranks in group-rank order); `what`
+    /// names the world in its key space.
     pub fn start(
-        token: &str,
+        launcher: &LocalLauncher,
         what: &str,
         size: u32,
         groups: Vec<(String, Vec<u32>)>,
         backend: &str,
         timeout_secs: f64,
     ) -> Result<World, RlError> {
-        let store = StoreServer::start("127.0.0.1:0", token).map_err(|e| {
+        let at = SocketAddr::new(launcher.control_addr().ip(), 0).to_string();
+        let store = StoreServer::start(&at, launcher.token()).map_err(|e| {
             RlError::failed(format!("cannot start the transport rendezvous store: {e}"))
         })?;
         Ok(World {
@@ -49,7 +54,7 @@ impl World {
     /// [`BRIDGE_GROUP`](tandem_plugin_api::BRIDGE_GROUP) holds them in that order (and so does
     /// `world`).
     pub fn for_bridge(
-        token: &str,
+        launcher: &LocalLauncher,
         engines: u32,
         backend: &str,
         timeout_secs: f64,
@@ -59,7 +64,14 @@ impl World {
             ("world".to_string(), everyone.clone()),
             (tandem_plugin_api::BRIDGE_GROUP.to_string(), everyone),
         ];
-        World::start(token, "bridge", engines + 1, groups, backend, timeout_secs)
+        World::start(
+            launcher,
+            "bridge",
+            engines + 1,
+            groups,
+            backend,
+            timeout_secs,
+        )
     }
 
     /// World rank `rank`'s spec.

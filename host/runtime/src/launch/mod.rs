@@ -1,6 +1,8 @@
-//! The `local` launcher: workers as subprocesses of this same binary.
+//! The launcher: workers as subprocesses of this same binary, on this machine or — through
+//! Slurm's `srun` ([`slurm`]) — on the nodes the job file names.
 //!
-//! [`LocalLauncher::new`] opens the control plane ([`ControlServer`], loopback by default).
+//! [`LocalLauncher::new`] opens the control plane ([`ControlServer`], loopback by default;
+//! workers on other hosts dial the advertised address).
 //! Spawning a worker writes its [`WorkerSpec`] to `<run_dir>/workers/<role>-<rank>.json`,
 //! starts `tandem worker ...` with stdout and stderr appended to
 //! `<run_dir>/logs/<role>-<rank>.log` and the run token in [`TOKEN_ENV`], waits for its hello
@@ -14,9 +16,11 @@
 
 pub mod monitor;
 mod remote;
+pub mod slurm;
 
 pub use monitor::WorkerExit;
 pub use remote::{CallTimeouts, RemoteEngine, RemoteTrainer};
+pub use slurm::SlurmOptions;
 
 use crate::error::RuntimeError;
 use crate::worker::WorkerSpec;
@@ -52,6 +56,11 @@ pub struct LaunchOptions {
     pub timeouts: CallTimeouts,
     /// Workers' log verbosity (`-v` count: 0 warn, 1 info, 2 debug, 3 trace).
     pub worker_verbosity: u8,
+    /// The address workers dial (`bind`'s, with an unspecified IP replaced by loopback, when
+    /// `None`). Workers on other hosts need one they can route to.
+    pub advertise: Option<std::net::IpAddr>,
+    /// Start the workers through Slurm's `srun` instead of as children of this process.
+    pub slurm: Option<SlurmOptions>,
 }
 
 impl LaunchOptions {
@@ -64,6 +73,8 @@ impl LaunchOptions {
             startup_timeout: Duration::from_secs(300),
             timeouts: CallTimeouts::default(),
             worker_verbosity: 1,
+            advertise: None,
+            slurm: None,
         }
     }
 }
@@ -82,6 +93,8 @@ pub struct LocalLauncher {
     watched: Arc<Mutex<Vec<Arc<WorkerProc>>>>,
     /// The spec each (role, rank) was last started with.
     specs: HashMap<(Role, u32), WorkerSpec>,
+    /// Starts so far (each worker's hello names its own).
+    launches: u64,
     stop: Arc<AtomicBool>,
     monitor: Option<JoinHandle<()>>,
 }
@@ -113,14 +126,18 @@ impl LocalLauncher {
             all: Vec::new(),
             watched,
             specs: HashMap::new(),
+            launches: 0,
             stop,
             monitor: Some(monitor),
         })
     }
 
-    /// The control plane's address.
+    /// The control plane's address, as workers dial it.
     pub fn control_addr(&self) -> SocketAddr {
-        self.server.connect_addr()
+        match self.opts.advertise {
+            Some(ip) => SocketAddr::new(ip, self.server.local_addr().port()),
+            None => self.server.connect_addr(),
+        }
     }
 
     /// The run token (for tests and for launching a worker by hand).
@@ -225,7 +242,17 @@ impl LocalLauncher {
         let log_err = log
             .try_clone()
             .map_err(io(format!("opening {}", log_path.display())))?;
-        let mut cmd = Command::new(&self.exe);
+        self.launches += 1;
+        let launch = self.launches;
+        let node = self
+            .opts
+            .slurm
+            .as_ref()
+            .map(|o| o.node(spec.role, spec.rank).unwrap_or("any").to_string());
+        let mut cmd = match &self.opts.slurm {
+            Some(o) => o.command(spec, &self.exe),
+            None => Command::new(&self.exe),
+        };
         cmd.arg("worker")
             .args([
                 "--role",
@@ -234,6 +261,7 @@ impl LocalLauncher {
                 &spec.rank.to_string(),
             ])
             .args(["--control", &self.control_addr().to_string()])
+            .args(["--launch", &launch.to_string()])
             .args(["--token-env", TOKEN_ENV, "--spec"])
             .arg(&spec_path)
             .args((0..self.opts.worker_verbosity.min(3)).map(|_| "-v"))
@@ -257,14 +285,21 @@ impl LocalLauncher {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
+        let what = match &self.opts.slurm {
+            Some(_) => format!("srun {} worker", self.exe.display()),
+            None => format!("{} worker", self.exe.display()),
+        };
         let child = cmd.spawn().map_err(io(format!(
-            "starting {} rank {} ({} worker)",
-            spec.role,
-            spec.rank,
-            self.exe.display()
+            "starting {} rank {} ({what})",
+            spec.role, spec.rank
         )))?;
         let proc = Arc::new(WorkerProc::new(
-            spec.role, spec.rank, child, log_path, log_start,
+            spec.role,
+            spec.rank,
+            child,
+            (launch, node.as_deref()),
+            log_path,
+            log_start,
         ));
         tracing::info!("started {}", proc.name);
         self.all.push(proc.clone());
@@ -295,12 +330,15 @@ impl LocalLauncher {
         };
         let accepted = loop {
             match self.server.claim(proc.role, proc.rank, monitor::POLL) {
-                Some(a) if a.pid == proc.pid => break a,
+                Some(a) if a.launch == proc.launch => break a,
                 // A late connection of an earlier process of this rank (e.g. one that timed
                 // out and was killed): drop it and keep waiting for ours.
                 Some(a) => tracing::warn!(
-                    "{name}: dropped a connection from pid {} claiming the same rank",
-                    a.pid
+                    "{name}: dropped a connection from pid {} on {} (start {} of the rank, not {})",
+                    a.pid,
+                    a.host,
+                    a.launch,
+                    proc.launch
                 ),
                 None => {}
             }
@@ -311,6 +349,12 @@ impl LocalLauncher {
                 return Err(not_ready());
             }
         };
+        let host = match accepted.peer {
+            Some(p) => format!("{} ({})", accepted.host, p.ip()),
+            None => accepted.host.clone(),
+        };
+        tracing::info!("{name} runs on {host} as pid {}", accepted.pid);
+        *proc.host.lock().unwrap_or_else(|p| p.into_inner()) = Some(host);
         let mut stream = accepted.stream;
         let left = deadline.saturating_duration_since(Instant::now());
         let set = |s: &std::net::TcpStream, t| {

@@ -38,7 +38,12 @@ pub(crate) struct WorkerProc {
     pub name: String,
     pub role: Role,
     pub rank: u32,
+    /// The process this controller started (the worker, or `srun` for it).
     pub pid: u32,
+    /// Which start of the rank this is (the worker's hello names it).
+    pub launch: u64,
+    /// Where the worker runs, once its hello came: `host (ip)`.
+    pub host: Mutex<Option<String>>,
     pub log_path: PathBuf,
     /// Length of the log file before this process started (its tail starts here).
     log_start: u64,
@@ -56,19 +61,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WorkerProc {
+    /// A started worker: `child` is the worker itself, or the `srun` that runs it on `node`.
     pub(crate) fn new(
         role: Role,
         rank: u32,
         child: Child,
+        (launch, node): (u64, Option<&str>),
         log_path: PathBuf,
         log_start: u64,
     ) -> Self {
         let pid = child.id();
+        let place = node.map_or_else(String::new, |n| format!("on node {n}, srun "));
         WorkerProc {
-            name: format!("{role} rank {rank} (pid {pid}, log {})", log_path.display()),
+            name: format!(
+                "{role} rank {rank} ({place}pid {pid}, log {})",
+                log_path.display()
+            ),
             role,
             rank,
             pid,
+            launch,
+            host: Mutex::new(None),
             log_path,
             log_start,
             child: Mutex::new(Some(child)),
@@ -126,7 +139,13 @@ impl WorkerProc {
         }
     }
 
-    /// Kills the process (SIGKILL) if it still runs, and reaps it.
+    /// Where the worker runs (`host (ip)`), once it said hello.
+    pub(crate) fn host(&self) -> Option<String> {
+        lock(&self.host).clone()
+    }
+
+    /// Kills the process (SIGKILL) if it still runs, and reaps it. Killing `srun` ends its
+    /// remote task too (slurmd sees the step's `srun` go).
     pub(crate) fn kill(&self) {
         self.expected.store(true, Ordering::SeqCst);
         if let Some(child) = lock(&self.child).as_mut() {

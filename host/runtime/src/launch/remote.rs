@@ -125,9 +125,14 @@ macro_rules! common_methods {
         pub fn rank(&self) -> u32 {
             self.r.proc.rank
         }
-        /// The worker's process id.
+        /// The process this controller started for the worker (the worker itself, or the
+        /// `srun` that runs it on another node).
         pub fn pid(&self) -> u32 {
             self.r.proc.pid
+        }
+        /// Where the worker runs: `host (ip)` as it said at its hello.
+        pub fn host(&self) -> String {
+            self.r.proc.host().unwrap_or_else(|| "unknown host".into())
         }
         /// The worker's log file.
         pub fn log_path(&self) -> &Path {

@@ -52,6 +52,9 @@ pub struct WorkerArgs {
     /// The worker spec (JSON) the launcher wrote.
     #[arg(long, value_name = "FILE")]
     pub spec: PathBuf,
+    /// Which start of this rank this process is (the launcher claims only its own).
+    #[arg(long, default_value_t = 0)]
+    pub launch: u64,
 }
 
 /// Everything a worker needs to construct its component; written by the launcher as JSON.
@@ -216,7 +219,14 @@ pub fn run(args: WorkerArgs) -> Result<(), RuntimeError> {
         ))
         .with_help("workers are started by `tandem run`, which sets it")
     })?;
-    let mut stream = control::connect(args.control, &token, args.role, args.rank, CONNECT_TIMEOUT)?;
+    let mut stream = control::connect(
+        args.control,
+        &token,
+        args.role,
+        args.rank,
+        args.launch,
+        CONNECT_TIMEOUT,
+    )?;
     tracing::info!(
         "{} rank {} (pid {}) connected to {}",
         args.role,

@@ -5,7 +5,8 @@
 //!
 //! One module per section, run in this order: `run` (the restart budget), `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
-//! driver parses them, the update kind both components must declare), `model`, `task` (with
+//! driver parses them, the update kind both components must declare), `launcher` (what
+//! Slurm needs; what a placement across hosts rules out), `model`, `task` (with
 //! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
 //! components, bridge and held-out set), `transport` (plan, timeout,
 //! `[memory]`), `plugin_options` (each plugin's `validate_config` on its options, with rank
@@ -18,6 +19,7 @@ mod bridge;
 mod drafter;
 mod eval;
 mod issues;
+mod launcher;
 mod model;
 mod placement;
 mod plugin_options;
@@ -65,6 +67,7 @@ pub fn validate_with(
     let devices_ok = placement::check(&mut issues, &j.placement);
     let (engine, trainer) = placement::components(&mut issues, registry, j);
     bridge::check(&mut issues, j, registry, &engine, &trainer);
+    let launcher = launcher::check(&mut issues, j, registry);
     let model_path = job.resolve_path(&j.model.path);
     model::check(
         &mut issues,
@@ -141,6 +144,7 @@ pub fn validate_with(
         bridge: bridge::resolved(j, registry),
         transport: j.transport.backend.clone(),
         transport_groups,
+        launcher,
         drafter: drafter::describe(j),
         drafter_trainer,
     })

@@ -17,7 +17,7 @@ use crate::task::HeldOut;
 use crate::warmstart;
 use tandem_control::protocol::Role;
 use tandem_plugin_api::stats as hidden_stats;
-use tandem_runtime::launch::{LaunchOptions, LocalLauncher, RemoteTrainer};
+use tandem_runtime::launch::{LocalLauncher, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 
 /// Name of the transport group of engine rank `i` and the trainer.
@@ -59,14 +59,12 @@ impl<'a> DrafterLoop<'a> {
             .iter()
             .map(|p| codec.prompt(&p.prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut options = LaunchOptions::new(rundir::absolute(&opts.run_dir));
-        options.exe = opts.exe.clone();
-        let mut launcher = LocalLauncher::new(options)?;
+        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(j, &opts))?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
         let world = World::start(
-            launcher.token(),
+            &launcher,
             "drafter",
             plan.engine.ranks + 1,
             groups(plan.engine.ranks),

@@ -1,0 +1,147 @@
+//! `[launcher]`: the kind and what it needs (`slurm`: an advertised address workers can
+//! route to, a node list per role of one name or one per rank), and what a placement across
+//! hosts rules out: colocated ranks on different nodes, and a bridge that maps the trainer's
+//! memory into the engines (`ipc`), which needs one host.
+
+use super::issues::Issues;
+use crate::config::{JobFile, LauncherKind, LauncherSection, PlacementMode};
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use tandem_plugin_api::UpdateKind;
+use tandem_runtime::registry::Registry;
+
+/// The checks; the launcher as `tandem check` prints it.
+pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -> String {
+    let l = &j.launcher;
+    if let Some(a) = &l.advertise {
+        match a.parse::<IpAddr>() {
+            Err(_) => issues.at(
+                "launcher.advertise",
+                format!("`{a}` is not an IP address"),
+                "the address of this machine the workers dial, e.g. \"10.0.0.5\"",
+            ),
+            Ok(ip)
+                if l.kind == LauncherKind::Slurm && (ip.is_loopback() || ip.is_unspecified()) =>
+            {
+                issues.at(
+                    "launcher.advertise",
+                    format!("{ip} cannot be reached from other nodes"),
+                    "give an address of this machine on the network the nodes share",
+                )
+            }
+            Ok(_) => {}
+        }
+    }
+    match l.kind {
+        LauncherKind::Local => {
+            for (key, set) in [
+                ("launcher.engine_nodes", !l.engine_nodes.is_empty()),
+                ("launcher.trainer_nodes", !l.trainer_nodes.is_empty()),
+                ("launcher.partition", l.partition.is_some()),
+                ("launcher.srun_args", !l.srun_args.is_empty()),
+            ] {
+                if set {
+                    issues.at(
+                        key,
+                        "is a Slurm setting, but launcher.kind is `local`",
+                        "set launcher.kind = \"slurm\" or remove it",
+                    );
+                }
+            }
+            return "local (workers are children of the controller)".into();
+        }
+        LauncherKind::Slurm => {
+            if l.advertise.is_none() {
+                issues.at(
+                    "launcher.advertise",
+                    "is required with launcher.kind = \"slurm\"",
+                    "the address of this machine the nodes dial, e.g. \"10.0.0.5\"",
+                );
+            }
+        }
+    }
+    let (engines, trainers) = (j.engine.ranks, j.trainer.ranks);
+    for (key, nodes, ranks, role) in [
+        ("launcher.engine_nodes", &l.engine_nodes, engines, "engine"),
+        (
+            "launcher.trainer_nodes",
+            &l.trainer_nodes,
+            trainers,
+            "trainer",
+        ),
+    ] {
+        if nodes.len() > 1 && nodes.len() != ranks as usize {
+            issues.at(
+                key,
+                format!("names {} nodes for {ranks} {role} ranks", nodes.len()),
+                "name one node for all of them, or one per rank",
+            );
+        }
+    }
+    let node = |nodes: &[String], rank: u32| nodes.get(rank as usize).or(nodes.last()).cloned();
+    if j.placement.mode == PlacementMode::Colocate {
+        for r in 0..engines.min(trainers) {
+            let (e, t) = (node(&l.engine_nodes, r), node(&l.trainer_nodes, r));
+            if e != t {
+                issues.at(
+                    "launcher.engine_nodes",
+                    format!(
+                        "colocated engine rank {r} and trainer rank {r} are on different nodes ({} and {})",
+                        e.as_deref().unwrap_or("any"),
+                        t.as_deref().unwrap_or("any")
+                    ),
+                    "put them on one node, or set placement.mode = \"disaggregated\"",
+                );
+            }
+        }
+    }
+    let named: BTreeSet<Option<String>> = (0..engines)
+        .map(|r| node(&l.engine_nodes, r))
+        .chain((0..trainers).map(|r| node(&l.trainer_nodes, r)))
+        .collect();
+    let one_host = named.len() == 1 && !named.contains(&None);
+    let bridge = j.bridge.plugin.get_ref();
+    let maps_memory = crate::bridge::resolve(registry, bridge, &j.bridge.options)
+        .is_ok_and(|c| c.apply == UpdateKind::SharedRegion);
+    if maps_memory && !one_host {
+        issues.push(
+            super::bridge::plugin_key(issues.job),
+            Some(j.bridge.plugin.span()),
+            format!(
+                "bridge `{bridge}` maps the trainer's weights into the engines, which needs one host, but the [launcher] puts the ranks on {}",
+                hosts(&named)
+            ),
+            "use `checkpoint` (a path every node reads) or `broadcast` (tcp between hosts)".into(),
+        );
+    }
+    describe(l)
+}
+
+/// `n1 and n2`, `n1 and any node`.
+fn hosts(named: &BTreeSet<Option<String>>) -> String {
+    let names: Vec<&str> = named
+        .iter()
+        .map(|n| n.as_deref().unwrap_or("any node"))
+        .collect();
+    match names.as_slice() {
+        [one] => format!("{one} (Slurm may choose several)"),
+        _ => names.join(" and "),
+    }
+}
+
+/// `slurm: engines on n1, trainers on n2; workers dial 10.0.0.5`.
+fn describe(l: &LauncherSection) -> String {
+    let list = |nodes: &[String]| {
+        if nodes.is_empty() {
+            "nodes Slurm chooses".to_owned()
+        } else {
+            nodes.join(", ")
+        }
+    };
+    format!(
+        "slurm: engines on {}, trainers on {}; workers dial {}",
+        list(&l.engine_nodes),
+        list(&l.trainer_nodes),
+        l.advertise.as_deref().unwrap_or("?")
+    )
+}
