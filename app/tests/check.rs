@@ -188,3 +188,78 @@ fn bad_task_settings_are_one_line_naming_the_key() {
         "{line}"
     );
 }
+
+#[test]
+fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
+    let base = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native")
+        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let slurm = "\n[launcher]\nkind = \"slurm\"\nadvertise = \"10.0.0.5\"\nengine_nodes = [\"n1\"]\ntrainer_nodes = [\"n2\"]\n";
+    // Engine on n1, trainer on n2: the plan names the nodes and picks tcp between them.
+    let (out, _p, _j) = check(&format!("{base}{slurm}"), false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout(&out);
+    assert!(
+        plan.contains("launcher   slurm: engines on n1, trainers on n2; workers dial 10.0.0.5"),
+        "{plan}"
+    );
+    assert!(plan.contains("pair0 [1, 0]: tcp"), "{plan}");
+    // ipc maps the trainer's memory into the engines: one host only.
+    let ipc = base.replace("mode = \"checkpoint\"", "mode = \"ipc\"");
+    let line = one_error(&check(&format!("{ipc}{slurm}"), false).0);
+    assert!(
+        line.contains("bridge.mode: bridge `ipc` maps the trainer's weights into the engines, which needs one host, but the [launcher] puts the ranks on n1 and n2")
+            && line.contains("use `checkpoint`"),
+        "{line}"
+    );
+    // ... and the same job with both on n1, or with the local launcher, is valid.
+    let (out, _p, _j) = check(&format!("{ipc}{}", slurm.replace("n2", "n1")), false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (out, _p, _j) = check(&ipc, false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("launcher   local"),
+        "{}",
+        stdout(&out)
+    );
+    for (bad, want) in [
+        (
+            slurm.replace("advertise = \"10.0.0.5\"\n", ""),
+            "launcher.advertise: is required with launcher.kind = \"slurm\"",
+        ),
+        (
+            slurm.replace("10.0.0.5", "127.0.0.1"),
+            "launcher.advertise: 127.0.0.1 cannot be reached from other nodes",
+        ),
+        (
+            slurm.replace("10.0.0.5", "head-node"),
+            "launcher.advertise: `head-node` is not an IP address",
+        ),
+        (
+            slurm.replace("kind = \"slurm\"", "kind = \"local\""),
+            "launcher.engine_nodes: is a Slurm setting, but launcher.kind is `local`",
+        ),
+        (
+            slurm.replace("[\"n1\"]", "[\"n1\", \"n3\"]"),
+            "launcher.engine_nodes: names 2 nodes for 1 engine ranks",
+        ),
+    ] {
+        let (out, _p, _j) = check(&format!("{base}{bad}"), false);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let errors = error_lines(&out);
+        assert!(
+            errors.iter().any(|e| e.contains(want)),
+            "{want}: {errors:?}"
+        );
+    }
+    // Colocated ranks share a device: one node.
+    let colocated = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native");
+    let line = one_error(&check(&format!("{colocated}{slurm}"), false).0);
+    assert!(
+        line.contains("launcher.engine_nodes: colocated engine rank 0 and trainer rank 0 are on different nodes (n1 and n2)"),
+        "{line}"
+    );
+}

@@ -11,6 +11,9 @@ mkdir -p "$dir"/{state,log} "$dir"/spool/n1 "$dir"/spool/n2
 dir=$(cd "$dir" && pwd)
 export SLURM_CONF=$dir/slurm.conf
 
+# Leftovers of a run that died before its slurm-down.sh.
+for i in 1 2; do ip netns del "tnd-n$i" 2>/dev/null || true; done
+ip link del tnd-br 2>/dev/null || true
 ip link add tnd-br type bridge
 ip addr add 10.77.1.254/24 dev tnd-br
 ip link set tnd-br up
@@ -51,7 +54,8 @@ CONF
 mkdir -p /run/munge
 chown munge:munge /run/munge
 if ! pgrep -x munged >/dev/null; then
-  runuser -u munge -- /usr/sbin/munged
+  # --force: a socket left by a munged that did not stop cleanly is not a running one.
+  runuser -u munge -- /usr/sbin/munged --force
 fi
 /usr/sbin/slurmctld -f "$SLURM_CONF"
 for i in 1 2; do

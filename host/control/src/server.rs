@@ -299,6 +299,16 @@ fn random_token() -> Result<String, ControlError> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// This machine's host name (`/proc/sys/kernel/hostname`: the UTS namespace's, as `hostname`
+/// prints it), or `unknown`.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // tests may unwrap
@@ -352,14 +362,4 @@ mod tests {
         assert_eq!(first.read(&mut [0u8; 1]).unwrap(), 0);
         assert_eq!(s.rejected_peers(), 2);
     }
-}
-
-/// This machine's host name (`/proc/sys/kernel/hostname`: the UTS namespace's, as `hostname`
-/// prints it), or `unknown`.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }
