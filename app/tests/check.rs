@@ -263,3 +263,62 @@ fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
         "{line}"
     );
 }
+
+#[test]
+fn launch_sbatch_prints_the_allocation_and_refuses_a_local_job() {
+    let base = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native")
+        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let jobs = tempfile::tempdir().unwrap();
+    let local = jobs.path().join("local.toml");
+    std::fs::write(&local, &base).unwrap();
+    let out = run(tandem().args(["launch", "--sbatch"]).arg(&local));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let errors = error_lines(&out);
+    assert_eq!(errors.len(), 1, "{}", stderr(&out));
+    assert!(
+        errors[0].contains("`tandem launch --sbatch` needs [launcher] kind = \"slurm\""),
+        "{}",
+        errors[0]
+    );
+    let slurm = jobs.path().join("slurm.toml");
+    std::fs::write(
+        &slurm,
+        format!(
+            "{base}\n[launcher]\nkind = \"slurm\"\nadvertise = \"auto\"\nengine_nodes = [\"n1\"]\ntrainer_nodes = [\"n2\"]\npartition = \"gpu\"\n"
+        ),
+    )
+    .unwrap();
+    let out = run(tandem().args(["launch", "--sbatch"]).arg(&slurm));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let script = stdout(&out);
+    for line in [
+        "#!/bin/bash",
+        "#SBATCH --ntasks=2",
+        "#SBATCH --nodes=2",
+        "#SBATCH --nodelist=n1,n2",
+        "#SBATCH --partition=gpu",
+    ] {
+        assert!(script.lines().any(|l| l == line), "{line}: {script}");
+    }
+    let exec = script.lines().last().unwrap();
+    assert!(
+        exec.starts_with("exec '") && exec.ends_with(&format!(" run '{}'", slurm.display())),
+        "{exec}"
+    );
+    // --out never overwrites.
+    let out = run(tandem()
+        .args(["launch", "--sbatch"])
+        .arg(&slurm)
+        .arg("--out")
+        .arg(&local));
+    assert!(!out.status.success());
+    let errors = error_lines(&out);
+    assert!(
+        errors.len() == 1 && errors[0].contains("File exists"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(std::fs::read_to_string(&local).unwrap() == base);
+}

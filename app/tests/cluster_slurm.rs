@@ -305,3 +305,56 @@ fn d_a_connection_from_n2_without_the_token_is_refused() {
             .is_none()
     );
 }
+
+#[test]
+#[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
+fn e_the_sbatch_script_of_a_job_runs_it_in_an_allocation_with_the_controller_on_n1() {
+    let t = tempfile::tempdir().unwrap();
+    let job = job(t.path(), "checkpoint", 4, "");
+    let auto = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace(&format!("advertise = \"{LOGIN}\""), "advertise = \"auto\"");
+    assert!(auto.contains("advertise = \"auto\""));
+    std::fs::write(&job, auto).unwrap();
+    let script = t.path().join("job.sbatch");
+    let out = tandem()
+        .args(["launch", "--sbatch"])
+        .arg(&job)
+        .arg("--out")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // Bounded: a job that never ends is a failure, not a hang.
+    let out = Command::new("timeout")
+        .args(["600", "sbatch", "--wait"])
+        .arg(&script)
+        .env("SLURM_CONF", slurm_conf())
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    let slurm_out: String = std::fs::read_dir(t.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("slurm-cluster-")
+        })
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert!(
+        out.status.success(),
+        "sbatch --wait: {}{slurm_out}",
+        text(&out)
+    );
+    assert!(slurm_out.contains("done: 4 steps"), "{slurm_out}");
+    let run = t.path().join("run");
+    let m = metrics(&run);
+    assert_eq!(m.len(), 4);
+    assert_eq!(m[3]["hosts"]["trainer"], "n2 (10.77.1.2)");
+    // advertise = "auto": the batch step ran on n1, so the workers dialed n1's address.
+    let log = std::fs::read_to_string(run.join("logs/trainer-0.log")).unwrap();
+    assert!(log.contains("connected to 10.77.1.1:"), "{log}");
+    assert_eq!(wait_no_workers(&run), Vec::<String>::new());
+}

@@ -9,6 +9,7 @@ mod check;
 pub mod error;
 mod eval;
 mod generate;
+mod launch;
 mod logging;
 mod model;
 mod plugins;
@@ -61,6 +62,8 @@ pub enum Command {
     },
     /// Run a job: the RL loop (`--resume RUN_DIR` continues a run).
     Run(run::RunArgs),
+    /// Submit a job to a cluster: `--sbatch` prints the `sbatch` script of a Slurm job.
+    Launch(launch::LaunchArgs),
     /// Run a benchmark; each figure is printed beside its limit measured in the same run.
     Bench {
         /// Which benchmark.
@@ -116,6 +119,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Plugins { json } => plugins::run(&cli.plugin_dirs, json),
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
         Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
+        Command::Launch(args) => launch::run(&cli.plugin_dirs, args),
         Command::Bench { name, json, quick } => {
             bench::command::run(&cli.plugin_dirs, name, json, quick)
         }

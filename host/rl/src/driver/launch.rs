@@ -83,7 +83,7 @@ impl<'a> Loop<'a> {
             // companion files (tokenizer, generation config) now.
             tandem_model::companion::complete(&plan.model_path, dir)?;
         }
-        let mut launcher = LocalLauncher::new(launch_options(j, opts))?;
+        let mut launcher = LocalLauncher::new(launch_options(j, opts)?)?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
@@ -106,13 +106,35 @@ impl<'a> Loop<'a> {
 }
 
 /// The launcher's options for a run of `j`: its run directory and executable, and the
-/// `[launcher]` (validated): Slurm's nodes, and the advertised address, which the control
-/// plane also listens on.
-pub(super) fn launch_options(j: &crate::config::JobFile, opts: &RunOptions) -> LaunchOptions {
+/// `[launcher]` (validated): Slurm's nodes, and the advertised address (`auto`: the one that
+/// routes to the first node named), which the control plane also listens on.
+pub(super) fn launch_options(
+    j: &crate::config::JobFile,
+    opts: &RunOptions,
+) -> Result<LaunchOptions, RlError> {
     let mut options = LaunchOptions::new(absolute(&opts.run_dir));
     options.exe = opts.exe.clone();
     let l = &j.launcher;
-    if let Some(ip) = l.advertise.as_deref().and_then(|a| a.parse().ok()) {
+    let advertise = match l.advertise.as_deref() {
+        Some("auto") => {
+            let nodes: Vec<String> = l
+                .engine_nodes
+                .iter()
+                .chain(&l.trainer_nodes)
+                .cloned()
+                .collect();
+            let ip = tandem_runtime::launch::slurm::advertise_toward(&nodes)
+                .map_err(|e| RlError::failed(format!("launcher.advertise = \"auto\": {e}")))?;
+            tracing::info!(
+                "advertising {ip} to the workers (the route toward {})",
+                nodes[0]
+            );
+            Some(ip)
+        }
+        Some(a) => a.parse().ok(),
+        None => None,
+    };
+    if let Some(ip) = advertise {
         options.advertise = Some(ip);
         options.bind = std::net::SocketAddr::new(ip, 0);
     }
@@ -124,7 +146,7 @@ pub(super) fn launch_options(j: &crate::config::JobFile, opts: &RunOptions) -> L
             srun_args: l.srun_args.clone(),
         });
     }
-    options
+    Ok(options)
 }
 
 /// The checkpoint `--resume` continues from ([`checkpoint::newest_valid`]), one warning per

@@ -6,6 +6,7 @@
 //! (`--export=ALL`, Slurm's signed RPC), never on the command line.
 
 use crate::worker::WorkerSpec;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::Command;
 use tandem_control::Role;
@@ -48,7 +49,10 @@ impl SlurmOptions {
         ])
         .arg(format!("--job-name=tandem-{}-{}", spec.role, spec.rank))
         // A worker's threads share one task: no CPU binding that would pin it to one core.
-        .arg("--cpu-bind=none");
+        .arg("--cpu-bind=none")
+        // Inside an allocation, a restarted engine starts while the one it replaces still
+        // serves (the `checkpoint` bridge health-checks the new one first): steps share.
+        .arg("--overlap");
         if let Some(node) = self.node(spec.role, spec.rank) {
             cmd.arg(format!("--nodelist={node}"));
         }
@@ -58,6 +62,53 @@ impl SlurmOptions {
         cmd.args(&self.srun_args).arg(exe);
         cmd
     }
+}
+
+/// The address of this machine that routes to `nodes` (their `NodeAddr` from `scontrol show
+/// node`): what workers there dial when the job says `advertise = "auto"` — inside an
+/// `sbatch` script the controller runs on whichever node Slurm gave the batch step.
+pub fn advertise_toward(nodes: &[String]) -> Result<IpAddr, String> {
+    let Some(node) = nodes.first() else {
+        return Err(
+            "advertise = \"auto\" needs the nodes named (engine_nodes, trainer_nodes)".into(),
+        );
+    };
+    let out = Command::new("scontrol")
+        .args(["show", "node", "--oneliner", node])
+        .output()
+        .map_err(|e| format!("running `scontrol show node {node}`: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let addr = text
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("NodeAddr="))
+        .filter(|_| out.status.success())
+        .ok_or_else(|| {
+            format!(
+                "`scontrol show node {node}` names no NodeAddr: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+        })?;
+    let ip: IpAddr = match addr.parse() {
+        Ok(ip) => ip,
+        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(addr, 0))
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .ok_or_else(|| format!("node {node}'s NodeAddr `{addr}` does not resolve"))?,
+    };
+    // A connected UDP socket sends nothing; its local address is the one the kernel routes
+    // from toward `ip`.
+    let any: SocketAddr = if ip.is_ipv4() {
+        "0.0.0.0:0".parse().map_err(|e| format!("{e}"))?
+    } else {
+        "[::]:0".parse().map_err(|e| format!("{e}"))?
+    };
+    let sock = UdpSocket::bind(any).map_err(|e| format!("finding the route to {ip}: {e}"))?;
+    sock.connect((ip, 9))
+        .map_err(|e| format!("no route from this machine to node {node} ({ip}): {e}"))?;
+    sock.local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| format!("finding the route to {ip}: {e}"))
 }
 
 #[cfg(test)]

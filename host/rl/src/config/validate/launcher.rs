@@ -13,12 +13,12 @@ use tandem_runtime::registry::Registry;
 /// The checks; the launcher as `tandem check` prints it.
 pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -> String {
     let l = &j.launcher;
-    if let Some(a) = &l.advertise {
+    if let Some(a) = l.advertise.as_ref().filter(|a| *a != "auto") {
         match a.parse::<IpAddr>() {
             Err(_) => issues.at(
                 "launcher.advertise",
                 format!("`{a}` is not an IP address"),
-                "the address of this machine the workers dial, e.g. \"10.0.0.5\"",
+                "the address of this machine the workers dial, e.g. \"10.0.0.5\", or \"auto\" (slurm: the one that routes to the nodes)",
             ),
             Ok(ip)
                 if l.kind == LauncherKind::Slurm && (ip.is_loopback() || ip.is_unspecified()) =>
@@ -48,9 +48,26 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
                     );
                 }
             }
+            if l.advertise.as_deref() == Some("auto") {
+                issues.at(
+                    "launcher.advertise",
+                    "\"auto\" is for launcher.kind = \"slurm\" (the route to its nodes)",
+                    "give this machine's address, or remove it (loopback)",
+                );
+            }
             return "local (workers are children of the controller)".into();
         }
         LauncherKind::Slurm => {
+            if l.advertise.as_deref() == Some("auto")
+                && l.engine_nodes.is_empty()
+                && l.trainer_nodes.is_empty()
+            {
+                issues.at(
+                    "launcher.advertise",
+                    "\"auto\" finds the address that routes to the nodes, but none are named",
+                    "name engine_nodes / trainer_nodes, or give this machine's address",
+                );
+            }
             if l.advertise.is_none() {
                 issues.at(
                     "launcher.advertise",

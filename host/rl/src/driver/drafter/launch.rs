@@ -59,7 +59,7 @@ impl<'a> DrafterLoop<'a> {
             .iter()
             .map(|p| codec.prompt(&p.prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(j, opts))?;
+        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(j, opts)?)?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
         let launch = Launch { job, plan, opts };
