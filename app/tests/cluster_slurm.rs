@@ -170,6 +170,8 @@ fn learns_across_two_hosts(bridge: &str) {
     for line in &m {
         assert_eq!(line["hosts"]["engine-0"], "n1 (10.77.1.1)", "{line}");
         assert_eq!(line["hosts"]["trainer"], "n2 (10.77.1.2)", "{line}");
+        // Memory figures come from /proc of this machine: none for workers srun runs.
+        assert_eq!(line["rss"], serde_json::json!({}), "{line}");
     }
     let mean = |ls: &[Value]| {
         ls.iter()

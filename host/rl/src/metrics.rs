@@ -80,7 +80,8 @@ pub struct StepMetrics {
     pub step_s: f64,
     /// Time outside plugin calls (s).
     pub overhead_s: f64,
-    /// Resident memory of each worker process (bytes, `VmRSS`), by worker name.
+    /// Resident memory of each worker process (bytes, `VmRSS`), by worker name: workers on
+    /// this machine only (not those `srun` runs).
     pub rss: BTreeMap<String, u64>,
     /// The part of it each worker allocated (bytes, [`Resident::data`]), by worker name.
     pub rss_data: BTreeMap<String, u64>,

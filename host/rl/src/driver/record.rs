@@ -83,14 +83,18 @@ impl Loop<'_> {
             m.sync_s = r.latency_s;
         }
         m.weight_version = self.engines.min_version();
-        rss.insert("trainer".to_string(), resident(self.trainer.remote.pid()));
+        if let Some(pid) = self.trainer.remote.local_pid() {
+            rss.insert("trainer".to_string(), resident(pid));
+        }
         for (rank, e) in self.engines.remotes.iter().enumerate() {
             m.hosts.insert(format!("engine-{rank}"), e.host());
         }
         m.hosts
             .insert("trainer".to_string(), self.trainer.remote.host());
         if let Some(d) = &self.draft {
-            rss.insert(super::draft::NAME.to_string(), resident(d.pid()));
+            if let Some(pid) = d.local_pid() {
+                rss.insert(super::draft::NAME.to_string(), resident(pid));
+            }
             m.drafter_version = Some(d.served());
             m.speculating = Some(d.speculating());
         }

@@ -380,7 +380,9 @@ impl Loop<'_> {
             self.engines.drained_offload(&self.events, log.step)
         })?;
         for (rank, e) in self.engines.remotes.iter().enumerate() {
-            log.rss.insert(format!("engine-{rank}"), resident(e.pid()));
+            if let Some(pid) = e.local_pid() {
+                log.rss.insert(format!("engine-{rank}"), resident(pid));
+            }
         }
         Ok(())
     }

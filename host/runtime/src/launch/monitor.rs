@@ -44,6 +44,8 @@ pub(crate) struct WorkerProc {
     pub launch: u64,
     /// Where the worker runs, once its hello came: `host (ip)`.
     pub host: Mutex<Option<String>>,
+    /// The worker runs elsewhere (`pid` is the `srun` that runs it, not the worker).
+    pub remote: bool,
     pub log_path: PathBuf,
     /// Length of the log file before this process started (its tail starts here).
     log_start: u64,
@@ -82,6 +84,7 @@ impl WorkerProc {
             pid,
             launch,
             host: Mutex::new(None),
+            remote: node.is_some(),
             log_path,
             log_start,
             child: Mutex::new(Some(child)),

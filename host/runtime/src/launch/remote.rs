@@ -130,6 +130,11 @@ macro_rules! common_methods {
         pub fn pid(&self) -> u32 {
             self.r.proc.pid
         }
+        /// The worker's own process on this machine, whose memory this machine can read;
+        /// `None` for a worker `srun` runs (possibly on another node).
+        pub fn local_pid(&self) -> Option<u32> {
+            (!self.r.proc.remote).then_some(self.r.proc.pid)
+        }
         /// Where the worker runs: `host (ip)` as it said at its hello.
         pub fn host(&self) -> String {
             self.r.proc.host().unwrap_or_else(|| "unknown host".into())

@@ -131,6 +131,11 @@ impl Draft {
         self.remote.pid()
     }
 
+    /// Its process on this machine, whose memory figures this machine can read.
+    pub(super) fn local_pid(&self) -> Option<u32> {
+        self.remote.local_pid()
+    }
+
     /// Its region bytes holding memory now (the sum of its `resident_bytes.*`: 0 outside
     /// training), if it answers.
     pub(super) fn ledger(&self) -> Option<u64> {

@@ -384,14 +384,15 @@ impl DrafterLoop<'_> {
                 );
             }
         };
-        let mut workers: Vec<(String, u32)> = Vec::new();
+        let mut workers: Vec<(String, Option<u32>)> = Vec::new();
         for (rank, e) in self.engines.iter().enumerate() {
-            workers.push((format!("engine-{rank}"), e.pid()));
+            workers.push((format!("engine-{rank}"), e.local_pid()));
             ledger(format!("engine-{rank}"), e.stats().ok(), m);
         }
-        workers.push(("trainer".into(), self.trainer.pid()));
+        workers.push(("trainer".into(), self.trainer.local_pid()));
         ledger("trainer".into(), self.trainer.stats().ok(), m);
         for (name, pid) in workers {
+            let Some(pid) = pid else { continue };
             let r = resident(pid);
             m.rss.insert(name.clone(), r.total);
             m.rss_data.insert(name, r.data);
