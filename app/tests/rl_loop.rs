@@ -372,23 +372,36 @@ fn memory_is_flat_over_many_colocated_steps() {
     assert!(out.status.success(), "{}", out.stderr_text());
     let metrics = t.metrics();
     assert_eq!(metrics.len(), 100);
-    // The ledger is exact; of RSS, the memory the workers allocated (`rss_data`: the
-    // file-backed rest moves with the machine's load), within 2 % or 2 MiB (allocator arenas).
-    for (field, floor) in [("rss_data", 2.0 * 1024.0 * 1024.0), ("ledger", 0.0)] {
+    // The ledger is exact: step 10 against step 100. Of RSS, the memory the workers
+    // allocated (`rss_data`: the file-backed rest moves with the machine's load), within 2 %
+    // or 2 MiB (allocator arenas) — the medians of steps 10-30 and 80-100, since one sample
+    // of a heap moves by a few MB with fragmentation and load.
+    let median = |field: &str, worker: &str, steps: std::ops::RangeInclusive<usize>| {
+        let mut v: Vec<f64> = steps
+            .map(|s| metrics[s - 1][field][worker].as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (field, floor, early, late) in [
+        ("rss_data", 2.0 * 1024.0 * 1024.0, 10..=30, 80..=100),
+        ("ledger", 0.0, 10..=10, 100..=100),
+    ] {
         let at10 = &metrics[9][field];
-        let at100 = &metrics[99][field];
         assert_eq!(
             at10.as_object().unwrap().len(),
             2,
             "engine-0 + trainer: {at10}"
         );
-        for (worker, v10) in at10.as_object().unwrap() {
-            let v10 = v10.as_f64().unwrap();
-            let v100 = at100[worker].as_f64().unwrap();
-            let change = (v100 - v10).abs() / v10.max(1.0);
+        for worker in at10.as_object().unwrap().keys() {
+            let (was, now) = (
+                median(field, worker, early.clone()),
+                median(field, worker, late.clone()),
+            );
+            let change = (now - was).abs() / was.max(1.0);
             assert!(
-                (field == "ledger" || v10 > 0.0) && (v100 - v10).abs() <= (0.02 * v10).max(floor),
-                "{field} of {worker}: {v10} bytes at step 10, {v100} at step 100 ({:.1}%)",
+                (field == "ledger" || was > 0.0) && (now - was).abs() <= (0.02 * was).max(floor),
+                "{field} of {worker}: {was} bytes over steps {early:?}, {now} over {late:?} ({:.1}%)",
                 change * 100.0
             );
         }

@@ -213,9 +213,22 @@ fn memory_stays_flat_over_100_steps_with_the_drafter_on() {
             .all(|m| m["drafter_steps"].as_u64().unwrap() >= 1),
         "every step trains the drafter"
     );
-    // The ledger is exact (the drafter's is 0 outside its bubbles); of RSS, the memory the
-    // workers allocated, within 2 % or 2 MiB (allocator arenas), as for a run without one.
-    for (field, floor) in [("rss_data", 2.0 * 1024.0 * 1024.0), ("ledger", 0.0)] {
+    // The ledger is exact (the drafter's is 0 outside its bubbles): step 10 against step
+    // 100. Of RSS, the memory the workers allocated, within 2 % or 2 MiB (allocator arenas),
+    // as for a run without one — the medians of steps 10-30 and 80-100, since one sample of
+    // a heap moves by a few MB with fragmentation and load (one CI run: an engine's 38.9 MB
+    // at step 10, 41.2 MB at step 100).
+    let median = |field: &str, worker: &str, steps: std::ops::RangeInclusive<usize>| {
+        let mut v: Vec<f64> = steps
+            .map(|s| metrics[s - 1][field][worker].as_f64().unwrap())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    for (field, floor, early, late) in [
+        ("rss_data", 2.0 * 1024.0 * 1024.0, 10..=30, 80..=100),
+        ("ledger", 0.0, 10..=10, 100..=100),
+    ] {
         let at10 = metrics[9][field].as_object().unwrap();
         let workers: Vec<&String> = at10.keys().collect();
         assert_eq!(
@@ -223,12 +236,14 @@ fn memory_stays_flat_over_100_steps_with_the_drafter_on() {
             ["drafter", "engine-0", "engine-1", "trainer"],
             "{field}"
         );
-        for (worker, v10) in at10 {
-            let v10 = v10.as_f64().unwrap();
-            let v100 = metrics[99][field][worker].as_f64().unwrap();
+        for worker in at10.keys() {
+            let (was, now) = (
+                median(field, worker, early.clone()),
+                median(field, worker, late.clone()),
+            );
             assert!(
-                (v100 - v10).abs() <= (0.02 * v10).max(floor),
-                "{field} of {worker}: {v10} bytes at step 10, {v100} at step 100"
+                (now - was).abs() <= (0.02 * was).max(floor),
+                "{field} of {worker}: {was} bytes over steps {early:?}, {now} over {late:?}"
             );
         }
     }
