@@ -376,13 +376,6 @@ fn memory_is_flat_over_many_colocated_steps() {
     // allocated (`rss_data`: the file-backed rest moves with the machine's load), within 2 %
     // or 2 MiB (allocator arenas) — the medians of steps 10-30 and 80-100, since one sample
     // of a heap moves by a few MB with fragmentation and load.
-    let median = |field: &str, worker: &str, steps: std::ops::RangeInclusive<usize>| {
-        let mut v: Vec<f64> = steps
-            .map(|s| metrics[s - 1][field][worker].as_f64().unwrap())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     for (field, floor, early, late) in [
         ("rss_data", 2.0 * 1024.0 * 1024.0, 10..=30, 80..=100),
         ("ledger", 0.0, 10..=10, 100..=100),
@@ -395,8 +388,8 @@ fn memory_is_flat_over_many_colocated_steps() {
         );
         for worker in at10.as_object().unwrap().keys() {
             let (was, now) = (
-                median(field, worker, early.clone()),
-                median(field, worker, late.clone()),
+                median_of(&metrics, field, worker, early.clone()),
+                median_of(&metrics, field, worker, late.clone()),
             );
             let change = (now - was).abs() / was.max(1.0);
             assert!(

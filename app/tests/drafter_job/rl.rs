@@ -218,13 +218,6 @@ fn memory_stays_flat_over_100_steps_with_the_drafter_on() {
     // as for a run without one — the medians of steps 10-30 and 80-100, since one sample of
     // a heap moves by a few MB with fragmentation and load (one CI run: an engine's 38.9 MB
     // at step 10, 41.2 MB at step 100).
-    let median = |field: &str, worker: &str, steps: std::ops::RangeInclusive<usize>| {
-        let mut v: Vec<f64> = steps
-            .map(|s| metrics[s - 1][field][worker].as_f64().unwrap())
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     for (field, floor, early, late) in [
         ("rss_data", 2.0 * 1024.0 * 1024.0, 10..=30, 80..=100),
         ("ledger", 0.0, 10..=10, 100..=100),
@@ -238,8 +231,8 @@ fn memory_stays_flat_over_100_steps_with_the_drafter_on() {
         );
         for worker in at10.keys() {
             let (was, now) = (
-                median(field, worker, early.clone()),
-                median(field, worker, late.clone()),
+                crate::rl_common::median_of(&metrics, field, worker, early.clone()),
+                crate::rl_common::median_of(&metrics, field, worker, late.clone()),
             );
             assert!(
                 (now - was).abs() <= (0.02 * was).max(floor),

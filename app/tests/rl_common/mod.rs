@@ -385,3 +385,18 @@ pub fn newest_checkpoint(run_dir: &Path) -> PathBuf {
     v.sort();
     v.pop().unwrap()
 }
+
+/// The median of `metrics[step - 1][field][worker]` over `steps` (1-based): a memory figure
+/// over a window, since one sample of a heap moves by a few MB with fragmentation and load.
+pub fn median_of(
+    metrics: &[serde_json::Value],
+    field: &str,
+    worker: &str,
+    steps: std::ops::RangeInclusive<usize>,
+) -> f64 {
+    let mut v: Vec<f64> = steps
+        .map(|s| metrics[s - 1][field][worker].as_f64().unwrap())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

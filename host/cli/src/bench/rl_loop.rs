@@ -59,10 +59,18 @@ kind = "arithmetic"
 /// Runs the benchmark (`quick`: fewer steps).
 pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
     let steps = if quick { 6 } else { 20 };
-    let tmp = std::env::temp_dir().join(format!("tandem-bench-loop-{}", std::process::id()));
+    in_scratch("loop", |tmp| run_in(tmp, steps))
+}
+
+/// Runs `f` in a fresh `<temp>/tandem-bench-<name>-<pid>` directory, removed afterwards.
+pub(super) fn in_scratch<T>(
+    name: &str,
+    f: impl FnOnce(&Path) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let tmp = std::env::temp_dir().join(format!("tandem-bench-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(CliError::io(format!("creating {}", tmp.display())))?;
-    let result = run_in(&tmp, steps);
+    let result = f(&tmp);
     let _ = std::fs::remove_dir_all(&tmp);
     result
 }

@@ -31,12 +31,7 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// Runs the benchmark (`quick`: 100 steps).
 pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
     let steps: u64 = if quick { 100 } else { 1000 };
-    let tmp = std::env::temp_dir().join(format!("tandem-bench-soak-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).map_err(CliError::io(format!("creating {}", tmp.display())))?;
-    let result = run_in(&tmp, steps);
-    let _ = std::fs::remove_dir_all(&tmp);
-    result
+    super::rl_loop::in_scratch("soak", |tmp| run_in(tmp, steps))
 }
 
 fn run_in(tmp: &std::path::Path, steps: u64) -> Result<Vec<Figure>, CliError> {
