@@ -21,16 +21,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::Value;
+mod cluster_common;
+
+use cluster_common::{metrics, probe_from_n2_without_token, text, wait_no_workers, worker_pid};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tandem_control::{ControlServer, Role};
 
 /// The login node's address on the nodes' bridge.
 const LOGIN: &str = "10.77.1.254";
-/// The entry point a node runs for the token test.
-const CHILD_ENV: &str = "TANDEM_CLUSTER_CHILD_ADDR";
 
 fn tandem() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tandem"));
@@ -49,142 +49,22 @@ fn slurm_conf() -> String {
     })
 }
 
-/// The quickstart task, engine on n1 and trainer on n2 (disaggregated), through `bridge`.
-fn job(dir: &Path, bridge: &str, steps: u32, bridge_options: &str) -> PathBuf {
-    let text = format!(
-        r#"
-[run]
-name = "cluster"
-output_dir = "run"
-steps = {steps}
-seed = 0
-save_every = 0
-max_restarts = 3
-
-[placement]
-mode = "disaggregated"
-devices = ["cpu"]
-
-[model]
-path = "{model}"
-init_preset = "tiny"
-warm_start_steps = 60
-
-[engine]
-plugin = "native"
-
-[engine.options]
-max_batch = 64
-max_seq_len = 64
-
-[trainer]
-plugin = "native"
-
-[bridge]
-mode = "{bridge}"
-
-[bridge.options]
-{bridge_options}
-
-[algorithm]
-prompts_per_step = 16
-group_size = 8
-max_tokens = 4
-temperature = 1.0
-learning_rate = 0.0003
-
-[task]
-kind = "arithmetic"
-
-[task.options]
-max_operand = 3
-reward = "exact"
-
-[launcher]
+const LAUNCHER: &str = r#"[launcher]
 kind = "slurm"
-advertise = "{LOGIN}"
+advertise = "10.77.1.254"
 engine_nodes = ["n1"]
-trainer_nodes = ["n2"]
-"#,
-        model = dir.join("model").display(),
-    );
-    let path = dir.join(format!("{bridge}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
-}
+trainer_nodes = ["n2"]"#;
 
-fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Processes of this run's workers still alive, on any node (all nodes share this machine's
-/// process table; their command lines name the run directory's worker specs).
-fn leftover_workers(run: &Path) -> Vec<String> {
-    let specs = run.join("workers").display().to_string();
-    let mut left = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(" worker ") && cmd.contains(&specs) {
-            left.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-        }
-    }
-    left
-}
-
-/// Waits (bounded) until no worker of the run is left; what is left after 30 s.
-fn wait_no_workers(run: &Path) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let left = leftover_workers(run);
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+fn job(dir: &Path, bridge: &str, steps: u32, bridge_options: &str) -> PathBuf {
+    cluster_common::job(dir, bridge, steps, bridge_options, LAUNCHER)
 }
 
 fn learns_across_two_hosts(bridge: &str) {
-    let t = tempfile::tempdir().unwrap();
-    let job = job(t.path(), bridge, 20, "");
-    let out = tandem()
-        .arg("run")
-        .arg(&job)
-        .current_dir(t.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{bridge}: {}", text(&out));
-    let run = t.path().join("run");
-    let m = metrics(&run);
-    assert_eq!(m.len(), 20, "{bridge}: one line per step");
-    for line in &m {
-        assert_eq!(line["hosts"]["engine-0"], "n1 (10.77.1.1)", "{line}");
-        assert_eq!(line["hosts"]["trainer"], "n2 (10.77.1.2)", "{line}");
-        // Memory figures come from /proc of this machine: none for workers srun runs.
-        assert_eq!(line["rss"], serde_json::json!({}), "{line}");
-    }
-    let mean = |ls: &[Value]| {
-        ls.iter()
-            .map(|l| l["reward_mean"].as_f64().unwrap())
-            .sum::<f64>()
-            / ls.len() as f64
-    };
-    let (first, last) = (mean(&m[..5]), mean(&m[15..]));
-    assert!(
-        last > first,
-        "{bridge}: mean reward {first:.3} over steps 1-5, {last:.3} over 16-20"
-    );
-    assert_eq!(wait_no_workers(&run), Vec::<String>::new());
+    cluster_common::learns_across_two_hosts((bridge, ""), LAUNCHER, |job| {
+        let mut c = tandem();
+        c.arg("run").arg(job);
+        c
+    });
 }
 
 #[test]
@@ -197,16 +77,6 @@ fn a_engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
 fn b_engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
     learns_across_two_hosts("broadcast");
-}
-
-/// The worker pid the engine's log names (`engine rank 0 (pid N) connected to ...`), newest.
-fn engine_pid(run: &Path) -> Option<u32> {
-    let log = std::fs::read_to_string(run.join("logs/engine-0.log")).ok()?;
-    log.lines()
-        .rev()
-        .find_map(|l| l.split("engine rank 0 (pid ").nth(1))
-        .and_then(|rest| rest.split(')').next())
-        .and_then(|p| p.parse().ok())
 }
 
 #[test]
@@ -231,7 +101,7 @@ fn c_a_remote_engine_killed_on_its_node_is_named_and_replaced_and_nothing_is_lef
         assert!(child.try_wait().unwrap().is_none(), "the run ended early");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let pid = engine_pid(&run).expect("the engine's log names its pid");
+    let pid = worker_pid(&run, "engine").expect("the engine's log names its pid");
     let host = Command::new("nsenter")
         .args(["-t", &pid.to_string(), "-u", "hostname"])
         .output()
@@ -268,21 +138,7 @@ fn c_a_remote_engine_killed_on_its_node_is_named_and_replaced_and_nothing_is_lef
 #[test]
 #[ignore = "child entry point: run on n2 by d_a_connection_from_n2_without_the_token_is_refused"]
 fn token_child() {
-    let Ok(addr) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let addr = addr.parse().unwrap();
-    let e = tandem_control::connect(
-        addr,
-        "not-the-run-token",
-        Role::Engine,
-        0,
-        1,
-        Duration::from_secs(10),
-    )
-    .unwrap_err();
-    println!("refused: {e}");
-    assert!(e.to_string().contains("wrong run token"), "{e}");
+    cluster_common::token_child();
 }
 
 #[test]
@@ -290,16 +146,7 @@ fn token_child() {
 fn d_a_connection_from_n2_without_the_token_is_refused() {
     let _ = slurm_conf();
     let server = ControlServer::bind(format!("{LOGIN}:0").parse().unwrap()).unwrap();
-    let out = Command::new("nsenter")
-        .arg("--net=/run/netns/tnd-n2")
-        .arg(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "token_child", "--nocapture"])
-        .env(CHILD_ENV, server.local_addr().to_string())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out));
-    assert!(stdout.contains("refused: "), "{stdout}");
+    probe_from_n2_without_token(server.local_addr());
     assert_eq!(server.rejected_peers(), 1);
     assert!(
         server

@@ -10,6 +10,4 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 pkill -9 -f "slurm(ctld|d) .*$dir" 2>/dev/null
-for i in 1 2; do ip netns del "tnd-n$i" 2>/dev/null; done
-ip link del tnd-br 2>/dev/null
-exit 0
+bash "$(dirname "$0")/netns-down.sh"

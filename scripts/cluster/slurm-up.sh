@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Two Slurm "hosts" on this machine, for tests: network namespaces tnd-n1 and tnd-n2 on the
-# bridge tnd-br (10.77.1.1 and 10.77.1.2; this namespace is the login node, 10.77.1.254), each
+# Two Slurm "hosts" on this machine, for tests: the namespaces of netns-up.sh (tnd-n1 and
+# tnd-n2 at 10.77.1.1 and 10.77.1.2; this namespace is the login node, 10.77.1.254), each
 # slurmd in its own UTS namespace (hostname n1 / n2) and mount namespace (a private /dev/shm),
 # slurmctld and munged here. The configuration lives in $1 (SLURM_CONF=$1/slurm.conf); nothing
 # is written under /etc. Needs root, iproute2, slurm-wlm and munge (.ci/run installs them).
@@ -11,20 +11,7 @@ mkdir -p "$dir"/{state,log} "$dir"/spool/n1 "$dir"/spool/n2
 dir=$(cd "$dir" && pwd)
 export SLURM_CONF=$dir/slurm.conf
 
-# Leftovers of a run that died before its slurm-down.sh.
-for i in 1 2; do ip netns del "tnd-n$i" 2>/dev/null || true; done
-ip link del tnd-br 2>/dev/null || true
-ip link add tnd-br type bridge
-ip addr add 10.77.1.254/24 dev tnd-br
-ip link set tnd-br up
-for i in 1 2; do
-  ip netns add "tnd-n$i"
-  ip link add "tnd-v$i" type veth peer name eth0 netns "tnd-n$i"
-  ip link set "tnd-v$i" master tnd-br up
-  ip -n "tnd-n$i" addr add "10.77.1.$i/24" dev eth0
-  ip -n "tnd-n$i" link set eth0 up
-  ip -n "tnd-n$i" link set lo up
-done
+bash "$(dirname "$0")/netns-up.sh"
 
 cat > "$SLURM_CONF" <<CONF
 ClusterName=tandem-ci

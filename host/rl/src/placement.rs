@@ -19,8 +19,8 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layout of `job`: every rank on this host, or with `[launcher] kind = "slurm"` on
-    /// the node it names for the rank (this host where it names none).
+    /// The layout of `job`: every rank on this host, or with `[launcher] kind = "slurm"` or
+    /// `"ray"` on the node it names for the rank (this host where it names none).
     pub fn of(job: &JobFile) -> Result<Layout, String> {
         let (t, e) = (job.trainer.ranks as usize, job.engine.ranks as usize);
         let devices: Vec<Device> = job
@@ -34,9 +34,9 @@ impl Layout {
         }
         let here = tandem_transport::topology::host_id();
         let l = &job.launcher;
-        let slurm = l.kind == LauncherKind::Slurm;
+        let placed = l.kind != LauncherKind::Local;
         let host = |nodes: &[String], rank: usize| match nodes.get(rank).or(nodes.last()) {
-            Some(n) if slurm => n.clone(),
+            Some(n) if placed => n.clone(),
             _ => here.clone(),
         };
         let at = |host: String, i: usize| Placement::new(host, devices[i % devices.len()]);

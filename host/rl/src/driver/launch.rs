@@ -16,10 +16,11 @@ use crate::phases::Engines;
 use crate::prompt::PromptCodec;
 use crate::task::HeldOut;
 use crate::warmstart;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tandem_control::protocol::Role;
 use tandem_runtime::launch::{
-    LaunchOptions, LocalLauncher, RemoteEngine, RemoteTrainer, SlurmOptions,
+    LaunchOptions, LocalLauncher, RayOptions, RemoteEngine, RemoteTrainer, SlurmOptions,
 };
 use tandem_runtime::orchestrator::EngineMachine;
 use tandem_runtime::registry::Registry;
@@ -123,12 +124,16 @@ pub(super) fn launch_options(
                 .chain(&l.trainer_nodes)
                 .cloned()
                 .collect();
-            let ip = tandem_runtime::launch::slurm::advertise_toward(&nodes)
-                .map_err(|e| RlError::failed(format!("launcher.advertise = \"auto\": {e}")))?;
-            tracing::info!(
-                "advertising {ip} to the workers (the route toward {})",
-                nodes[0]
-            );
+            let (ip, toward) = match l.kind {
+                LauncherKind::Ray => ray_route(l, &nodes)?,
+                _ => (
+                    tandem_runtime::launch::slurm::advertise_toward(&nodes).map_err(|e| {
+                        RlError::failed(format!("launcher.advertise = \"auto\": {e}"))
+                    })?,
+                    nodes[0].clone(),
+                ),
+            };
+            tracing::info!("advertising {ip} to the workers (the route toward {toward})");
             Some(ip)
         }
         Some(a) => a.parse().ok(),
@@ -146,7 +151,83 @@ pub(super) fn launch_options(
             srun_args: l.srun_args.clone(),
         });
     }
+    if l.kind == LauncherKind::Ray {
+        options.ray = Some(ray_options(j));
+    }
     Ok(options)
+}
+
+/// Ray's options: one bundle per rank of the job's resources, plus `node:<ip>` where the
+/// job names the rank's node; the drafter trainer shares the last trainer's bundle.
+fn ray_options(j: &crate::config::JobFile) -> RayOptions {
+    let l = &j.launcher;
+    let base = l.ray_resources();
+    let bundles = |nodes: &[String], ranks: u32| -> Vec<BTreeMap<String, f64>> {
+        (0..ranks as usize)
+            .map(|r| {
+                let mut b = base.clone();
+                if let Some(ip) = nodes.get(r).or(nodes.last()) {
+                    b.insert(format!("node:{ip}"), 0.001);
+                }
+                b
+            })
+            .collect()
+    };
+    RayOptions {
+        python: ray_python(l.python.as_deref()),
+        address: l.address.clone().unwrap_or_else(|| "auto".into()),
+        strategy: l.strategy.as_str().into(),
+        engine_bundles: bundles(&l.engine_nodes, j.engine.ranks),
+        trainer_bundles: bundles(&l.trainer_nodes, j.trainer.ranks),
+    }
+}
+
+/// The Ray driver's python: the job's, `$TANDEM_RAY_PYTHON`, the one `scripts/setup-ray.sh`
+/// recorded in `${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/ray-python`, else `python3`.
+fn ray_python(job: Option<&Path>) -> PathBuf {
+    if let Some(p) = job {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("TANDEM_RAY_PYTHON").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let root = std::env::var_os("TANDEM_VENV_ROOT")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/tandem")));
+    root.and_then(|r| std::fs::read_to_string(r.join("ray-python")).ok())
+        .map(|s| PathBuf::from(s.trim()))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// `advertise = "auto"` with Ray: the route toward the first node named, else toward the
+/// cluster's head (`launcher.address` as `host:port`).
+fn ray_route(
+    l: &crate::config::LauncherSection,
+    nodes: &[String],
+) -> Result<(std::net::IpAddr, String), RlError> {
+    let fail = |why: String| RlError::failed(format!("launcher.advertise = \"auto\": {why}"));
+    let toward = match (nodes.first(), l.address.as_deref()) {
+        (Some(n), _) => n.clone(),
+        (None, Some(a)) if a != "auto" => a.rsplit_once(':').map_or(a, |(h, _)| h).to_string(),
+        _ => {
+            return Err(fail(
+                "name the nodes or launcher.address (the head's host:port)".into(),
+            ));
+        }
+    };
+    let ip: std::net::IpAddr = match toward.parse() {
+        Ok(ip) => ip,
+        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(toward.as_str(), 0))
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+            .ok_or_else(|| fail(format!("`{toward}` does not resolve")))?,
+    };
+    let local =
+        tandem_runtime::launch::route_toward(ip).map_err(|e| fail(format!("{toward}: {e}")))?;
+    Ok((local, toward))
 }
 
 /// The checkpoint `--resume` continues from ([`checkpoint::newest_valid`]), one warning per

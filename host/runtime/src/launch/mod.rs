@@ -1,5 +1,5 @@
-//! The launcher: workers as subprocesses of this same binary, on this machine or — through
-//! Slurm's `srun` ([`slurm`]) — on the nodes the job file names.
+//! The launcher: workers as subprocesses of this same binary, on this machine, or on other
+//! nodes through Slurm's `srun` ([`slurm`]) or a Ray placement group ([`ray`]).
 //!
 //! [`LocalLauncher::new`] opens the control plane ([`ControlServer`], loopback by default;
 //! workers on other hosts dial the advertised address).
@@ -15,10 +15,12 @@
 //! asks them to exit first.
 
 pub mod monitor;
+pub mod ray;
 mod remote;
 pub mod slurm;
 
 pub use monitor::WorkerExit;
+pub use ray::RayOptions;
 pub use remote::{CallTimeouts, RemoteEngine, RemoteTrainer};
 pub use slurm::SlurmOptions;
 
@@ -61,6 +63,8 @@ pub struct LaunchOptions {
     pub advertise: Option<std::net::IpAddr>,
     /// Start the workers through Slurm's `srun` instead of as children of this process.
     pub slurm: Option<SlurmOptions>,
+    /// Place the workers with Ray instead (this process runs on a Ray node).
+    pub ray: Option<RayOptions>,
 }
 
 impl LaunchOptions {
@@ -75,6 +79,7 @@ impl LaunchOptions {
             worker_verbosity: 1,
             advertise: None,
             slurm: None,
+            ray: None,
         }
     }
 }
@@ -97,6 +102,8 @@ pub struct LocalLauncher {
     launches: u64,
     stop: Arc<AtomicBool>,
     monitor: Option<JoinHandle<()>>,
+    /// The run's Ray placement group (with [`LaunchOptions::ray`]); released after the workers.
+    ray: Option<ray::RayGroup>,
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> RuntimeError {
@@ -115,6 +122,16 @@ impl LocalLauncher {
             std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
         }
         let server = ControlServer::bind(opts.bind)?;
+        let ray = match &opts.ray {
+            Some(r) => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                let name = format!("tandem-{}-{nanos:x}", std::process::id());
+                Some(ray::RayGroup::place(r, &opts.run_dir, name)?)
+            }
+            None => None,
+        };
         let watched = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let monitor = monitor::spawn_monitor(watched.clone(), stop.clone())
@@ -129,6 +146,7 @@ impl LocalLauncher {
             launches: 0,
             stop,
             monitor: Some(monitor),
+            ray,
         })
     }
 
@@ -244,14 +262,21 @@ impl LocalLauncher {
             .map_err(io(format!("opening {}", log_path.display())))?;
         self.launches += 1;
         let launch = self.launches;
-        let node = self
-            .opts
-            .slurm
-            .as_ref()
-            .map(|o| o.node(spec.role, spec.rank).unwrap_or("any").to_string());
-        let mut cmd = match &self.opts.slurm {
-            Some(o) => o.command(spec, &self.exe),
-            None => Command::new(&self.exe),
+        let (mut cmd, place) = match (&self.opts.slurm, &self.opts.ray, &self.ray) {
+            (Some(o), _, _) => {
+                let node = o.node(spec.role, spec.rank).unwrap_or("any");
+                (
+                    o.command(spec, &self.exe),
+                    Some(format!("on node {node}, srun ")),
+                )
+            }
+            (None, Some(o), Some(group)) => {
+                let b = o.bundle(spec.role, spec.rank);
+                let node = group.nodes.get(b).map_or("?", String::as_str);
+                let place = format!("in Ray bundle {b} on {node}, driver ");
+                (o.command(group, spec, &self.exe), Some(place))
+            }
+            _ => (Command::new(&self.exe), None),
         };
         cmd.arg("worker")
             .args([
@@ -285,9 +310,10 @@ impl LocalLauncher {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log_err);
-        let what = match &self.opts.slurm {
-            Some(_) => format!("srun {} worker", self.exe.display()),
-            None => format!("{} worker", self.exe.display()),
+        let what = match (&self.opts.slurm, &self.opts.ray) {
+            (Some(_), _) => format!("srun {} worker", self.exe.display()),
+            (None, Some(r)) => format!("{} ray_driver.py run ...", r.python.display()),
+            (None, None) => format!("{} worker", self.exe.display()),
         };
         let child = cmd.spawn().map_err(io(format!(
             "starting {} rank {} ({what})",
@@ -297,7 +323,7 @@ impl LocalLauncher {
             spec.role,
             spec.rank,
             child,
-            (launch, node.as_deref()),
+            (launch, place),
             log_path,
             log_start,
         ));
@@ -472,12 +498,31 @@ impl LocalLauncher {
         if let Some(m) = self.monitor.take() {
             let _ = m.join();
         }
+        self.ray = None;
     }
 
     /// The run directory.
     pub fn run_dir(&self) -> &Path {
         &self.opts.run_dir
     }
+}
+
+/// The address of this machine the kernel routes from toward `ip`: what a worker there
+/// dials when the job says `advertise = "auto"`.
+pub fn route_toward(ip: std::net::IpAddr) -> Result<std::net::IpAddr, String> {
+    // A connected UDP socket sends nothing; its local address is the one the kernel routes
+    // from toward `ip`.
+    let any = if ip.is_ipv4() {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    } else {
+        SocketAddr::from(([0u16; 8], 0))
+    };
+    let sock = std::net::UdpSocket::bind(any).map_err(|e| format!("finding the route: {e}"))?;
+    sock.connect((ip, 9))
+        .map_err(|e| format!("no route from this machine: {e}"))?;
+    sock.local_addr()
+        .map(|a| a.ip())
+        .map_err(|e| format!("finding the route: {e}"))
 }
 
 /// Kills a worker on purpose: its handles then fail with `reason`, not with a death report.

@@ -44,7 +44,7 @@ pub(crate) struct WorkerProc {
     pub launch: u64,
     /// Where the worker runs, once its hello came: `host (ip)`.
     pub host: Mutex<Option<String>>,
-    /// The worker runs elsewhere (`pid` is the `srun` that runs it, not the worker).
+    /// The worker runs elsewhere (`pid` is the `srun` or Ray driver that runs it).
     pub remote: bool,
     pub log_path: PathBuf,
     /// Length of the log file before this process started (its tail starts here).
@@ -63,17 +63,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl WorkerProc {
-    /// A started worker: `child` is the worker itself, or the `srun` that runs it on `node`.
+    /// A started worker: `child` is the worker itself, or what runs it elsewhere (`srun`, the
+    /// Ray driver), described by `place` (`on node n1, srun `).
     pub(crate) fn new(
         role: Role,
         rank: u32,
         child: Child,
-        (launch, node): (u64, Option<&str>),
+        (launch, place): (u64, Option<String>),
         log_path: PathBuf,
         log_start: u64,
     ) -> Self {
         let pid = child.id();
-        let place = node.map_or_else(String::new, |n| format!("on node {n}, srun "));
+        let remote = place.is_some();
+        let place = place.unwrap_or_default();
         WorkerProc {
             name: format!(
                 "{role} rank {rank} ({place}pid {pid}, log {})",
@@ -84,7 +86,7 @@ impl WorkerProc {
             pid,
             launch,
             host: Mutex::new(None),
-            remote: node.is_some(),
+            remote,
             log_path,
             log_start,
             child: Mutex::new(Some(child)),

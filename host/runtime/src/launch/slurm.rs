@@ -6,7 +6,7 @@
 //! (`--export=ALL`, Slurm's signed RPC), never on the command line.
 
 use crate::worker::WorkerSpec;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::IpAddr;
 use std::path::Path;
 use std::process::Command;
 use tandem_control::Role;
@@ -96,19 +96,7 @@ pub fn advertise_toward(nodes: &[String]) -> Result<IpAddr, String> {
             .map(|a| a.ip())
             .ok_or_else(|| format!("node {node}'s NodeAddr `{addr}` does not resolve"))?,
     };
-    // A connected UDP socket sends nothing; its local address is the one the kernel routes
-    // from toward `ip`.
-    let any: SocketAddr = if ip.is_ipv4() {
-        "0.0.0.0:0".parse().map_err(|e| format!("{e}"))?
-    } else {
-        "[::]:0".parse().map_err(|e| format!("{e}"))?
-    };
-    let sock = UdpSocket::bind(any).map_err(|e| format!("finding the route to {ip}: {e}"))?;
-    sock.connect((ip, 9))
-        .map_err(|e| format!("no route from this machine to node {node} ({ip}): {e}"))?;
-    sock.local_addr()
-        .map(|a| a.ip())
-        .map_err(|e| format!("finding the route to {ip}: {e}"))
+    super::route_toward(ip).map_err(|e| format!("node {node} ({ip}): {e}"))
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
-//! `[launcher]`: the kind and what it needs (`slurm`: an advertised address workers can
-//! route to, a node list per role of one name or one per rank), and what a placement across
+//! `[launcher]`: the kind and what it needs (`slurm` and `ray`: an advertised address workers
+//! can route to, a node list per role of one name or one per rank — Ray's are node IPs —,
+//! Ray's bundle resources), settings of one kind under another, and what a placement across
 //! hosts rules out: colocated ranks on different nodes, and a bridge that maps the trainer's
 //! memory into the engines (`ipc`), which needs one host.
 
 use super::issues::Issues;
-use crate::config::{JobFile, LauncherKind, LauncherSection, PlacementMode};
+use crate::config::{JobFile, LauncherKind, LauncherSection, PlacementMode, RayStrategy};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use tandem_plugin_api::UpdateKind;
@@ -21,7 +22,7 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
                 "the address of this machine the workers dial, e.g. \"10.0.0.5\", or \"auto\" (slurm: the one that routes to the nodes)",
             ),
             Ok(ip)
-                if l.kind == LauncherKind::Slurm && (ip.is_loopback() || ip.is_unspecified()) =>
+                if l.kind != LauncherKind::Local && (ip.is_loopback() || ip.is_unspecified()) =>
             {
                 issues.at(
                     "launcher.advertise",
@@ -32,50 +33,99 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
             Ok(_) => {}
         }
     }
+    let slurm_keys = [
+        ("launcher.partition", l.partition.is_some()),
+        ("launcher.srun_args", !l.srun_args.is_empty()),
+    ];
+    let ray_keys = [
+        ("launcher.address", l.address.is_some()),
+        ("launcher.strategy", l.strategy != RayStrategy::default()),
+        ("launcher.resources", !l.resources.is_empty()),
+        ("launcher.python", l.python.is_some()),
+    ];
+    let foreign = |issues: &mut Issues<'_>, keys: &[(&str, bool)], of: &str| {
+        for (key, set) in keys {
+            if *set {
+                issues.at(
+                    key,
+                    format!(
+                        "is a {of} setting, but launcher.kind is `{}`",
+                        kind_name(l.kind)
+                    ),
+                    format!("set launcher.kind = \"{}\" or remove it", of.to_lowercase()),
+                );
+            }
+        }
+    };
     match l.kind {
         LauncherKind::Local => {
+            foreign(issues, &slurm_keys, "Slurm");
+            foreign(issues, &ray_keys, "Ray");
             for (key, set) in [
                 ("launcher.engine_nodes", !l.engine_nodes.is_empty()),
                 ("launcher.trainer_nodes", !l.trainer_nodes.is_empty()),
-                ("launcher.partition", l.partition.is_some()),
-                ("launcher.srun_args", !l.srun_args.is_empty()),
             ] {
                 if set {
                     issues.at(
                         key,
-                        "is a Slurm setting, but launcher.kind is `local`",
-                        "set launcher.kind = \"slurm\" or remove it",
+                        "places ranks on nodes, but launcher.kind is `local`",
+                        "set launcher.kind = \"slurm\" or \"ray\", or remove it",
                     );
                 }
             }
             if l.advertise.as_deref() == Some("auto") {
                 issues.at(
                     "launcher.advertise",
-                    "\"auto\" is for launcher.kind = \"slurm\" (the route to its nodes)",
+                    "\"auto\" is for launcher.kind = \"slurm\" or \"ray\" (the route to the nodes)",
                     "give this machine's address, or remove it (loopback)",
                 );
             }
             return "local (workers are children of the controller)".into();
         }
-        LauncherKind::Slurm => {
-            if l.advertise.as_deref() == Some("auto")
-                && l.engine_nodes.is_empty()
-                && l.trainer_nodes.is_empty()
-            {
-                issues.at(
-                    "launcher.advertise",
-                    "\"auto\" finds the address that routes to the nodes, but none are named",
-                    "name engine_nodes / trainer_nodes, or give this machine's address",
-                );
+        LauncherKind::Slurm => foreign(issues, &ray_keys, "Ray"),
+        LauncherKind::Ray => {
+            foreign(issues, &slurm_keys, "Slurm");
+            for (key, nodes) in [
+                ("launcher.engine_nodes", &l.engine_nodes),
+                ("launcher.trainer_nodes", &l.trainer_nodes),
+            ] {
+                if let Some(bad) = nodes.iter().find(|n| n.parse::<IpAddr>().is_err()) {
+                    issues.at(
+                        key,
+                        format!("`{bad}` is not a node IP"),
+                        "Ray places a rank on a node by its IP (its `node:<ip>` resource), e.g. \"10.0.0.7\"",
+                    );
+                }
             }
-            if l.advertise.is_none() {
+            if let Some((name, v)) = l.resources.iter().find(|(_, v)| !(**v > 0.0)) {
                 issues.at(
-                    "launcher.advertise",
-                    "is required with launcher.kind = \"slurm\"",
-                    "the address of this machine the nodes dial, e.g. \"10.0.0.5\"",
+                    "launcher.resources",
+                    format!("`{name}` = {v} is not a positive amount"),
+                    "each rank's bundle reserves what it names, e.g. { CPU = 1, GPU = 1 }",
                 );
             }
         }
+    }
+    if l.advertise.as_deref() == Some("auto")
+        && l.engine_nodes.is_empty()
+        && l.trainer_nodes.is_empty()
+    {
+        let ray_head =
+            l.kind == LauncherKind::Ray && l.address.as_deref().is_some_and(|a| a != "auto");
+        if !ray_head {
+            issues.at(
+                "launcher.advertise",
+                "\"auto\" finds the address that routes to the nodes, but none are named",
+                "name engine_nodes / trainer_nodes, or give this machine's address",
+            );
+        }
+    }
+    if l.advertise.is_none() {
+        issues.at(
+            "launcher.advertise",
+            format!("is required with launcher.kind = \"{}\"", kind_name(l.kind)),
+            "the address of this machine the nodes dial, e.g. \"10.0.0.5\", or \"auto\"",
+        );
     }
     let (engines, trainers) = (j.engine.ranks, j.trainer.ranks);
     for (key, nodes, ranks, role) in [
@@ -99,7 +149,11 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
     if j.placement.mode == PlacementMode::Colocate {
         for r in 0..engines.min(trainers) {
             let (e, t) = (node(&l.engine_nodes, r), node(&l.trainer_nodes, r));
-            if e != t {
+            // Ray places unnamed bundles where its strategy says; only STRICT_PACK keeps a
+            // colocated pair on one node.
+            let ray_may_split =
+                l.kind == LauncherKind::Ray && e.is_none() && l.strategy != RayStrategy::StrictPack;
+            if e != t || ray_may_split {
                 issues.at(
                     "launcher.engine_nodes",
                     format!(
@@ -116,7 +170,8 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
         .map(|r| node(&l.engine_nodes, r))
         .chain((0..trainers).map(|r| node(&l.trainer_nodes, r)))
         .collect();
-    let one_host = named.len() == 1 && !named.contains(&None);
+    let one_host = (named.len() == 1 && !named.contains(&None))
+        || (l.kind == LauncherKind::Ray && l.strategy == RayStrategy::StrictPack);
     let bridge = j.bridge.plugin.get_ref();
     let maps_memory = crate::bridge::resolve(registry, bridge, &j.bridge.options)
         .is_ok_and(|c| c.apply == UpdateKind::SharedRegion);
@@ -126,7 +181,7 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
             Some(j.bridge.plugin.span()),
             format!(
                 "bridge `{bridge}` maps the trainer's weights into the engines, which needs one host, but the [launcher] puts the ranks on {}",
-                hosts(&named)
+                hosts(l, &named)
             ),
             "use `checkpoint` (a path every node reads) or `broadcast` (tcp between hosts)".into(),
         );
@@ -135,28 +190,60 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
 }
 
 /// `n1 and n2`, `n1 and any node`.
-fn hosts(named: &BTreeSet<Option<String>>) -> String {
+fn hosts(l: &LauncherSection, named: &BTreeSet<Option<String>>) -> String {
     let names: Vec<&str> = named
         .iter()
         .map(|n| n.as_deref().unwrap_or("any node"))
         .collect();
     match names.as_slice() {
-        [one] => format!("{one} (Slurm may choose several)"),
+        [one] => format!("{one} ({} may choose several)", chooser(l.kind)),
         _ => names.join(" and "),
     }
 }
 
-/// `slurm: engines on n1, trainers on n2; workers dial 10.0.0.5`.
+fn kind_name(k: LauncherKind) -> &'static str {
+    match k {
+        LauncherKind::Local => "local",
+        LauncherKind::Slurm => "slurm",
+        LauncherKind::Ray => "ray",
+    }
+}
+
+fn chooser(k: LauncherKind) -> &'static str {
+    match k {
+        LauncherKind::Ray => "Ray",
+        _ => "Slurm",
+    }
+}
+
+/// `slurm: engines on n1, trainers on n2; workers dial 10.0.0.5`, or for Ray
+/// `ray (STRICT_SPREAD, {CPU=1} per rank, cluster auto): engines on ..., ...`.
 fn describe(l: &LauncherSection) -> String {
     let list = |nodes: &[String]| {
         if nodes.is_empty() {
-            "nodes Slurm chooses".to_owned()
+            format!("nodes {} chooses", chooser(l.kind))
         } else {
             nodes.join(", ")
         }
     };
+    let head = match l.kind {
+        LauncherKind::Ray => {
+            let res: Vec<String> = l
+                .ray_resources()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            format!(
+                "ray ({}, {{{}}} per rank, cluster {})",
+                l.strategy.as_str(),
+                res.join(", "),
+                l.address.as_deref().unwrap_or("auto")
+            )
+        }
+        _ => "slurm".into(),
+    };
     format!(
-        "slurm: engines on {}, trainers on {}; workers dial {}",
+        "{head}: engines on {}, trainers on {}; workers dial {}",
         list(&l.engine_nodes),
         list(&l.trainer_nodes),
         l.advertise.as_deref().unwrap_or("?")
