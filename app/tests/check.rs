@@ -238,11 +238,15 @@ fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
         ),
         (
             slurm.replace("kind = \"slurm\"", "kind = \"local\""),
-            "launcher.engine_nodes: is a Slurm setting, but launcher.kind is `local`",
+            "launcher.engine_nodes: places ranks on nodes, but launcher.kind is `local`",
         ),
         (
             slurm.replace("[\"n1\"]", "[\"n1\", \"n3\"]"),
             "launcher.engine_nodes: names 2 nodes for 1 engine ranks",
+        ),
+        (
+            format!("{slurm}strategy = \"SPREAD\"\n"),
+            "launcher.strategy: is a Ray setting, but launcher.kind is `slurm`",
         ),
     ] {
         let (out, _p, _j) = check(&format!("{base}{bad}"), false);
@@ -262,6 +266,85 @@ fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
         line.contains("launcher.engine_nodes: colocated engine rank 0 and trainer rank 0 are on different nodes (n1 and n2)"),
         "{line}"
     );
+}
+
+#[test]
+fn ray_launcher_settings_are_checked_and_its_placement_shown_in_the_plan() {
+    let base = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native")
+        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let ray = "\n[launcher]\nkind = \"ray\"\naddress = \"10.0.0.1:6379\"\nstrategy = \"STRICT_SPREAD\"\nresources = { CPU = 2 }\nadvertise = \"10.0.0.5\"\nengine_nodes = [\"10.0.0.1\"]\ntrainer_nodes = [\"10.0.0.2\"]\n";
+    let (out, _p, _j) = check(&format!("{base}{ray}"), false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = stdout(&out);
+    assert!(
+        plan.contains("launcher   ray (STRICT_SPREAD, {CPU=2} per rank, cluster 10.0.0.1:6379): engines on 10.0.0.1, trainers on 10.0.0.2; workers dial 10.0.0.5"),
+        "{plan}"
+    );
+    assert!(plan.contains("pair0 [1, 0]: tcp"), "{plan}");
+    // ipc across Ray nodes: refused; with STRICT_PACK (one node) and no pins: valid.
+    let ipc = base.replace("mode = \"checkpoint\"", "mode = \"ipc\"");
+    let line = one_error(&check(&format!("{ipc}{ray}"), false).0);
+    assert!(
+        line.contains("bridge `ipc` maps the trainer's weights into the engines, which needs one host, but the [launcher] puts the ranks on 10.0.0.1 and 10.0.0.2"),
+        "{line}"
+    );
+    let packed = ray.replace("STRICT_SPREAD", "STRICT_PACK").replace(
+        "engine_nodes = [\"10.0.0.1\"]\ntrainer_nodes = [\"10.0.0.2\"]\n",
+        "",
+    );
+    let (out, _p, _j) = check(&format!("{ipc}{packed}"), false);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Colocated pairs with unpinned bundles may be split by any other strategy.
+    let colocated = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native");
+    let unpinned = ray.replace(
+        "engine_nodes = [\"10.0.0.1\"]\ntrainer_nodes = [\"10.0.0.2\"]\n",
+        "",
+    );
+    let line = one_error(&check(&format!("{colocated}{unpinned}"), false).0);
+    assert!(
+        line.contains(
+            "colocated engine rank 0 and trainer rank 0 are on different nodes (any and any)"
+        ),
+        "{line}"
+    );
+    for (bad, want) in [
+        (
+            ray.replace("[\"10.0.0.1\"]", "[\"head\"]"),
+            "launcher.engine_nodes: `head` is not a node IP",
+        ),
+        (
+            ray.replace("CPU = 2", "CPU = 0"),
+            "launcher.resources: `CPU` = 0 is not a positive amount",
+        ),
+        (
+            ray.replace("STRICT_SPREAD", "SIDEWAYS"),
+            "launcher.strategy",
+        ),
+        (
+            format!("{ray}partition = \"gpu\"\n"),
+            "launcher.partition: is a Slurm setting, but launcher.kind is `ray`",
+        ),
+        (
+            ray.replace("advertise = \"10.0.0.5\"\n", ""),
+            "launcher.advertise: is required with launcher.kind = \"ray\"",
+        ),
+        (
+            ray.replace("kind = \"ray\"", "kind = \"local\""),
+            "launcher.address: is a Ray setting, but launcher.kind is `local`",
+        ),
+    ] {
+        let (out, _p, _j) = check(&format!("{base}{bad}"), false);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let errors = error_lines(&out);
+        assert!(
+            errors.iter().any(|e| e.contains(want)),
+            "{want}: {errors:?}"
+        );
+    }
 }
 
 #[test]

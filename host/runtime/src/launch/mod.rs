@@ -14,14 +14,17 @@
 //! Dropping the launcher kills (SIGKILL) every worker still running; [`LocalLauncher::shutdown`]
 //! asks them to exit first.
 
+mod command;
 pub mod monitor;
 pub mod ray;
 mod remote;
+mod route;
 pub mod slurm;
 
 pub use monitor::WorkerExit;
 pub use ray::RayOptions;
 pub use remote::{CallTimeouts, RemoteEngine, RemoteTrainer};
+pub use route::route_toward;
 pub use slurm::SlurmOptions;
 
 use crate::error::RuntimeError;
@@ -31,7 +34,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -123,13 +126,7 @@ impl LocalLauncher {
         }
         let server = ControlServer::bind(opts.bind)?;
         let ray = match &opts.ray {
-            Some(r) => {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let name = format!("tandem-{}-{nanos:x}", std::process::id());
-                Some(ray::RayGroup::place(r, &opts.run_dir, name)?)
-            }
+            Some(r) => Some(ray::RayGroup::place(r, &opts.run_dir)?),
             None => None,
         };
         let watched = Arc::new(Mutex::new(Vec::new()));
@@ -262,59 +259,17 @@ impl LocalLauncher {
             .map_err(io(format!("opening {}", log_path.display())))?;
         self.launches += 1;
         let launch = self.launches;
-        let (mut cmd, place) = match (&self.opts.slurm, &self.opts.ray, &self.ray) {
-            (Some(o), _, _) => {
-                let node = o.node(spec.role, spec.rank).unwrap_or("any");
-                (
-                    o.command(spec, &self.exe),
-                    Some(format!("on node {node}, srun ")),
-                )
-            }
-            (None, Some(o), Some(group)) => {
-                let b = o.bundle(spec.role, spec.rank);
-                let node = group.nodes.get(b).map_or("?", String::as_str);
-                let place = format!("in Ray bundle {b} on {node}, driver ");
-                (o.command(group, spec, &self.exe), Some(place))
-            }
-            _ => (Command::new(&self.exe), None),
-        };
-        cmd.arg("worker")
-            .args([
-                "--role",
-                spec.role.as_str(),
-                "--rank",
-                &spec.rank.to_string(),
-            ])
-            .args(["--control", &self.control_addr().to_string()])
-            .args(["--launch", &launch.to_string()])
-            .args(["--token-env", TOKEN_ENV, "--spec"])
-            .arg(&spec_path)
-            .args((0..self.opts.worker_verbosity.min(3)).map(|_| "-v"))
-            .env(TOKEN_ENV, self.server.token())
-            .env("NO_COLOR", "1")
-            // glibc gives each new thread that allocates its own malloc arena (up to 8 per
-            // core) and never returns them; a worker serves every engine call on a fresh
-            // thread, so without a cap its RSS creeps up for dozens of steps. Two arenas keep
-            // it flat (plugin buffers are memory-layer regions, not malloc).
-            .env(
-                "MALLOC_ARENA_MAX",
-                std::env::var("MALLOC_ARENA_MAX").unwrap_or_else(|_| "2".into()),
-            )
-            // A fixed mmap threshold: glibc otherwise raises it after the first large free,
-            // so later large temporaries (checkpoint staging, digests) come from the heap and
-            // stay resident — a one-off RSS jump whose timing depends on load.
-            .env(
-                "MALLOC_MMAP_THRESHOLD_",
-                std::env::var("MALLOC_MMAP_THRESHOLD_").unwrap_or_else(|_| "1048576".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        let what = match (&self.opts.slurm, &self.opts.ray) {
-            (Some(_), _) => format!("srun {} worker", self.exe.display()),
-            (None, Some(r)) => format!("{} ray_driver.py run ...", r.python.display()),
-            (None, None) => format!("{} worker", self.exe.display()),
-        };
+        let (mut cmd, place, what) = command::worker(command::Worker {
+            opts: &self.opts,
+            ray: self.ray.as_ref(),
+            exe: &self.exe,
+            spec,
+            spec_path: &spec_path,
+            control: self.control_addr(),
+            launch,
+            token: self.server.token(),
+        });
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
         let child = cmd.spawn().map_err(io(format!(
             "starting {} rank {} ({what})",
             spec.role, spec.rank
@@ -505,24 +460,6 @@ impl LocalLauncher {
     pub fn run_dir(&self) -> &Path {
         &self.opts.run_dir
     }
-}
-
-/// The address of this machine the kernel routes from toward `ip`: what a worker there
-/// dials when the job says `advertise = "auto"`.
-pub fn route_toward(ip: std::net::IpAddr) -> Result<std::net::IpAddr, String> {
-    // A connected UDP socket sends nothing; its local address is the one the kernel routes
-    // from toward `ip`.
-    let any = if ip.is_ipv4() {
-        SocketAddr::from(([0, 0, 0, 0], 0))
-    } else {
-        SocketAddr::from(([0u16; 8], 0))
-    };
-    let sock = std::net::UdpSocket::bind(any).map_err(|e| format!("finding the route: {e}"))?;
-    sock.connect((ip, 9))
-        .map_err(|e| format!("no route from this machine: {e}"))?;
-    sock.local_addr()
-        .map(|a| a.ip())
-        .map_err(|e| format!("finding the route: {e}"))
 }
 
 /// Kills a worker on purpose: its handles then fail with `reason`, not with a death report.

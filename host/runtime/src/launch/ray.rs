@@ -78,12 +78,13 @@ pub(crate) struct RayGroup {
 }
 
 impl RayGroup {
-    /// Writes the driver into `run_dir`, starts the holder and waits until the group is placed.
-    pub(crate) fn place(
-        opts: &RayOptions,
-        run_dir: &Path,
-        name: String,
-    ) -> Result<RayGroup, RuntimeError> {
+    /// Writes the driver into `run_dir`, starts the holder and waits until the run's group
+    /// (named after this process and the time) is placed.
+    pub(crate) fn place(opts: &RayOptions, run_dir: &Path) -> Result<RayGroup, RuntimeError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!("tandem-{}-{nanos:x}", std::process::id());
         let io = |context: String| move |source| RuntimeError::Io { context, source };
         let driver = run_dir.join("ray_driver.py");
         std::fs::write(&driver, DRIVER).map_err(io(format!("writing {}", driver.display())))?;

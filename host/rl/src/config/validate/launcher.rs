@@ -97,7 +97,7 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile, registry: &Registry) -
                     );
                 }
             }
-            if let Some((name, v)) = l.resources.iter().find(|(_, v)| !(**v > 0.0)) {
+            if let Some((name, v)) = l.resources.iter().find(|(_, v)| v.is_nan() || **v <= 0.0) {
                 issues.at(
                     "launcher.resources",
                     format!("`{name}` = {v} is not a positive amount"),
