@@ -5,6 +5,8 @@
 //! `tandem bench spec --quick --json`: its drafter, decode and transfer figures;
 //! `tandem bench serve --quick --json`: HTTP beside in-process figures at 1/8/64 clients;
 //! `tandem bench soak --quick --json`: ledger drift, memory growth and acceptance figures.
+//! `tandem bench transport --across-netns`: a missing namespace is one error line with its fix;
+//! the cross-namespace figures themselves need root (ignored test).
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -248,4 +250,50 @@ fn bench_soak_quick_json_prints_ledger_memory_and_acceptance_figures() {
         last > first,
         "training did not raise acceptance: {first} -> {last}"
     );
+}
+
+#[test]
+fn bench_transport_across_a_missing_netns_is_one_error_line_with_the_fix() {
+    let out = run(tandem().args(["bench", "transport", "--across-netns", "tnd-no-such-ns"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let lines = error_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("tnd-no-such-ns does not exist"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[0].contains("scripts/cluster/netns-up.sh"),
+        "{lines:?}"
+    );
+    assert!(stdout(&out).is_empty());
+}
+
+/// Needs root and `tnd-n2` (`scripts/cluster/netns-up.sh`, or a running test cluster).
+#[test]
+#[ignore = "needs root and the tnd-n2 network namespace"]
+fn bench_transport_across_netns_prints_tcp_beside_the_plain_socket_copy() {
+    let out = run(tandem().args([
+        "bench",
+        "transport",
+        "--across-netns",
+        "tnd-n2",
+        "--quick",
+        "--json",
+    ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert!(!figures.is_empty());
+    for f in &figures {
+        assert_eq!(f["bench"], "transport");
+        assert_eq!(f["unit"], "GB/s");
+        assert_eq!(f["limit_name"], "plain socket copy");
+        assert_eq!(f["target"], ">= 0.7");
+        let (value, limit) = (f["value"].as_f64().unwrap(), f["limit"].as_f64().unwrap());
+        assert!(value > 0.0 && limit > 0.0, "{f}");
+        assert!(f["case"].as_str().unwrap().contains("across netns tnd-n2"));
+    }
 }

@@ -22,6 +22,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cluster_common;
+mod common;
 
 use cluster_common::{metrics, probe_from_n2_without_token, text, wait_no_workers, worker_pid};
 use std::path::{Path, PathBuf};

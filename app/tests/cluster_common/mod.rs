@@ -7,8 +7,29 @@
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tandem_control::Role;
+
+/// The quickstart's model, warm-started once per test process (about 20 s a model on a
+/// busy 2-core machine) by a one-step local run, and read by every job of the process.
+fn shared_model() -> &'static Path {
+    static MODEL: OnceLock<PathBuf> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let dir = crate::common::process_scratch("cluster-model");
+        let job = job_text("checkpoint", 1, "", &dir.join("model"), "");
+        let path = dir.join("warm.toml");
+        std::fs::write(&path, job).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+            .arg("run")
+            .arg(&path)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "warm start: {}", text(&out));
+        dir.join("model")
+    })
+}
 
 /// The entry point a node runs for the token probe.
 pub const CHILD_ENV: &str = "TANDEM_CLUSTER_CHILD_ADDR";
@@ -16,7 +37,21 @@ pub const CHILD_ENV: &str = "TANDEM_CLUSTER_CHILD_ADDR";
 /// The quickstart task, disaggregated, through `bridge`, with the launcher table `launcher`
 /// (which puts the engine on n1 and the trainer on n2).
 pub fn job(dir: &Path, bridge: &str, steps: u32, bridge_options: &str, launcher: &str) -> PathBuf {
-    let text = format!(
+    let text = job_text(bridge, steps, bridge_options, shared_model(), launcher);
+    let path = dir.join(format!("{bridge}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The job file's text; the run goes to `run` beside it.
+fn job_text(
+    bridge: &str,
+    steps: u32,
+    bridge_options: &str,
+    model: &Path,
+    launcher: &str,
+) -> String {
+    format!(
         r#"
 [run]
 name = "cluster"
@@ -67,11 +102,8 @@ reward = "exact"
 
 {launcher}
 "#,
-        model = dir.join("model").display(),
-    );
-    let path = dir.join(format!("{bridge}.toml"));
-    std::fs::write(&path, text).unwrap();
-    path
+        model = model.display(),
+    )
 }
 
 pub fn metrics(run: &Path) -> Vec<Value> {

@@ -75,6 +75,11 @@ pub enum Command {
         /// Smaller sizes and fewer repetitions.
         #[arg(long)]
         quick: bool,
+        /// `transport` only: tcp between this process and a peer in the network namespace
+        /// NETNS (e.g. `tnd-n2`, from `scripts/cluster/netns-up.sh`; needs root), beside a
+        /// plain socket copy over the same path, instead of the loopback figures.
+        #[arg(long, value_name = "NETNS")]
+        across_netns: Option<String>,
     },
     /// Model files: `tandem model init` (preset models), `tandem model sft` (warm starts),
     /// `tandem model merge-lora` (an adapter merged into its base).
@@ -92,6 +97,9 @@ pub enum Command {
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
     #[command(hide = true)]
     Worker(tandem_runtime::worker::WorkerArgs),
+    /// The peer of `tandem bench transport --across-netns` (started by the bench, not by hand).
+    #[command(hide = true, name = bench::transport_netns::PEER_COMMAND)]
+    BenchNetnsPeer(bench::transport_netns::PeerArgs),
 }
 
 /// Parses the process arguments, runs the command, and maps errors to exit codes.
@@ -120,14 +128,18 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
         Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
         Command::Launch(args) => launch::run(&cli.plugin_dirs, args),
-        Command::Bench { name, json, quick } => {
-            bench::command::run(&cli.plugin_dirs, name, json, quick)
-        }
+        Command::Bench {
+            name,
+            json,
+            quick,
+            across_netns,
+        } => bench::command::run(&cli.plugin_dirs, name, json, quick, across_netns.as_deref()),
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Serve(args) => serve::run(&cli.plugin_dirs, args),
         Command::Eval(args) => eval::run(&cli.plugin_dirs, args),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),
+        Command::BenchNetnsPeer(args) => bench::transport_netns::peer(args),
     }
 }
 

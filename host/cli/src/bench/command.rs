@@ -1,4 +1,4 @@
-//! `tandem bench NAME [--json] [--quick]`.
+//! `tandem bench NAME [--json] [--quick] [--across-netns NETNS]`.
 
 use crate::bench::bridges_vllm::VllmRows;
 use crate::bench::{self, Figure};
@@ -42,17 +42,29 @@ pub enum BenchName {
     Soak,
 }
 
-/// Runs one benchmark and prints its table (or one JSON line per figure with `json`).
+/// Runs one benchmark and prints its table (or one JSON line per figure with `json`);
+/// `across_netns` (transport only) measures tcp to a peer in that network namespace instead.
 pub fn run(
     plugin_dirs: &[PathBuf],
     name: BenchName,
     json: bool,
     quick: bool,
+    across_netns: Option<&str>,
 ) -> Result<(), CliError> {
+    if let Some(ns) = across_netns
+        && name != BenchName::Transport
+    {
+        return Err(CliError::usage(format!(
+            "--across-netns {ns} applies to `tandem bench transport` only"
+        )));
+    }
     let figures: Vec<Figure> = match name {
         BenchName::Abi => bench::abi::run(if quick { 100_000 } else { 10_000_000 }),
         BenchName::Memory => bench::memory::run(quick)?,
-        BenchName::Transport => bench::transport::run(quick)?,
+        BenchName::Transport => match across_netns {
+            Some(ns) => bench::transport_netns::run(ns, quick)?,
+            None => bench::transport::run(quick)?,
+        },
         BenchName::Control => crate::bench::control::run(quick)?,
         BenchName::Loop => bench::rl_loop::run(quick)?,
         BenchName::Native => bench::native::run(quick)?,

@@ -11,6 +11,7 @@ pub mod control;
 pub mod memory;
 pub mod native;
 pub mod native_ref;
+mod netns;
 pub mod rl_loop;
 mod rl_spec;
 pub mod serve;
@@ -18,5 +19,6 @@ pub mod soak;
 pub mod spec;
 pub mod trainers;
 pub mod transport;
+pub mod transport_netns;
 
 pub use tandem_bench_report::{Figure, table};

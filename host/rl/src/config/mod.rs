@@ -1,10 +1,12 @@
 //! Job files: the TOML schema (`serde`, `deny_unknown_fields`), parsing with file:line:column
 //! and key-path errors, and validation against the plugin registry before anything starts.
 
+mod launcher;
 mod plan;
 mod schema;
 mod validate;
 
+pub use launcher::*;
 pub use plan::{
     Overrides, ResolvedBridge, ResolvedComponent, ResolvedPlan, device_of, options_json,
 };
