@@ -7,9 +7,10 @@
 //!   `checkpoint` bridge, and through `broadcast` (tcp: the nodes share no memory, so a
 //!   shared-memory path between them would fail the run); `metrics.jsonl` names each
 //!   worker's host;
-//! - the remote engine killed on its node (SIGKILL to the worker process there) is reported
-//!   with its rank and node and replaced; the run ends with every step done, and no worker
-//!   of the run is left on either node;
+//! - the remote engine and then the remote trainer killed on their nodes (SIGKILL to the
+//!   worker process there) are each reported with their rank and node and replaced; a
+//!   connection from n2 without the run token is refused and logged; the run ends with every
+//!   step done, and no worker of the run is left on either node;
 //! - a connection to the control plane from n2 without the run token is refused.
 //!
 //! Run by `.ci/run` between `slurm-up.sh` and `slurm-down.sh`:
@@ -24,10 +25,10 @@
 mod cluster_common;
 mod common;
 
-use cluster_common::{metrics, probe_from_n2_without_token, text, wait_no_workers, worker_pid};
+use cluster_common::{metrics, probe_from_n2_without_token, text, wait_no_workers};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 use tandem_control::{ControlServer, Role};
 
 /// The login node's address on the nodes' bridge.
@@ -82,58 +83,16 @@ fn b_engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
-fn c_a_remote_engine_killed_on_its_node_is_named_and_replaced_and_nothing_is_left() {
-    let t = tempfile::tempdir().unwrap();
-    // Reload in place: the engine process stays the same from step to step.
-    let job = job(t.path(), "checkpoint", 8, "restart = false");
-    let run = t.path().join("run");
-    let mut child = tandem()
-        .arg("run")
-        .arg(&job)
-        .current_dir(t.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // After step 2 is recorded, kill the engine's worker process on n1.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while metrics(&run).len() < 2 {
-        assert!(Instant::now() < deadline, "step 2 not reached");
-        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let pid = worker_pid(&run, "engine").expect("the engine's log names its pid");
-    let host = Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-u", "hostname"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&host.stdout).trim(),
-        "n1",
-        "pid {pid} runs on n1"
+fn c_remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_peer_is_refused() {
+    cluster_common::workers_killed_on_their_nodes_are_named_and_replaced(
+        LAUNCHER,
+        |job| {
+            let mut c = tandem();
+            c.arg("run").arg(job);
+            c
+        },
+        ("engine rank 0 (on node n1", "trainer rank 0 (on node n2"),
     );
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let out = child.wait_with_output().unwrap();
-    let err = text(&out);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        err.lines()
-            .any(|l| l.contains("ERROR") && l.contains("engine rank 0 (on node n1")),
-        "no error line names the rank and its node: {err}"
-    );
-    let m = metrics(&run);
-    let steps: Vec<u64> = m.iter().map(|l| l["step"].as_u64().unwrap()).collect();
-    assert_eq!(steps, (1..=8).collect::<Vec<u64>>(), "every step once");
-    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
-    assert!(events.contains("\"recovered\""), "{events}");
-    assert_eq!(m[7]["hosts"]["engine-0"], "n1 (10.77.1.1)");
-    assert_eq!(wait_no_workers(&run), Vec::<String>::new());
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tandem_control::Role;
@@ -225,4 +225,99 @@ pub fn probe_from_n2_without_token(addr: std::net::SocketAddr) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", text(&out));
     assert!(stdout.contains("refused: "), "{stdout}");
+}
+
+/// Waits (bounded) until the run recorded `steps` steps.
+pub fn wait_steps(run: &Path, child: &mut std::process::Child, steps: usize) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while metrics(run).len() < steps {
+        assert!(Instant::now() < deadline, "step {steps} not reached");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// SIGKILLs `role` rank 0's worker process, checking it runs on `node`; its pid.
+pub fn kill_worker(run: &Path, role: &str, node: &str) -> u32 {
+    let pid = worker_pid(run, role).unwrap_or_else(|| panic!("the {role}'s log names its pid"));
+    let host = Command::new("nsenter")
+        .args(["-t", &pid.to_string(), "-u", "hostname"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&host.stdout).trim(),
+        node,
+        "{role} pid {pid} runs on {node}"
+    );
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    pid
+}
+
+/// The control plane's address, as the trainer's log says it dialed it.
+pub fn control_addr(run: &Path) -> std::net::SocketAddr {
+    let log = std::fs::read_to_string(run.join("logs/trainer-0.log")).unwrap();
+    log.lines()
+        .find_map(|l| l.split("connected to ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.trim_end_matches([',', '.', ';']).parse().ok())
+        .unwrap_or_else(|| panic!("the trainer's log names the control address: {log}"))
+}
+
+/// The engine (on n1) and then the trainer (on n2) of an 8-step run SIGKILLed on their
+/// nodes: each is named by an error line starting with its `places` entry (`engine rank 0
+/// (on node n1`) and replaced; a connection from n2 without the run token is refused and
+/// logged; every step is done once, and no worker is left on either node.
+pub fn workers_killed_on_their_nodes_are_named_and_replaced(
+    launcher: &str,
+    mut tandem_run: impl FnMut(&Path) -> Command,
+    places: (&str, &str),
+) {
+    let t = tempfile::tempdir().unwrap();
+    // Reload in place: the engine process stays the same from step to step.
+    let job = job(t.path(), "checkpoint", 8, "restart = false", launcher);
+    let run = t.path().join("run");
+    let mut child = tandem_run(&job)
+        .current_dir(t.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_steps(&run, &mut child, 2);
+    probe_from_n2_without_token(control_addr(&run));
+    let engine = kill_worker(&run, "engine", "n1");
+    // The trainer dies once the run is past the engine's recovery.
+    wait_steps(&run, &mut child, 5);
+    let trainer = kill_worker(&run, "trainer", "n2");
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out);
+    assert!(out.status.success(), "{err}");
+    for (what, pid) in [(places.0, engine), (places.1, trainer)] {
+        assert!(
+            err.lines().any(|l| l.contains("ERROR")
+                && l.contains(what)
+                // srun reports its task's SIGKILL as status 137; the Ray driver re-raises it.
+                && (l.contains("killed by signal 9") || l.contains("exited with status 137"))),
+            "no error line names {what}, killed (pid {pid}): {err}"
+        );
+    }
+    assert!(
+        err.lines().any(|l| l.contains("WARN")
+            && l.contains("rejected peer 10.77.1.2:")
+            && l.contains("wrong run token")),
+        "the refused peer from n2 is not logged: {err}"
+    );
+    let m = metrics(&run);
+    let steps: Vec<u64> = m.iter().map(|l| l["step"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=8).collect::<Vec<u64>>(), "every step once");
+    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    assert_eq!(events.matches("\"recovered\"").count(), 2, "{events}");
+    assert_eq!(m[7]["hosts"]["engine-0"], "n1 (10.77.1.1)");
+    assert_eq!(m[7]["hosts"]["trainer"], "n2 (10.77.1.2)");
+    assert_eq!(wait_no_workers(&run), Vec::<String>::new());
 }
