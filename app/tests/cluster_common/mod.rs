@@ -44,7 +44,7 @@ pub fn job(dir: &Path, bridge: &str, steps: u32, bridge_options: &str, launcher:
 }
 
 /// The job file's text; the run goes to `run` beside it.
-fn job_text(
+pub fn job_text(
     bridge: &str,
     steps: u32,
     bridge_options: &str,

@@ -138,11 +138,19 @@ impl RayGroup {
                 if tail.is_empty() { "" } else { ": " },
                 tail.join(" | ")
             ))
-            .with_help(format!(
-                "run the controller on a Ray node of that cluster, with the resources the bundles ask for \
-                 (`ray status`; log {})",
-                log_path.display()
-            ))
+            .with_help(if log.contains("No module named 'ray'") {
+                format!(
+                    "{} has no `ray`: set launcher.python or TANDEM_RAY_PYTHON to one that has \
+                     (bash scripts/setup-ray.sh makes one)",
+                    opts.python.display()
+                )
+            } else {
+                format!(
+                    "run the controller on a Ray node of that cluster, with the resources the \
+                     bundles ask for (`ray status`; log {})",
+                    log_path.display()
+                )
+            })
         };
         let line = match rx.recv_timeout(PLACE_TIMEOUT) {
             Ok(line) => line,

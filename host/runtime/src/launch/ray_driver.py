@@ -106,8 +106,23 @@ class WorkerHost:
         return True
 
 
+def reachable(address):
+    """An explicit head address answers on its GCS port (ray.init would retry for minutes)."""
+    if address == "auto" or ":" not in address:
+        return True
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+        return True
+    except (OSError, ValueError) as e:
+        say(f"cannot reach the Ray cluster at {address}: {e} (is `ray start --head` running there?)")
+        return False
+
+
 def hold(address, name, strategy, bundles_json):
     bundles = json.loads(bundles_json)
+    if not reachable(address):
+        return 1
     connect(address)
     pg = placement_group(bundles, strategy=strategy, name=name)
     ready, _ = ray.wait([pg.ready()], timeout=120)
