@@ -189,12 +189,32 @@ fn bad_task_settings_are_one_line_naming_the_key() {
     );
 }
 
+/// The valid job on the native engine and trainer, colocated or disaggregated.
+fn native(colocated: bool) -> String {
+    let j = VALID
+        .replace("fixture-alpha", "native")
+        .replace("fixture-beta", "native");
+    if colocated {
+        j
+    } else {
+        j.replace("mode = \"colocate\"", "mode = \"disaggregated\"")
+    }
+}
+
+/// `job` is refused (exit 2) with an error line containing `want`.
+fn assert_refused(job: &str, want: &str) {
+    let (out, _p, _j) = check(job, false);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let errors = error_lines(&out);
+    assert!(
+        errors.iter().any(|e| e.contains(want)),
+        "{want}: {errors:?}"
+    );
+}
+
 #[test]
 fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
-    let base = VALID
-        .replace("fixture-alpha", "native")
-        .replace("fixture-beta", "native")
-        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let base = native(false);
     let slurm = "\n[launcher]\nkind = \"slurm\"\nadvertise = \"10.0.0.5\"\nengine_nodes = [\"n1\"]\ntrainer_nodes = [\"n2\"]\n";
     // Engine on n1, trainer on n2: the plan names the nodes and picks tcp between them.
     let (out, _p, _j) = check(&format!("{base}{slurm}"), false);
@@ -249,18 +269,10 @@ fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
             "launcher.strategy: is a Ray setting, but launcher.kind is `slurm`",
         ),
     ] {
-        let (out, _p, _j) = check(&format!("{base}{bad}"), false);
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        let errors = error_lines(&out);
-        assert!(
-            errors.iter().any(|e| e.contains(want)),
-            "{want}: {errors:?}"
-        );
+        assert_refused(&format!("{base}{bad}"), want);
     }
     // Colocated ranks share a device: one node.
-    let colocated = VALID
-        .replace("fixture-alpha", "native")
-        .replace("fixture-beta", "native");
+    let colocated = native(true);
     let line = one_error(&check(&format!("{colocated}{slurm}"), false).0);
     assert!(
         line.contains("launcher.engine_nodes: colocated engine rank 0 and trainer rank 0 are on different nodes (n1 and n2)"),
@@ -270,10 +282,7 @@ fn launcher_settings_and_what_two_hosts_rule_out_are_one_line_each() {
 
 #[test]
 fn ray_launcher_settings_are_checked_and_its_placement_shown_in_the_plan() {
-    let base = VALID
-        .replace("fixture-alpha", "native")
-        .replace("fixture-beta", "native")
-        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let base = native(false);
     let ray = "\n[launcher]\nkind = \"ray\"\naddress = \"10.0.0.1:6379\"\nstrategy = \"STRICT_SPREAD\"\nresources = { CPU = 2 }\nadvertise = \"10.0.0.5\"\nengine_nodes = [\"10.0.0.1\"]\ntrainer_nodes = [\"10.0.0.2\"]\n";
     let (out, _p, _j) = check(&format!("{base}{ray}"), false);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -297,9 +306,7 @@ fn ray_launcher_settings_are_checked_and_its_placement_shown_in_the_plan() {
     let (out, _p, _j) = check(&format!("{ipc}{packed}"), false);
     assert!(out.status.success(), "{}", stderr(&out));
     // Colocated pairs with unpinned bundles may be split by any other strategy.
-    let colocated = VALID
-        .replace("fixture-alpha", "native")
-        .replace("fixture-beta", "native");
+    let colocated = native(true);
     let unpinned = ray.replace(
         "engine_nodes = [\"10.0.0.1\"]\ntrainer_nodes = [\"10.0.0.2\"]\n",
         "",
@@ -337,22 +344,13 @@ fn ray_launcher_settings_are_checked_and_its_placement_shown_in_the_plan() {
             "launcher.address: is a Ray setting, but launcher.kind is `local`",
         ),
     ] {
-        let (out, _p, _j) = check(&format!("{base}{bad}"), false);
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        let errors = error_lines(&out);
-        assert!(
-            errors.iter().any(|e| e.contains(want)),
-            "{want}: {errors:?}"
-        );
+        assert_refused(&format!("{base}{bad}"), want);
     }
 }
 
 #[test]
 fn launch_sbatch_prints_the_allocation_and_refuses_a_local_job() {
-    let base = VALID
-        .replace("fixture-alpha", "native")
-        .replace("fixture-beta", "native")
-        .replace("mode = \"colocate\"", "mode = \"disaggregated\"");
+    let base = native(false);
     let jobs = tempfile::tempdir().unwrap();
     let local = jobs.path().join("local.toml");
     std::fs::write(&local, &base).unwrap();
