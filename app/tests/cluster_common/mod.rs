@@ -178,6 +178,24 @@ pub fn learns_across_two_hosts(
         last > first,
         "{bridge}: mean reward {first:.3} over steps 1-5, {last:.3} over 16-20"
     );
+    if bridge == "broadcast" {
+        // The plan each worker made from the hosts the ranks published at rendezvous: tcp
+        // between n1 and n2, no shared memory.
+        for role in ["trainer", "engine"] {
+            let log = std::fs::read_to_string(run.join(format!("logs/{role}-0.log"))).unwrap();
+            let links: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("transport: world rank"))
+                .collect();
+            assert!(!links.is_empty(), "{role}: no transport link logged: {log}");
+            for l in &links {
+                assert!(
+                    l.ends_with(": tcp") && l.contains(" on n1-") && l.contains(" on n2-"),
+                    "{role}: {l}"
+                );
+            }
+        }
+    }
     assert_eq!(wait_no_workers(&run), Vec::<String>::new());
 }
 

@@ -313,7 +313,9 @@ fn construct(
             // The rendezvous waits for every rank; a call waits for the rendezvous.
             let wait = cfg.timeout * 2;
             services.joining_transport(wait, move || {
-                tandem_transport::Communicator::init(&cfg)?.groups(&groups)
+                let world = tandem_transport::Communicator::init(&cfg)?;
+                log_links(&world);
+                world.groups(&groups)
             })
         }
     };
@@ -326,6 +328,22 @@ fn construct(
     let name = spec.component.clone();
     let bridges = bridge::Bridges::new(registry, spec, services.clone());
     Ok((Component { role, bridges }, name, services))
+}
+
+/// One line per peer: the backend the plan chose from the placements every rank published at
+/// rendezvous (`transport: world rank 1 on n2-1a2b3c4d -> rank 0 on n1-1a2b3c4d: tcp`).
+fn log_links(world: &tandem_transport::Communicator) {
+    let me = world.global_rank();
+    let places = world.placements();
+    let host = |r: usize| places.get(r).map_or("?", |p| p.host.as_str());
+    for peer in (0..places.len()).filter(|&r| r != me) {
+        tracing::info!(
+            "transport: world rank {me} on {} -> rank {peer} on {}: {}",
+            host(me),
+            host(peer),
+            world.plan().backend(me, peer)
+        );
+    }
 }
 
 /// A start failure as (context, plugin error) for the wire; user errors keep `InvalidInput`
