@@ -167,7 +167,10 @@ def run(address, name, bundle, cmd):
             stopping.clear()
         try:
             chunk, code = ray.get(host.poll.remote(), timeout=30)
-        except Exception as e:  # noqa: BLE001 - any Ray error here means the actor is gone
+        except ray.exceptions.GetTimeoutError:
+            # A slow answer on a loaded node is not a dead actor: ask again.
+            continue
+        except Exception as e:  # noqa: BLE001 - any other Ray error here means the actor is gone
             say(f"lost the worker on {info['host']} ({info['ip']}): {type(e).__name__}: {e}")
             return 1
         if chunk:
