@@ -3,7 +3,7 @@
 //! (`ip -n NS`), and this side's address on the route to it.
 
 use crate::error::CliError;
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -86,14 +86,6 @@ fn parse_ipv4(text: &str) -> Option<Ipv4Addr> {
         }
     }
     None
-}
-
-/// The local address this namespace uses to reach `peer` (a connected UDP socket sends
-/// nothing; the kernel only picks the route).
-pub(super) fn route_source(peer: Ipv4Addr) -> std::io::Result<IpAddr> {
-    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    s.connect((peer, 9))?;
-    Ok(s.local_addr()?.ip())
 }
 
 #[cfg(test)]

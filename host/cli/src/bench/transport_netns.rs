@@ -13,9 +13,7 @@
 //! world forced onto tcp, and the peer publishes its plain listener in the same store.
 
 use super::Figure;
-use super::netns::{
-    HELP, NETNS_DIR, PEER_IFACE, effective_uid, namespace_ipv4, preflight, route_source,
-};
+use super::netns::{HELP, NETNS_DIR, PEER_IFACE, effective_uid, namespace_ipv4, preflight};
 use crate::error::CliError;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -89,7 +87,7 @@ pub struct PeerArgs {
 pub fn run(netns: &str, quick: bool) -> Result<Vec<Figure>, CliError> {
     let ns_path = preflight(netns, Path::new(NETNS_DIR), effective_uid()?)?;
     let peer_ip = namespace_ipv4(netns)?;
-    let host_ip = route_source(peer_ip).map_err(|e| {
+    let host_ip = tandem_runtime::launch::route_toward(peer_ip.into()).map_err(|e| {
         CliError::failed(format!(
             "no route from this namespace to {peer_ip} ({netns}'s {PEER_IFACE}): {e}"
         ))

@@ -217,14 +217,8 @@ fn ray_route(
             ));
         }
     };
-    let ip: std::net::IpAddr = match toward.parse() {
-        Ok(ip) => ip,
-        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(toward.as_str(), 0))
-            .ok()
-            .and_then(|mut a| a.next())
-            .map(|a| a.ip())
-            .ok_or_else(|| fail(format!("`{toward}` does not resolve")))?,
-    };
+    let ip = tandem_runtime::launch::resolve(&toward)
+        .ok_or_else(|| fail(format!("`{toward}` does not resolve")))?;
     let local =
         tandem_runtime::launch::route_toward(ip).map_err(|e| fail(format!("{toward}: {e}")))?;
     Ok((local, toward))

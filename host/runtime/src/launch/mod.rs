@@ -24,7 +24,7 @@ pub mod slurm;
 pub use monitor::WorkerExit;
 pub use ray::RayOptions;
 pub use remote::{CallTimeouts, RemoteEngine, RemoteTrainer};
-pub use route::route_toward;
+pub use route::{resolve, route_toward};
 pub use slurm::SlurmOptions;
 
 use crate::error::RuntimeError;

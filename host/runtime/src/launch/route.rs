@@ -1,5 +1,5 @@
 //! Which address of this machine workers on other hosts reach it at: the one the kernel
-//! routes from toward them (for `advertise = "auto"`).
+//! routes from toward them (for `advertise = "auto"`), and a node's name as an address.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -19,4 +19,14 @@ pub fn route_toward(ip: IpAddr) -> Result<IpAddr, String> {
     sock.local_addr()
         .map(|a| a.ip())
         .map_err(|e| format!("finding the route: {e}"))
+}
+
+/// `name` as an IP: itself when it is one, else its first resolved address.
+pub fn resolve(name: &str) -> Option<IpAddr> {
+    name.parse().ok().or_else(|| {
+        std::net::ToSocketAddrs::to_socket_addrs(&(name, 0))
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+    })
 }

@@ -88,14 +88,8 @@ pub fn advertise_toward(nodes: &[String]) -> Result<IpAddr, String> {
                 String::from_utf8_lossy(&out.stderr).trim()
             )
         })?;
-    let ip: IpAddr = match addr.parse() {
-        Ok(ip) => ip,
-        Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(addr, 0))
-            .ok()
-            .and_then(|mut a| a.next())
-            .map(|a| a.ip())
-            .ok_or_else(|| format!("node {node}'s NodeAddr `{addr}` does not resolve"))?,
-    };
+    let ip = super::resolve(addr)
+        .ok_or_else(|| format!("node {node}'s NodeAddr `{addr}` does not resolve"))?;
     super::route_toward(ip).map_err(|e| format!("node {node} ({ip}): {e}"))
 }
 
