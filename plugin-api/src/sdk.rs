@@ -17,7 +17,8 @@
 //! traits), `adapters` (plain traits → ABI trait objects), `guard`, `options`
 //! ([`parse_options`]) and `macros` (`export_plugin!`, `register_builtin!`). The root module's
 //! appended fields stay in this file, between the `abi-append` markers
-//! `host/tests/abi_versions.rs` cuts out of `plugin-api/src/sdk.rs` to build a level-1 plugin.
+//! the ABI-version tests of `app/tests` cut out of `plugin-api/src/sdk.rs` to build a level-1
+//! plugin.
 
 mod adapters;
 pub mod buckets;

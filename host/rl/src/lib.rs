@@ -11,7 +11,8 @@
 //!   start), [`prompt`] (plain or chat-template prompts), [`eval`] (held-out accuracy, shared
 //!   with `tandem eval`), and what a run writes and shows: [`events`], [`metrics`], [`plot`],
 //!   [`progress`].
-//! - [`bridge`]: the weight-bridge driver (`ipc`, `lora`, `checkpoint`).
+//! - [`bridge`]: the weight-bridge driver, over any bridge component (the built-in `ipc`,
+//!   `lora`, `checkpoint`, `broadcast`, or a third party's).
 //! - [`task`]: built-in verifiable tasks and rewards.
 
 #![forbid(unsafe_code)]
