@@ -111,7 +111,7 @@ fn parse_ids(s: &str) -> Result<Vec<u32>, CliError> {
 
 pub(super) fn run(cli_dirs: &[PathBuf], args: GenerateArgs) -> Result<(), CliError> {
     let dir = &args.model;
-    let (_, eos) = tandem_rl::prompt::special_ids(dir)
+    let (_, eos) = tandem_model::tokens::special_ids(dir)
         .map_err(|e| CliError::usage(format!("--model {}: {e}", dir.display())))?;
     let tk = Tokenizer::from_file(dir.join("tokenizer.json")).ok();
     let prompt = match (&args.prompt, &args.prompt_ids) {

@@ -36,8 +36,9 @@ impl ServeError {
     }
 }
 
-impl From<tandem_rl::RlError> for ServeError {
-    fn from(e: tandem_rl::RlError) -> Self {
+impl From<tandem_model::ModelError> for ServeError {
+    /// A model file of the served directory (`config.json`, `generation_config.json`).
+    fn from(e: tandem_model::ModelError) -> Self {
         ServeError::Usage(e.to_string())
     }
 }

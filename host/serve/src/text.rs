@@ -1,5 +1,5 @@
 //! The model's text side: its tokenizer (`tokenizer.json`), stop ids
-//! (`tandem_rl::prompt::special_ids`), and chat template (`tandem_rl::prompt::template`:
+//! (`tandem_model::tokens::special_ids`), and chat template (`tandem_model::chat`:
 //! `chat_template.jinja` or `tokenizer_config.json`'s `chat_template`; a model without one
 //! is rendered through ChatML, SGLang's fallback for unknown models). Text prompts are encoded
 //! with the tokenizer's special tokens (its post-processor, as Hugging Face's `encode` does);
@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use tandem_rl::prompt::special_ids;
-use tandem_rl::prompt::template::{ChatTemplate, Message};
+use tandem_model::chat::{ChatTemplate, Message};
+use tandem_model::tokens::special_ids;
 use tokenizers::Tokenizer;
 
 use crate::error::ServeError;

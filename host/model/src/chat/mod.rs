@@ -14,8 +14,13 @@
 //! dict methods (`.strip()`, `.items()`, ...) through `minijinja-contrib`'s `pycompat`. The
 //! variables are `messages` (`[{role, content}]`), `add_generation_prompt`, `bos_token` and
 //! `eos_token`.
+//!
+//! Errors are [`ModelError::Invalid`] naming the file (or the model directory, when it has no
+//! template), with help that says how to fix the model; a caller that can prompt without the
+//! template (`tandem-rl`'s `[task] chat = false`) adds its own help with
+//! [`ModelError::with_help`].
 
-use crate::error::RlError;
+use crate::error::{ModelError, Result};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, Error, ErrorKind, Value, context};
 use std::path::{Path, PathBuf};
@@ -69,16 +74,11 @@ impl ChatTemplate {
         tk: &Tokenizer,
         bos: Option<u32>,
         eos: Option<u32>,
-    ) -> Result<ChatTemplate, RlError> {
+    ) -> Result<ChatTemplate> {
         let config_path = model.join("tokenizer_config.json");
         let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| {
-                RlError::usage(format!(
-                    "model {}: {}: {e}",
-                    model.display(),
-                    config_path.display()
-                ))
-            })?,
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ModelError::invalid(&config_path, e.to_string()))?,
             Err(_) => serde_json::Value::Null,
         };
         let jinja = model.join("chat_template.jinja");
@@ -103,14 +103,10 @@ impl ChatTemplate {
     }
 
     /// The text of `messages` followed by the assistant's turn (`add_generation_prompt`).
-    pub fn render(&self, messages: &[Message]) -> Result<String, RlError> {
+    pub fn render(&self, messages: &[Message]) -> Result<String> {
         let bad = |e: Error| {
-            RlError::usage(format!(
-                "chat template {}: {}",
-                self.origin.display(),
-                one_line(&e)
-            ))
-            .with_help("fix the template, or prompt without it ([task] chat = false)")
+            ModelError::invalid(&self.origin, format!("chat template: {}", one_line(&e)))
+                .with_help("fix the template")
         };
         let mut env = Environment::new();
         let syntax = SyntaxConfig::builder()
@@ -120,9 +116,12 @@ impl ChatTemplate {
             .map_err(bad)?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
-            Err(Error::new(ErrorKind::InvalidOperation, msg))
-        });
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
         let template = env.template_from_str(&self.source).map_err(bad)?;
         template
             .render(context! {
@@ -160,17 +159,14 @@ fn special_token(config: &serde_json::Value, key: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The error of a chat prompt for a model without a template.
-fn missing(model: &Path) -> RlError {
-    RlError::usage(format!(
-        "model {} has no chat template (no chat_template.jinja, no \"chat_template\" in \
+/// The error of a model without a template.
+fn missing(model: &Path) -> ModelError {
+    ModelError::invalid(
+        model,
+        "the model has no chat template (no chat_template.jinja, no \"chat_template\" in \
          tokenizer_config.json)",
-        model.display()
-    ))
-    .with_help(
-        "prompt with plain text ([task] chat = false, or no --chat), or add the model's \
-         template as chat_template.jinja",
     )
+    .with_help("add the model's template as chat_template.jinja")
 }
 
 /// A minijinja error (its message names the template line) on one line.
@@ -180,3 +176,6 @@ fn one_line(e: &Error) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,21 +1,26 @@
 //! Text ↔ token ids on the controller side: prompts get the model's BOS (plain text) or are
-//! rendered through the model's chat template (`[task] chat = true`, see [`template`]),
-//! generation stops at the model's EOS ids, and decoded completions drop special tokens.
+//! rendered through the model's chat template (`[task] chat = true`, see
+//! [`tandem_model::chat`]), generation stops at the model's EOS ids
+//! ([`tandem_model::tokens::special_ids`]), and decoded completions drop special tokens.
 //!
 //! A chat prompt is `[system (when given), user: the problem]` with the assistant's turn
 //! opened, encoded without adding BOS (the template writes what the model expects) and with
-//! the tokenizer's added tokens (`<|im_start|>`, ...) matched as single ids.
-//!
-//! Stop ids are `eos_token_id` of `generation_config.json` when it has one (chat models list
-//! their end-of-turn token there), else of `config.json`; one id or a list.
-
-pub mod template;
+//! the tokenizer's added tokens (`<|im_start|>`, ...) matched as single ids. A template error
+//! carries this loop's way around it (`[task] chat = false`) as its help.
 
 use crate::config::TaskSection;
 use crate::error::RlError;
 use std::path::Path;
-use template::{ChatTemplate, Message};
+use tandem_model::chat::{ChatTemplate, Message};
+use tandem_model::tokens::special_ids;
 use tokenizers::Tokenizer;
+
+/// Help for a model without a chat template.
+const NO_TEMPLATE_HELP: &str = "prompt with plain text ([task] chat = false, or no --chat), or \
+                                add the model's template as chat_template.jinja";
+
+/// Help for a template that fails to render.
+const BAD_TEMPLATE_HELP: &str = "fix the template, or prompt without it ([task] chat = false)";
 
 /// How prompts are rendered: the chat template with an optional system message.
 #[derive(Debug, Clone)]
@@ -64,7 +69,8 @@ impl PromptCodec {
         let mut codec = PromptCodec::load(model)?;
         if chat {
             let template =
-                ChatTemplate::load(model, &codec.tk, codec.bos, codec.eos.first().copied())?;
+                ChatTemplate::load(model, &codec.tk, codec.bos, codec.eos.first().copied())
+                    .map_err(|e| e.with_help(NO_TEMPLATE_HELP))?;
             codec.chat = Some(Chat {
                 template,
                 system: system.map(str::to_owned),
@@ -93,7 +99,10 @@ impl PromptCodec {
             messages.push(Message::new("system", system));
         }
         messages.push(Message::new("user", text));
-        chat.template.render(&messages)
+        Ok(chat
+            .template
+            .render(&messages)
+            .map_err(|e| e.with_help(BAD_TEMPLATE_HELP))?)
     }
 
     /// Token ids of a prompt: the rendered conversation (chat), or BOS (when the model has
@@ -131,58 +140,6 @@ impl PromptCodec {
             .encode(text, false)
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| RlError::failed(format!("encoding {text:?}: {e}")))
-    }
-}
-
-/// BOS id from `config.json`; EOS ids from `generation_config.json` when it names them, else
-/// from `config.json` (`eos_token_id` is one id or a list).
-pub fn special_ids(model: &Path) -> Result<(Option<u32>, Vec<u32>), RlError> {
-    let config = read_json(model, "config.json")?;
-    let generation = if model.join("generation_config.json").is_file() {
-        read_json(model, "generation_config.json")?
-    } else {
-        serde_json::Value::Null
-    };
-    let bos = ids(&config, "bos_token_id").first().copied();
-    let mut eos = ids(&generation, "eos_token_id");
-    if eos.is_empty() {
-        eos = ids(&config, "eos_token_id");
-    }
-    Ok((bos, eos))
-}
-
-/// A JSON object file of the model directory.
-fn read_json(model: &Path, file: &str) -> Result<serde_json::Value, RlError> {
-    let path = model.join(file);
-    let bad = |e: String| {
-        RlError::usage(format!(
-            "model {}: {}: {e}",
-            model.display(),
-            path.display()
-        ))
-    };
-    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    if !v.is_object() {
-        return Err(bad("not a JSON object".into()));
-    }
-    Ok(v)
-}
-
-/// The ids under `key`: one id or a list.
-fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
-    match v.get(key) {
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(serde_json::Value::as_u64)
-            .filter_map(|x| u32::try_from(x).ok())
-            .collect(),
-        Some(n) => n
-            .as_u64()
-            .and_then(|x| u32::try_from(x).ok())
-            .into_iter()
-            .collect(),
-        None => Vec::new(),
     }
 }
 

@@ -1,9 +1,9 @@
-//! Tests of prompt encoding: chat templates rendered to the exact ChatML text, special tokens
-//! as single ids, stop ids, template sources and their errors.
+//! Tests of prompt encoding: chat prompts with special tokens as single ids, plain prompts with
+//! BOS, stop ids, and template errors with this loop's help (the templates themselves are
+//! tested in `tandem-model`'s `chat`).
 
 #![allow(clippy::unwrap_used)]
 
-use super::template::{ChatTemplate, Message};
 use super::*;
 use serde_json::json;
 
@@ -83,43 +83,6 @@ pub(crate) fn chatml_config() -> (&'static str, serde_json::Value) {
 }
 
 #[test]
-fn chatml_renders_the_exact_text() {
-    let t = ChatTemplate::new(CHATML, "<|im_start|>", "<|im_end|>");
-    let text = t.render(&[Message::new("user", "What is 2+3?")]).unwrap();
-    assert_eq!(
-        text,
-        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging \
-         Face<|im_end|>\n<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
-    );
-    let text = t
-        .render(&[
-            Message::new("system", "Be brief."),
-            Message::new("user", "Hi"),
-        ])
-        .unwrap();
-    assert_eq!(
-        text,
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
-         <|im_start|>assistant\n"
-    );
-}
-
-#[test]
-fn hf_template_features_render() {
-    // lstrip/trim blocks, `.strip()` (pycompat), bos/eos variables, loop controls.
-    let src = "{{ bos_token }}\n{% for m in messages %}\n  {% if m.role == 'x' %}{% break %}{% endif %}\n[{{ m.content.strip() }}]{{ eos_token }}\n{% endfor %}\n";
-    let t = ChatTemplate::new(src, "<s>", "</s>");
-    let text = t
-        .render(&[Message::new("user", "  a  "), Message::new("x", "b")])
-        .unwrap();
-    assert_eq!(text, "<s>\n[a]</s>\n");
-    let t = ChatTemplate::new("{{ raise_exception('only user turns') }}", "", "");
-    let e = t.render(&[Message::new("user", "a")]).unwrap_err();
-    assert!(e.to_string().contains("only user turns"), "{e}");
-    assert!(!e.to_string().contains('\n'), "{e}");
-}
-
-#[test]
 fn chat_prompts_encode_special_tokens_as_single_ids_without_bos() {
     let dir = model_dir(&[
         chatml_config(),
@@ -152,31 +115,6 @@ fn chat_prompts_encode_special_tokens_as_single_ids_without_bos() {
 }
 
 #[test]
-fn template_sources_and_special_tokens() {
-    // A named list: the `default` one; bos/eos from the tokenizer when the config has none.
-    let list = json!({"chat_template": [
-        {"name": "tool_use", "template": "TOOLS"},
-        {"name": "default", "template": "{{ bos_token }}|{{ messages[0].content }}|{{ eos_token }}"},
-    ]});
-    let dir = model_dir(&[("tokenizer_config.json", list)]);
-    let codec = PromptCodec::load_with(dir.path(), true, None).unwrap();
-    assert_eq!(codec.render("q").unwrap(), "<|im_start|>|q|<|endoftext|>");
-    // chat_template.jinja wins over tokenizer_config.json; added-token objects name tokens.
-    let dir = model_dir(&[
-        (
-            "tokenizer_config.json",
-            json!({"chat_template": "CONFIG", "eos_token": {"content": "<|im_end|>"}}),
-        ),
-        (
-            "chat_template.jinja",
-            json!("{{ messages[0].content }}{{ eos_token }}\n"),
-        ),
-    ]);
-    let codec = PromptCodec::load_with(dir.path(), true, None).unwrap();
-    assert_eq!(codec.render("q").unwrap(), "q<|im_end|>");
-}
-
-#[test]
 fn a_missing_template_is_one_line_naming_the_directory() {
     let dir = model_dir(&[("tokenizer_config.json", json!({"bos_token": "<s>"}))]);
     // Plain prompts do not need it.
@@ -188,5 +126,14 @@ fn a_missing_template_is_one_line_naming_the_directory() {
     assert!(text.contains(&dir.path().display().to_string()), "{text}");
     assert!(text.contains("no chat template"), "{text}");
     assert!(!text.contains('\n'));
+    assert!(e.help().unwrap().contains("chat = false"));
+    // A template that fails to render: the model's error, with this loop's way around it.
+    let dir = model_dir(&[(
+        "chat_template.jinja",
+        json!("{{ raise_exception('no user turns here') }}"),
+    )]);
+    let codec = PromptCodec::load_with(dir.path(), true, None).unwrap();
+    let e = codec.prompt("q").unwrap_err();
+    assert!(e.to_string().contains("no user turns here"), "{e}");
     assert!(e.help().unwrap().contains("chat = false"));
 }

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Map, Value, json};
-use tandem_rl::prompt::template::Message;
+use tandem_model::chat::Message;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::native::collect;
