@@ -13,6 +13,9 @@
 //! - `no-pasted-help`: no string literal holds `(help:` (help travels as structured data),
 //!   except on a line marked `// tidy: help-format`.
 //! - `file-length`: no `.rs` file is longer than [`MAX_FILE_LINES`] lines.
+//! - `notes-names`: the notes files (`*NOTES*.md` anywhere, the root's `ARCHITECTURE.md`)
+//!   cite repository paths that exist and Rust type names that are identifiers of the tree's
+//!   `.rs` code (inline code spans; which spans are names: the `notes` module's doc).
 //!
 //! Crates are the directories holding a `Cargo.toml`, found by walking the tree; the walk
 //! skips `target/` and hidden directories, and crates inside `tests/`, `examples/` or
@@ -23,6 +26,7 @@
 mod block;
 mod edges;
 mod lexer;
+mod notes;
 mod sources;
 mod walk;
 
@@ -30,6 +34,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use edges::edges_block;
+pub use notes::{NOT_A_NAME_MARKER, PATH_EXTENSIONS};
 
 /// The longest a `.rs` file may be, in lines (rule `file-length`).
 pub const MAX_FILE_LINES: usize = 500;
@@ -51,6 +56,8 @@ pub enum Rule {
     NoPastedHelp,
     /// No `.rs` file is longer than [`MAX_FILE_LINES`].
     FileLength,
+    /// The paths and type names the notes files cite exist.
+    NotesNames,
 }
 
 impl Rule {
@@ -62,6 +69,7 @@ impl Rule {
             Rule::ForbidUnsafe => "forbid-unsafe",
             Rule::NoPastedHelp => "no-pasted-help",
             Rule::FileLength => "file-length",
+            Rule::NotesNames => "notes-names",
         }
     }
 }
@@ -166,6 +174,7 @@ pub fn check(root: &Path) -> Result<Report, TidyError> {
     let tree = walk::walk(&root)?;
     let mut violations = sources::check_sources(&tree);
     violations.extend(edges::check_edges(&root)?);
+    violations.extend(notes::check_notes(&root, &tree)?);
     violations.sort_by(|a, b| {
         (&a.path, a.line, a.rule, &a.message).cmp(&(&b.path, b.line, b.rule, &b.message))
     });

@@ -1,5 +1,6 @@
-//! Walking the tree: every `.rs` file, and the crates (directories with a `Cargo.toml`) whose
-//! `src/` the source rules check.
+//! Walking the tree: every `.rs` file, the crates (directories with a `Cargo.toml`) whose
+//! `src/` the source rules check, the notes files (`*NOTES*.md` anywhere, and the root's
+//! `ARCHITECTURE.md`) and the `.py` files (whose names the notes may cite).
 //!
 //! The walk skips `target/` and hidden directories and follows no symbolic links. Crates
 //! inside a `tests/`, `examples/` or `benches/` directory are test or example code: their files
@@ -40,17 +41,44 @@ pub struct Tree {
     pub files: Vec<SourceFile>,
     /// The checked crates, sorted by directory.
     pub crates: Vec<Crate>,
+    /// Every directory holding a `Cargo.toml` (checked crates or not), relative to the root,
+    /// sorted.
+    pub manifest_dirs: Vec<PathBuf>,
+    /// The notes files, relative to the root, sorted.
+    pub notes: Vec<PathBuf>,
+    /// Every `.py` file, relative to the root, sorted.
+    pub py_files: Vec<PathBuf>,
+}
+
+/// Whether the file `name` in the directory `rel` (relative to the root) is a notes file.
+fn is_notes(rel: &Path, name: &str) -> bool {
+    (name.contains("NOTES") && name.ends_with(".md"))
+        || (rel.as_os_str().is_empty() && name == "ARCHITECTURE.md")
 }
 
 /// Walks the tree at `root` (an absolute, canonical path).
 pub fn walk(root: &Path) -> Result<Tree, TidyError> {
     let mut rs_files = Vec::new();
     let mut crate_dirs = Vec::new();
-    visit(root, Path::new(""), &mut rs_files, &mut crate_dirs)?;
+    let mut notes = Vec::new();
+    let mut py_files = Vec::new();
+    let mut found = Found {
+        rs_files: &mut rs_files,
+        crate_dirs: &mut crate_dirs,
+        notes: &mut notes,
+        py_files: &mut py_files,
+    };
+    visit(root, Path::new(""), &mut found)?;
     rs_files.sort();
     crate_dirs.sort();
+    notes.sort();
+    py_files.sort();
 
-    let mut tree = Tree::default();
+    let mut tree = Tree {
+        notes,
+        py_files,
+        ..Tree::default()
+    };
     let mut checked: Vec<Option<usize>> = Vec::with_capacity(crate_dirs.len());
     for dir in &crate_dirs {
         if is_checked_crate(dir) {
@@ -77,15 +105,19 @@ pub fn walk(root: &Path) -> Result<Tree, TidyError> {
             crate_index,
         });
     }
+    tree.manifest_dirs = crate_dirs;
     Ok(tree)
 }
 
-fn visit(
-    root: &Path,
-    rel: &Path,
-    rs_files: &mut Vec<PathBuf>,
-    crate_dirs: &mut Vec<PathBuf>,
-) -> Result<(), TidyError> {
+/// What [`visit`] collects.
+struct Found<'a> {
+    rs_files: &'a mut Vec<PathBuf>,
+    crate_dirs: &'a mut Vec<PathBuf>,
+    notes: &'a mut Vec<PathBuf>,
+    py_files: &'a mut Vec<PathBuf>,
+}
+
+fn visit(root: &Path, rel: &Path, found: &mut Found<'_>) -> Result<(), TidyError> {
     let dir = root.join(rel);
     let io = |source| TidyError::Io {
         path: dir.clone(),
@@ -106,12 +138,16 @@ fn visit(
             if name_str.starts_with('.') || name_str == "target" {
                 continue;
             }
-            visit(root, &child, rs_files, crate_dirs)?;
+            visit(root, &child, found)?;
         } else if kind.is_file() {
             if name_str == "Cargo.toml" {
-                crate_dirs.push(rel.to_path_buf());
+                found.crate_dirs.push(rel.to_path_buf());
             } else if name_str.ends_with(".rs") {
-                rs_files.push(child);
+                found.rs_files.push(child);
+            } else if name_str.ends_with(".py") {
+                found.py_files.push(child);
+            } else if is_notes(rel, name_str) {
+                found.notes.push(child);
             }
         }
     }

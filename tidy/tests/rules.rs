@@ -214,3 +214,71 @@ fn file_length() {
     let longest = report.figures.longest.clone().expect("a longest file");
     assert_eq!(longest, (PathBuf::from("host/tests/long.rs"), 501));
 }
+
+#[test]
+fn notes_names() {
+    let fixture = Fixture::new();
+    fixture.edit(
+        "core/src/inner.rs",
+        "pub fn f() {}",
+        "pub struct NoteType;\n\npub fn f() {}",
+    );
+    let notes = "# Host notes\n\n\
+        Cited from the crate (`src/main.rs`), the root (`core/src/inner.rs`, `plug/`), the\n\
+        notes' directory (`../plug/src/lib.rs`); `NoteType` and `NoteType::f()` are code.\n\
+        Not names of this tree: `step_000001/model/config.json`, `../../elsewhere/x.md`,\n\
+        `/tmp/run/a.rs`, `plugins/*/NOTES.md`, `RSS`, `Registry`, `a/<b>.rs`.\n\n\
+        ```\nfenced `FencedGoneType` and `src/fenced_gone.rs` are not read\n```\n\n\
+        Another project's `TheirModelType`. <!-- tidy: not-a-name -->\n";
+    fixture.write("host/NOTES.md", notes);
+    let report = fixture.check();
+    assert_eq!(found(&report), vec![], "{:#?}", report.violations);
+
+    fixture.write(
+        "host/NOTES.md",
+        &format!("{notes}\nStale: `src/gone.rs`.\n\nStale: `NoteType::GoneVariant`.\n"),
+    );
+    let path_line = fixture.line_of("host/NOTES.md", "src/gone.rs");
+    let type_line = fixture.line_of("host/NOTES.md", "GoneVariant");
+    let report = fixture.check();
+    assert_eq!(
+        found(&report),
+        vec![
+            (
+                Rule::NotesNames.name(),
+                PathBuf::from("host/NOTES.md"),
+                Some(path_line)
+            ),
+            (
+                Rule::NotesNames.name(),
+                PathBuf::from("host/NOTES.md"),
+                Some(type_line)
+            ),
+        ]
+    );
+    let texts: Vec<&str> = report
+        .violations
+        .iter()
+        .map(|v| v.message.as_str())
+        .collect();
+    assert!(
+        texts[0].starts_with("`src/gone.rs` is no file under the repository root, `host/`"),
+        "{}",
+        texts[0]
+    );
+    assert!(texts[1].contains("has no `GoneVariant`"), "{}", texts[1]);
+
+    // The root's ARCHITECTURE.md is a notes file too; other `.md` files are not.
+    let fixture = Fixture::new();
+    fixture.edit(
+        "ARCHITECTURE.md",
+        "The crate graph:",
+        "The crate graph (`host/src/gone.rs`):",
+    );
+    fixture.write("host/README.md", "`host/src/gone.rs`\n");
+    let line = fixture.line_of("ARCHITECTURE.md", "gone.rs");
+    assert_eq!(
+        found(&fixture.check()),
+        one(Rule::NotesNames, "ARCHITECTURE.md", Some(line))
+    );
+}
