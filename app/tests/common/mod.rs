@@ -1,7 +1,11 @@
-//! Shared helpers of the host's integration tests: the `tandem` binary, the fixture plugin
-//! libraries built by `cargo build --workspace`, and scratch plugin directories.
+//! Shared helpers of the binary's test targets (`it`, `cluster`, `real`, each including this
+//! module by path): the `tandem` binary, the fixture plugin libraries built by `cargo build
+//! --workspace`, and scratch plugin directories; `rl` for RL jobs, `serve` for `tandem serve`.
 
 #![allow(dead_code, clippy::unwrap_used)]
+
+pub mod rl;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -237,4 +241,23 @@ pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// Runs `steps` in order, printing each step's name and time to stderr: an ordered suite
+/// (one server, trainer group or cluster carried from step to step) is one test.
+pub fn in_order(steps: &[(&str, fn())]) {
+    for (name, step) in steps {
+        let start = std::time::Instant::now();
+        eprintln!("step {name} ...");
+        step();
+        eprintln!("step {name}: done in {:.1?}", start.elapsed());
+    }
+}
+
+/// Serialises the `it` tests that allocate shared memory in this process or measure it
+/// (`RssShmem` is process-wide, and every test of a target shares its process).
+pub fn process_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -1,0 +1,423 @@
+//! Plugins built against another version of `tandem-plugin-api`, or declaring an API level
+//! below the host's minimum, are refused with one line; a plugin built before the root
+//! module's appended `validate_config` (API level 1) still loads and its jobs validate; a
+//! plugin built before the role traits' appended hidden-state methods (API level 2) still
+//! loads; a bridge built before the bridge methods (API level 3) is refused by `tandem check`
+//! in one line, and one built against another API version by the loader. The plugins are
+//! real: the fixture is rebuilt against a copy of `plugin-api/` whose
+//! version is changed (or whose appended items are cut out), in a scratch workspace under
+//! `target/abi-skew` (incremental across runs).
+
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Removes every `// abi-append:NAME:begin` … `// abi-append:NAME:end` block of a file
+/// (markers included), i.e. what a later API level appended for `NAME`.
+fn cut_appended(path: &Path, name: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let (begin, end) = (
+        format!("// abi-append:{name}:begin"),
+        format!("// abi-append:{name}:end"),
+    );
+    let mut out = String::new();
+    let mut cutting = false;
+    let mut cuts = 0;
+    for line in text.lines() {
+        if line.trim_start().starts_with(&begin) {
+            cutting = true;
+            cuts += 1;
+        } else if line.trim_start().starts_with(&end) {
+            cutting = false;
+        } else if !cutting {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(
+        cuts > 0 && !cutting,
+        "{}: no complete `{begin}` block",
+        path.display()
+    );
+    std::fs::write(path, out).unwrap();
+}
+
+/// Builds fixture-alpha against plugin-api stamped `api_version`, with an optional declared
+/// API level, and returns the library path (copied out of the scratch target dir).
+fn build_skewed_fixture(api_version: &str, api_level: Option<u32>, out: &Path) -> PathBuf {
+    build_fixture(api_version, api_level, CURRENT, out)
+}
+
+/// The API level of this checkout (nothing cut out).
+const CURRENT: u32 = tandem_plugin_api::API_LEVEL;
+
+/// The engine fixture `fixture-alpha` against the API as it was at `api`.
+fn build_fixture(api_version: &str, api_level: Option<u32>, api: u32, out: &Path) -> PathBuf {
+    build(Fixture::Alpha, api_version, api_level, api, out)
+}
+
+/// Which fixture crate to rebuild.
+#[derive(Clone, Copy, PartialEq)]
+enum Fixture {
+    /// `fixture-alpha`: an engine.
+    Alpha,
+    /// `fixture-lossy`: a bridge (its appended bridge methods are marked like the API's).
+    Lossy,
+}
+
+impl Fixture {
+    fn dir(self) -> &'static str {
+        match self {
+            Fixture::Alpha => "fixture-alpha",
+            Fixture::Lossy => "fixture-lossy",
+        }
+    }
+}
+
+/// A fixture against the API as it was at `api` (1 to 4): level 3 lacks the bridge's appended
+/// `plan` / `send`, level 2 also the role traits' appended `hidden_states` / `load_drafter` /
+/// `train_step_features` (and their SDK shims), level 1 also the root module's
+/// `validate_config`.
+fn build(
+    fixture: Fixture,
+    api_version: &str,
+    api_level: Option<u32>,
+    api: u32,
+    out: &Path,
+) -> PathBuf {
+    // The tests share one scratch target dir: a build and the copy of its library must not
+    // interleave with another test's build.
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let root = workspace_root();
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path();
+    copy_dir(&root.join("plugin-api"), &w.join("plugin-api"));
+    copy_dir(
+        &root.join("tests/fixtures/common"),
+        &w.join("tests/fixtures/common"),
+    );
+    let crate_dir = format!("tests/fixtures/{}", fixture.dir());
+    copy_dir(&root.join(&crate_dir), &w.join(&crate_dir));
+    let manifest = w.join("plugin-api/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let text = text.replacen(
+        "version = \"0.1.0\"",
+        &format!("version = \"{api_version}\""),
+        1,
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let src = w.join("plugin-api/src");
+    if api < 4 {
+        for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
+            cut_appended(&src.join(file), "bridge");
+        }
+        if fixture == Fixture::Lossy {
+            cut_appended(&w.join(&crate_dir).join("src/lib.rs"), "bridge");
+        }
+    }
+    if api < 3 {
+        for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
+            cut_appended(&src.join(file), "hidden_states");
+        }
+    }
+    if api < 2 {
+        cut_appended(&src.join("module.rs"), "validate_config");
+        cut_appended(&src.join("sdk.rs"), "validate_config");
+    }
+    if api < CURRENT {
+        let lib = src.join("lib.rs");
+        let text = std::fs::read_to_string(&lib).unwrap();
+        let current = "pub const API_LEVEL: u32 = api_level::BRIDGE;";
+        assert!(text.contains(current), "plugin-api/src/lib.rs: {current}");
+        let level = ["", "BASE", "VALIDATE", "HIDDEN"][api as usize];
+        let text = text.replace(
+            current,
+            &format!("pub const API_LEVEL: u32 = api_level::{level};"),
+        );
+        std::fs::write(&lib, text).unwrap();
+    }
+    // `[workspace.dependencies]`: every registry dependency of the root workspace, so whatever
+    // plugin-api inherits (dependencies and dev-dependencies, e.g. proptest) resolves; the
+    // workspace's own crates (path entries) stay out: plugin-api depends on none of them.
+    let root_manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut deps = root_manifest["workspace"]["dependencies"]
+        .as_table()
+        .expect("[workspace.dependencies] in root Cargo.toml")
+        .clone();
+    deps.retain(|_, v| v.get("path").is_none());
+    deps.insert(
+        "tandem-plugin-api".into(),
+        toml::Value::Table("path = \"plugin-api\"".parse().unwrap()),
+    );
+    let mut ws_manifest: toml::Table = format!(
+        "[workspace]\nresolver = \"3\"\nmembers = [\"plugin-api\", \"{crate_dir}\"]\n\
+         [workspace.package]\nedition = \"2024\"\nrust-version = \"1.95\"\nlicense = \"Apache-2.0\"\npublish = false\n\
+         [workspace.lints.rust]\n[workspace.lints.clippy]\n"
+    )
+    .parse()
+    .unwrap();
+    ws_manifest
+        .get_mut("workspace")
+        .and_then(toml::Value::as_table_mut)
+        .unwrap()
+        .insert("dependencies".into(), toml::Value::Table(deps));
+    std::fs::write(w.join("Cargo.toml"), ws_manifest.to_string()).unwrap();
+    std::fs::copy(root.join("Cargo.lock"), w.join("Cargo.lock")).unwrap();
+    let _ = std::fs::copy(
+        root.join("rust-toolchain.toml"),
+        w.join("rust-toolchain.toml"),
+    );
+    let target = root.join("target/abi-skew");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(w)
+        .args(["build", "--offline", "-q", "-p"])
+        .arg(format!("tandem-{}", fixture.dir()))
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("TANDEM_FIXTURE_API_LEVEL");
+    if let Some(level) = api_level {
+        cmd.env("TANDEM_FIXTURE_API_LEVEL", level.to_string());
+    }
+    let status = cmd.status().expect("run cargo");
+    assert!(status.success(), "building the skewed fixture failed");
+    let name = fixture.dir().replace('-', "_");
+    let lib = out.join(format!(
+        "libskewed_{name}_{}_{}_api{api}.so",
+        api_version.replace('.', "_"),
+        api_level.unwrap_or(tandem_plugin_api::API_LEVEL),
+    ));
+    std::fs::copy(target.join(format!("debug/lib{name}.so")), &lib).unwrap();
+    lib
+}
+
+#[test]
+fn plugins_built_against_other_api_versions_or_levels_are_refused_in_one_line() {
+    let out_dir = tempfile::tempdir().unwrap();
+    // Built sequentially: they share one scratch target dir.
+    let newer = build_skewed_fixture("0.2.0", None, out_dir.path());
+    let older = build_skewed_fixture("0.0.9", None, out_dir.path());
+    let old_level = build_skewed_fixture("0.1.0", Some(0), out_dir.path());
+
+    for (lib, found) in [(&newer, "0.2.0"), (&older, "0.0.9")] {
+        let dir = plugin_dir(&[(lib, "libtandem_fixture_alpha.so")]);
+        let out = run(tandem().args(["plugins", "--plugin-dir"]).arg(dir.path()));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "one line only, not a layout dump:\n{err}"
+        );
+        assert!(err.contains("plugin `tandem_fixture_alpha`"), "{err}");
+        assert!(err.contains("libtandem_fixture_alpha.so"), "{err}");
+        assert!(
+            err.contains(&format!(
+                "built against tandem-plugin-api {found}, this host needs 0.1.x"
+            )),
+            "{err}"
+        );
+    }
+
+    let dir = plugin_dir(&[(&old_level, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem().args(["plugins", "--plugin-dir"]).arg(dir.path()));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("API level 0 is older than the minimum 1"),
+        "{err}"
+    );
+
+    // The full abi_stable report is still there at debug level.
+    let dir = plugin_dir(&[(&newer, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["plugins", "-vv", "--plugin-dir"])
+        .arg(dir.path()));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("full report"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build_fixture("0.1.0", Some(1), 1, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
+
+    let out = run(tandem()
+        .args(["plugins", "--json", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let alpha = listed
+        .iter()
+        .find(|p| p["name"] == "fixture-alpha")
+        .unwrap_or_else(|| panic!("fixture-alpha listed: {}", stdout(&out)));
+    assert_eq!(alpha["api_level"], 1);
+
+    // Its options are not checked up front (it cannot be asked): the job validates, and the
+    // host says at debug level why it skipped the plugin.
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
+         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
+    )
+    .unwrap();
+    let out = run(tandem()
+        .args(["check", "-vv", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("is valid"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("is at API level 1 (validate_config needs 2)"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A plugin that claims level 2 without the field: the host reads the field as absent
+    // (the library's own field count), it does not call past the end of the module.
+    let odd = build_fixture("0.1.0", Some(2), 1, out_dir.path());
+    let plugins = plugin_dir(&[(&odd, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["check", "-vv", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("declares API level 2 but its root module has no validate_config"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_plugin_built_before_the_hidden_state_methods_still_loads() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build_fixture("0.1.0", None, 2, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
+    let out = run(tandem()
+        .args(["plugins", "--json", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let alpha = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|p| p["name"] == "fixture-alpha")
+        .unwrap_or_else(|| panic!("fixture-alpha listed: {}", stdout(&out)));
+    assert_eq!(alpha["api_level"], 2);
+
+    // Its engine, served by a real worker: the appended method it lacks runs the trait's
+    // default (a NotSupported error reply), it never calls past the end of the vtable, and
+    // the engine keeps serving.
+    let run_dir = tempfile::tempdir().unwrap();
+    let mut opts = tandem_runtime::launch::LaunchOptions::new(run_dir.path());
+    opts.exe = Some(env!("CARGO_BIN_EXE_tandem").into());
+    let mut launcher = tandem_runtime::launch::LocalLauncher::new(opts).unwrap();
+    let spec = tandem_runtime::worker::WorkerSpec::single_cpu(
+        tandem_control::Role::Engine,
+        "fixture-alpha",
+        Path::new(""),
+        r#"{"behaviour": "ok"}"#,
+        run_dir.path(),
+        vec![plugins.path().to_path_buf()],
+    );
+    let engine = launcher.spawn_engines(&[spec]).unwrap().pop().unwrap();
+    let request = tandem_plugin_api::HiddenStatesRequest {
+        sequences: vec![tandem_plugin_api::RVec::from(vec![1u32, 2])].into(),
+        layers: vec![0u32].into(),
+        adapter: None.into(),
+        route: tandem_plugin_api::FeatureRoute::Inline,
+    };
+    match engine.hidden_states(request) {
+        Err(tandem_runtime::RuntimeError::Plugin { source, .. }) => {
+            assert_eq!(
+                source.code,
+                tandem_plugin_api::ErrorCode::NotSupported,
+                "{source:?}"
+            );
+            assert!(source.message.contains("hidden_states"), "{source:?}");
+        }
+        other => panic!("expected a NotSupported plugin error, got {other:?}"),
+    }
+    assert!(engine.health().is_ok(), "the engine keeps serving");
+    launcher
+        .shutdown(std::time::Duration::from_secs(10))
+        .unwrap();
+}
+
+#[test]
+fn a_bridge_built_before_the_bridge_methods_or_against_another_api_is_refused_in_one_line() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"native\"\n\n[trainer]\nplugin = \"native\"\n\n\
+         [bridge]\nplugin = \"lossy\"\n\n[bridge.options]\nbucket_mb = 1.0\n\
+         damage_bucket = 0\ndamage = \"flip\"\n",
+    )
+    .unwrap();
+    // Built before `plan`/`send` (level 3): it loads (it is listed), and the job choosing it
+    // is refused by the check, in one line.
+    let old = build(Fixture::Lossy, "0.1.0", None, 3, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_lossy.so")]);
+    let out = run(tandem()
+        .args(["plugins", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("bridge  lossy"), "{}", stdout(&out));
+    let out = run(tandem()
+        .args(["check", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "bridge `lossy` of plugin `fixture-lossy` is at API level 3; bridges need level 4"
+        ),
+        "{err}"
+    );
+    // Built against another version of the API: the loader refuses the library itself.
+    let newer = build(Fixture::Lossy, "0.2.0", None, CURRENT, out_dir.path());
+    let plugins = plugin_dir(&[(&newer, "libtandem_fixture_lossy.so")]);
+    let out = run(tandem()
+        .args(["check", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("built against tandem-plugin-api 0.2.0, this host needs 0.1.x"),
+        "{err}"
+    );
+}

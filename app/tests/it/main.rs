@@ -1,0 +1,35 @@
+//! The `tandem` binary's tests that run in every `cargo test`: one binary, one module per
+//! area, tests named `it::AREA::TEST` (`cargo test -p tandem --test it -- AREA::`). Tests run
+//! in parallel threads of this one process: a test that measures this process's shared memory
+//! or counts its own children takes `common::process_lock()`. Needs `cargo build --workspace`
+//! first (the fixture plugins and plugin libraries), as `scripts/test.sh` does.
+
+#[path = "../common/mod.rs"]
+mod common;
+/// The cluster tests' job files (`cluster_launchers` builds one without a cluster).
+#[path = "../cluster/hosts.rs"]
+mod hosts;
+
+mod abi_versions;
+mod bench_output;
+mod bridges;
+mod check;
+mod check_run;
+mod checkpoints;
+mod cluster_launchers;
+mod discovery;
+mod drafter_job;
+mod eval;
+mod loader;
+mod memory_services;
+mod model_files;
+mod native_cli;
+mod out_of_tree;
+mod out_of_tree_bridge;
+mod recovery;
+mod rl_learns;
+mod rl_loop;
+mod serve;
+mod sglang_loop;
+mod transport_services;
+mod workers;
