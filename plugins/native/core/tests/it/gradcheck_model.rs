@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{random_model, seq, tiny_cfg, tokens};
 use tandem_native_core::acts::ActLayout;

@@ -6,8 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::{check, pattern, run_ok, spawn};
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! the sglang wheel (`TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1)`): `--ignored`.
 
 #[allow(dead_code)] // `server_for` serves the conformance suite only.
-mod support;
+use crate::support;
 use tandem_conformance::tiny_model;
 use tandem_conformance::{EngineHarness, EngineSetup, Source, TrainerHarness, TrainerSetup};
 use tandem_plugin_api::{PResult, PauseMode, RResult, RString, RVec, UpdateKind};

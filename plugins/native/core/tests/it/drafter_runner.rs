@@ -4,7 +4,7 @@
 //! over the target vocabulary, and bad inputs are errors.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{random_model, seq, tokens};
 use tandem_native_core::buffer::VecProvider;

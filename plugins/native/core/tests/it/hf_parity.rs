@@ -15,7 +15,7 @@
 //! `TANDEM_REF_PYTHON`, they fail with the line above.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

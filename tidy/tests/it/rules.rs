@@ -1,7 +1,7 @@
 //! Each rule on a small workspace that passes every rule, then with exactly that rule broken:
 //! exactly that rule is reported, at the right file and line.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -2,7 +2,7 @@
 //! loss raises the logprob of positively-advantaged tokens and lowers negative ones.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{random_model, tokens};
 use tandem_native_core::buffer::VecProvider;

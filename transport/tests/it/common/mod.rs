@@ -16,31 +16,32 @@ pub const TOKEN: &str = "test-run-token";
 /// What a child runs: its role, in the world it joined, with the config it joined with.
 pub type Role = fn(&str, &Communicator, &CommConfig) -> Result<(), String>;
 
-/// Defines the test binary's `child_entry` test (ignored: [`spawn`] runs it in each child),
-/// which runs [`child_main`] dispatching on the role name: `"name" => f` with `f(world,
-/// config) -> Result<(), String>`. Needs `#[macro_use] mod common;`.
+/// Defines a module's `child_role`: its role table, `"name" => f` with `f(world, config) ->
+/// Result<(), String>`, answering `None` for a role of another module (the binary's one
+/// `child_entry` test, which [`spawn`] runs in each child, asks every module's table in turn).
+/// Needs `#[macro_use] mod common;`.
 #[allow(unused_macros)]
 macro_rules! child_roles {
     ($($name:literal => $run:expr),* $(,)?) => {
-        #[test]
-        #[ignore = "child entry point: run by the other tests in a child process"]
-        fn child_entry() {
-            common::child_main(|role, world, cfg| match role {
+        pub(crate) fn child_role(
+            role: &str,
+            world: &tandem_transport::Communicator,
+            cfg: &tandem_transport::CommConfig,
+        ) -> Option<Result<(), String>> {
+            Some(match role {
                 $($name => $run(world, cfg),)*
-                other => Err(format!("unknown role {other}")),
-            });
+                _ => return None,
+            })
         }
     };
 }
 
-/// The body of a test binary's `child_entry` test. A transport bench child runs its bench role;
-/// a test child (role in [`ROLE`]) joins the world its environment describes (ranks listed in
-/// `TT_RING_ONLY` with the single-copy path off, those in `TT_OTHER_HOST` on another host id,
-/// every rank with `TT_BCAST_BYTES` of shared broadcast segment when set, every rank on the GPU
-/// `TT_ONE_GPU` names, as its own NCCL host, when set), runs `run` and
-/// exits 0, or 1 naming the failure. Run directly (no role), it says so and returns.
+/// The body of a test binary's `child_entry` test. A test child (role in [`ROLE`]) joins the
+/// world its environment describes (ranks listed in `TT_RING_ONLY` with the single-copy path
+/// off, those in `TT_OTHER_HOST` on another host id, every rank with `TT_BCAST_BYTES` of shared
+/// broadcast segment when set, every rank on the GPU `TT_ONE_GPU` names, as its own NCCL host,
+/// when set), runs `run` and exits 0, or 1 naming the failure. Run directly (no role), it says so and returns.
 pub fn child_main(run: Role) {
-    tandem_transport::bench::child_main_if_requested();
     let Ok(role) = std::env::var(ROLE) else {
         eprintln!("child_entry only runs as a child of the multi-process tests");
         return;

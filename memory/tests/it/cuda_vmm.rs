@@ -11,7 +11,7 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -226,7 +226,7 @@ fn a_second_process_imports_the_exported_fd_and_shares_the_bytes() {
     let len = r.len();
     fill(&r, 1);
     let mut child = common::spawn_child(
-        "child_imports_the_fd",
+        "cuda_vmm::child_imports_the_fd",
         &[(SOCK_ENV, path.to_string_lossy().into_owned())],
     );
     let (sock, _) = listener.accept().unwrap();

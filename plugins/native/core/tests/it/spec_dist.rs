@@ -6,7 +6,7 @@
 //! same samples FAIL it against a deliberately wrong distribution (the test has power).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::drafters::{Fixture, Policy};
 use common::random_model;

@@ -2,7 +2,7 @@
 //! config parsing and its errors.
 #![allow(clippy::unwrap_used, clippy::type_complexity)]
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -7,7 +7,7 @@
 //! with the target's logprobs. (The distribution test is `tests/spec_dist.rs`.)
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::drafters::{Fixture, Policy};
 use common::{random_model, seq};

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-mod common;
+use crate::common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,7 +137,7 @@ fn spawn_in(ns: &str, role: &str, cfg: Option<&CommConfig>) -> Child {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", ns])
         .arg(exe)
-        .args(["netns_child", "--exact", "--ignored", "--nocapture"])
+        .args(["netns::netns_child", "--exact", "--ignored", "--nocapture"])
         .env(common::ROLE, role);
     if let Some(c) = cfg {
         cmd.envs(c.to_env());

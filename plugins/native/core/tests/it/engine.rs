@@ -3,7 +3,7 @@
 //! stop tokens and max_tokens end generation.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{random_model, seq};
 use tandem_native_core::buffer::VecProvider;

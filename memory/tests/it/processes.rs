@@ -4,7 +4,7 @@
 //! regions of two processes.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -29,7 +29,7 @@ fn a_second_process_maps_by_fd_and_follows_pause_and_resume() {
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
     let mut child = common::spawn_child(
-        "child_maps_region",
+        "processes::child_maps_region",
         &[(SOCK_ENV, path.to_string_lossy().into_owned())],
     );
 
@@ -137,7 +137,10 @@ fn allocate_plan(mgr: &MemoryManager, plan: &[Planned]) -> Vec<tandem_memory::Re
 
 #[test]
 fn ledger_totals_match_live_regions_across_two_processes() {
-    let mut child = common::spawn_child("child_reports_ledger", &[(SOCK_ENV, "ledger".into())]);
+    let mut child = common::spawn_child(
+        "processes::child_reports_ledger",
+        &[(SOCK_ENV, "ledger".into())],
+    );
     let parent_plan = [
         (Tag::Weights, 4 << 20, BackupPolicy::Cpu, true),
         (Tag::Optimizer, 1 << 20, BackupPolicy::Cpu, false),

@@ -2,7 +2,7 @@
 //! tokenizer, SFT it on text, and generate — the generated text follows the trained pattern.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::config::ModelConfig;

@@ -1,7 +1,7 @@
 //! keep_resident guards, snapshots and budgets through the public API.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

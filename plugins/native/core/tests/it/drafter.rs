@@ -3,7 +3,7 @@
 //! continuations (loss falls, accuracy rises).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{random_model, seq, tokens};
 use tandem_native_core::buffer::{BufferTag, VecProvider};

@@ -18,8 +18,7 @@
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use common::{check, pattern};
 use std::time::{Duration, Instant};

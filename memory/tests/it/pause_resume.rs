@@ -3,7 +3,7 @@
 //! address stays, and contents come back bit-exact (backup) or zeroed (discard).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use tandem_memory::{
     BackupPolicy, DType, ManagerConfig, MemoryError, MemoryManager, RegionSpec, Tag, process_rss,

@@ -6,7 +6,7 @@
 //! `target/tmp/sglang-serve/<engine>.trace.jsonl` for the SGLang contract check. On a GPU
 //! machine `$SGLANG_URLS` names real SGLang servers instead (see NOTES.md).
 
-mod support;
+use crate::support;
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite, tiny_model};
 use tandem_plugin_api::UpdateKind as K;
 
