@@ -1,0 +1,10 @@
+//! `tandem-memory`'s integration tests, one module per area (`cuda_vmm` with the `cuda`
+//! feature only). Tests that allocate or measure much memory take `common::big_memory_lock()`.
+
+mod common;
+
+#[cfg(feature = "cuda")]
+mod cuda_vmm;
+mod pause_resume;
+mod policy;
+mod processes;

@@ -1,0 +1,11 @@
+//! `tandem-plugin-sglang`'s integration tests, one module per area: the plugin contract
+//! (`conformance`) and SGLang's request definitions (`contract`, ignored: needs the sglang
+//! wheel) against a `tandem serve`, launch-mode supervision (`launch`) and a scripted SGLang
+//! server (`mock_server`). Needs the workspace built (`cargo build --workspace`).
+
+mod support;
+
+mod conformance;
+mod contract;
+mod launch;
+mod mock_server;
