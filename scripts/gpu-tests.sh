@@ -5,8 +5,9 @@
 #
 #   cargo test -p tandem-memory -p tandem-transport \
 #       --features tandem-memory/cuda,tandem-transport/cuda --no-run --message-format=json
-#   # copy the executables of the targets cuda_vmm, nccl, tandem_memory, tandem_transport
-#   # (and any other test targets) into DIR under those names, strip them, then on the GPU:
+#   # copy the executables of the lib targets tandem_memory, tandem_transport under those
+#   # names and of the two crates' `it` targets as memory_it and transport_it into DIR,
+#   # strip them, then on the GPU:
 #   cd DIR && bash gpu-tests.sh            # writes $OUT/log (default /tmp/out/log)
 #   NCCL_ONLY=1 REPEAT=3 NCCL_LIMIT=40 bash gpu-tests.sh   # only the NCCL tests, each 3 times
 #
@@ -32,15 +33,17 @@ export RUST_BACKTRACE=1
 t() { local lim=$1; shift; echo; echo "== [$SECONDS s] $* (limit ${lim}s)"; timeout -k 5 "$lim" "$@"; echo "== rc=$? [$SECONDS s]"; }
 if [ -z "$NCCL_ONLY" ]; then
   t 30 ./tandem_memory cuda:: --test-threads=1 --nocapture
-  t 90 ./cuda_vmm --ignored --skip child_ --test-threads=1 --nocapture
+  t 90 ./memory_it cuda_vmm:: --ignored --skip child_ --test-threads=1 --nocapture
 fi
 for test in nccl_link_two_ranks_on_one_gpu nccl_link_three_ranks_on_one_gpu; do
   for i in $(seq "${REPEAT:-1}"); do
-    t "${NCCL_LIMIT:-75}" ./nccl --ignored --exact "$test" --test-threads=1 --nocapture
+    t "${NCCL_LIMIT:-75}" ./transport_it --ignored --exact "nccl::$test" --test-threads=1 --nocapture
   done
 done
 [ -n "$NCCL_ONLY" ] && { echo "== total ${SECONDS}s"; exit 0; }
-for b in tandem_memory tandem_transport plan store policy pause_resume processes multiproc; do
+for b in tandem_memory tandem_transport; do
   [ -x "./$b" ] && t 60 "./$b" --test-threads=2
 done
+[ -x ./transport_it ] && t 60 ./transport_it plan:: store:: multiproc:: --test-threads=2
+[ -x ./memory_it ] && t 60 ./memory_it policy:: pause_resume:: processes:: --test-threads=2
 echo "== total ${SECONDS}s"

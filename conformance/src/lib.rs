@@ -42,6 +42,13 @@ mod setup;
 mod suite;
 mod trainer;
 
+/// The bridge checks catching broken bridges.
+#[cfg(test)]
+mod broken_bridge_tests;
+/// The suite catching broken plugins: each rule failing on a fixture broken in one way.
+#[cfg(test)]
+mod broken_tests;
+
 pub use engine::EngineHarness;
 pub use harness::{
     BridgeCheck, BridgeSetups, Failure, Outcome, Shared, run_bridge, run_engine, run_pair,

@@ -63,7 +63,7 @@ pub trait InferenceEngine: Send + Sync {
     /// Self-reported statistics.
     #[sabi(last_prefix_field)]
     fn stats(&self) -> PResult<ComponentStats>;
-    // abi-append:hidden_states:begin (API level 3; app/tests/abi_versions.rs cuts it out)
+    // abi-append:hidden_states:begin (API level 3; app/tests/it/abi_versions.rs cuts it out)
     /// Computes the per-position features of `request.layers` for each sequence and sends
     /// them along `request.route` (API level [`HIDDEN`](crate::api_level::HIDDEN)). A plugin
     /// built before this method answers `NotSupported` (the default runs in its place).
@@ -112,7 +112,7 @@ pub trait Trainer: Send {
     /// Self-reported statistics.
     #[sabi(last_prefix_field)]
     fn stats(&self) -> PResult<ComponentStats>;
-    // abi-append:hidden_states:begin (API level 3; app/tests/abi_versions.rs cuts it out)
+    // abi-append:hidden_states:begin (API level 3; app/tests/it/abi_versions.rs cuts it out)
     /// One optimiser step on `batch` whose per-position features arrive as `features`
     /// describes (API level [`HIDDEN`](crate::api_level::HIDDEN)); e.g. a drafter trainer.
     fn train_step_features(
@@ -150,7 +150,7 @@ pub trait WeightBridge: Send + Sync {
     /// Engine-side half: runs in the engine's process.
     #[sabi(last_prefix_field)]
     fn engine_side(&self, shipped: WeightUpdate) -> PResult<WeightUpdate>;
-    // abi-append:bridge:begin (API level 4; app/tests/abi_versions.rs cuts it out)
+    // abi-append:bridge:begin (API level 4; app/tests/it/abi_versions.rs cuts it out)
     /// What the bridge needs from the host given its options (API level
     /// [`BRIDGE`](crate::api_level::BRIDGE)); asked once, in the controller, before the run
     /// starts. A bridge built before this method is refused (the default answers

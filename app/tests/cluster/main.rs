@@ -9,6 +9,8 @@
 //! TANDEM_RAY_HEAD_PID=... TANDEM_RAY_PYTHON=... cargo test -p tandem --test cluster -- --ignored --test-threads=1 ray::
 //! ```
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 #[path = "../common/mod.rs"]
 mod common;
 mod hosts;

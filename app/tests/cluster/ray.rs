@@ -17,7 +17,7 @@
 //! py=$(bash scripts/setup-ray.sh | tail -n1)
 //! bash scripts/cluster/ray-up.sh /tmp/tandem-ray "$py"
 //! TANDEM_RAY_HEAD_PID=$(cat /tmp/tandem-ray/head.pid) TANDEM_RAY_PYTHON=$py \
-//!   cargo test --workspace --test cluster_ray -- --ignored --test-threads=1
+//!   cargo test -p tandem --test cluster -- --ignored --test-threads=1 ray::
 //! bash scripts/cluster/ray-down.sh /tmp/tandem-ray
 //! ```
 

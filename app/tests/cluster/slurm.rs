@@ -16,7 +16,7 @@
 //! Run by `.ci/run` between `slurm-up.sh` and `slurm-down.sh`:
 //! ```sh
 //! bash scripts/cluster/slurm-up.sh /tmp/tandem-slurm
-//! SLURM_CONF=/tmp/tandem-slurm/slurm.conf cargo test --workspace --test cluster_slurm -- --ignored --test-threads=1
+//! SLURM_CONF=/tmp/tandem-slurm/slurm.conf cargo test -p tandem --test cluster -- --ignored --test-threads=1 slurm::
 //! bash scripts/cluster/slurm-down.sh /tmp/tandem-slurm
 //! ```
 

@@ -4,6 +4,8 @@
 //! or counts its own children takes `common::process_lock()`. Needs `cargo build --workspace`
 //! first (the fixture plugins and plugin libraries), as `scripts/test.sh` does.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 #[path = "../common/mod.rs"]
 mod common;
 /// The cluster tests' job files (`cluster_launchers` builds one without a cluster).

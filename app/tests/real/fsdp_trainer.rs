@@ -11,7 +11,7 @@
 //! ```text
 //! cargo build -p tandem-plugin-fsdp -p tandem-plugin-vllm
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test fsdp_trainer -- --ignored --test-threads=1
+//!   cargo test -p tandem --test real -- --ignored --test-threads=1 fsdp_trainer::
 //! ```
 
 #![allow(clippy::unwrap_used)]

@@ -15,6 +15,8 @@
 //! Areas: `vllm_engine`, `vllm_loop`, `vllm_eagle3`, `fsdp_trainer`, `megatron_trainer`,
 //! `smollm2` (`TANDEM_REF_PYTHON`), `serve_openai_client`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 #[path = "../common/mod.rs"]
 mod common;
 mod torchrun_fixture;

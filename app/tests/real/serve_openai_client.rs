@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test serve -- --ignored
+//!   cargo test -p tandem --test real -- --ignored serve_openai_client::
 //! ```
 
 use crate::common::{

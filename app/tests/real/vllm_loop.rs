@@ -11,7 +11,7 @@
 //! ```text
 //! cargo build -p tandem-plugin-vllm
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test vllm_loop -- --ignored --test-threads=1
+//!   cargo test -p tandem --test real -- --ignored --test-threads=1 vllm_loop::
 //! ```
 
 #![allow(clippy::unwrap_used)]

@@ -8,7 +8,7 @@
 //! Layering: `raw.rs` holds the unsafe driver calls; this file holds RAII owners
 //! ([`CudaVmm`], [`VmmRegion`]). Every entry point first checks that libcuda can be loaded,
 //! because cudarc panics (rather than erring) when it cannot. Compiled in CI; run on an H100 by
-//! `tests/cuda_vmm.rs` (figures in memory/ARCH-NOTES.md, "On a GPU").
+//! `tests/it/cuda_vmm.rs` (figures in memory/ARCH-NOTES.md, "On a GPU").
 
 mod raw;
 

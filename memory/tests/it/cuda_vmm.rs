@@ -7,7 +7,7 @@
 //!
 //! Every test here needs a CUDA device, so all are `#[ignore]`d (a machine without one would
 //! otherwise report a skip as a pass). On a GPU machine:
-//! `cargo test -p tandem-memory --features cuda --test cuda_vmm -- --ignored --test-threads=1`.
+//! `cargo test -p tandem-memory --features cuda --test it -- --ignored --test-threads=1 cuda_vmm::`.
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used)]
 

@@ -1,6 +1,8 @@
 //! `tandem-memory`'s integration tests, one module per area (`cuda_vmm` with the `cuda`
 //! feature only). Tests that allocate or measure much memory take `common::big_memory_lock()`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 mod common;
 
 #[cfg(feature = "cuda")]

@@ -5,6 +5,9 @@
 
 #![forbid(unsafe_code)]
 
+/// The plugin contract (`tandem-conformance`) against this plugin's built library.
+#[cfg(test)]
+mod conformance_tests;
 pub mod options;
 
 use std::path::PathBuf;

@@ -15,6 +15,13 @@ pub mod provider;
 pub mod trainer;
 pub mod validate;
 
+/// The plugin contract (`tandem-conformance`) on the native engine and trainer.
+#[cfg(test)]
+mod conformance_tests;
+/// `init_preset` / `init_seed` through the root module.
+#[cfg(test)]
+mod init_preset_tests;
+
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
 use tandem_plugin_api::{
     Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,

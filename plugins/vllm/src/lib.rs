@@ -4,6 +4,9 @@
 
 #![forbid(unsafe_code)]
 
+/// The plugin contract (`tandem-conformance`) against this plugin's built library.
+#[cfg(test)]
+mod conformance_tests;
 pub mod engine;
 pub mod http;
 pub mod options;

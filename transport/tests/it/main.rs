@@ -2,6 +2,8 @@
 //! processes (this binary re-run as `child_entry` with a role), the plan, the store; `nccl`
 //! with the `cuda` feature only; `netns` ignored (needs root and network namespaces).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 #[macro_use]
 mod common;
 

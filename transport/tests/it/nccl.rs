@@ -4,7 +4,7 @@
 //! root, all_gather and barrier, plus a 256 MiB transfer timed.
 //!
 //! A test machine has one GPU, and NCCL refuses two ranks of one communicator on one device
-//! ("Duplicate GPU detected"). `TT_ONE_GPU` (tests/common) therefore gives every rank its own
+//! ("Duplicate GPU detected"). `TT_ONE_GPU` (tests/it/common) therefore gives every rank its own
 //! host id and its own `NCCL_HOSTID`: the plan picks NCCL for "different hosts, GPUs" and NCCL
 //! connects the ranks through its network (socket) transport, so the bytes still go
 //! host -> device -> NCCL -> device -> host through the real link code. Run with

@@ -10,7 +10,7 @@
 //! ```text
 //! cargo build -p tandem-plugin-megatron -p tandem-plugin-fsdp -p tandem-plugin-vllm
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test megatron_trainer -- --ignored --test-threads=1
+//!   cargo test -p tandem --test real -- --ignored --test-threads=1 megatron_trainer::
 //! ```
 
 #![allow(clippy::unwrap_used)]

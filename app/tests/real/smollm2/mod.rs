@@ -8,7 +8,7 @@
 //! and network access to PyPI on first use; run by `.ci/run`'s real-model step:
 //! ```sh
 //! export TANDEM_REF_PYTHON="$(bash scripts/setup-python.sh | tail -n1)"
-//! cargo test -p tandem --test smollm2 -- --ignored --test-threads=1
+//! cargo test -p tandem --test real -- --ignored --test-threads=1 smollm2::
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -16,7 +16,7 @@
 //!
 //! ```text
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test vllm_eagle3 -- --ignored --nocapture
+//!   cargo test -p tandem --test real -- --ignored --nocapture vllm_eagle3::
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

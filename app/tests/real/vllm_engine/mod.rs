@@ -7,7 +7,7 @@
 //! ```text
 //! cargo build -p tandem-plugin-vllm
 //! TANDEM_PYTHON=$(bash scripts/setup-python.sh | tail -1) \
-//!   cargo test -p tandem --test vllm_engine -- --ignored --test-threads=1
+//!   cargo test -p tandem --test real -- --ignored --test-threads=1 vllm_engine::
 //! ```
 //!
 //! One vLLM server (LoRA enabled) is shared by the tests that need that configuration; tests

@@ -3,6 +3,8 @@
 //! wheel) against a `tandem serve`, launch-mode supervision (`launch`) and a scripted SGLang
 //! server (`mock_server`). Needs the workspace built (`cargo build --workspace`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 mod support;
 
 mod conformance;

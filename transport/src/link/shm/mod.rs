@@ -383,8 +383,8 @@ impl Link for ShmLink {
 #[cfg(test)]
 mod tests {
     //! In-process checks of the ring protocol (wrap-around, streaming larger than the ring,
-    //! close); the multi-process behaviour is covered by `tests/multiproc.rs`,
-    //! `tests/peer_failures.rs` and `tests/single_copy.rs`.
+    //! close); the multi-process behaviour is covered by `tests/it/multiproc.rs`,
+    //! `tests/it/peer_failures.rs` and `tests/it/single_copy.rs`.
     #![allow(clippy::unwrap_used)]
 
     use super::*;

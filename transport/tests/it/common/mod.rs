@@ -79,7 +79,7 @@ fn join_and_run(role: &str, run: Role) -> Result<(), String> {
     // NCCL a distinct NCCL_HOSTID per rank: NCCL then treats the ranks as separate hosts (its
     // network transport over TCP) instead of refusing two ranks on one GPU ("Duplicate GPU
     // detected"). Lets the NCCL link run between processes sharing the one GPU of a test
-    // machine; see tests/nccl.rs.
+    // machine; see tests/it/nccl.rs.
     if let Ok(dev) = std::env::var("TT_ONE_GPU") {
         cfg.placement.device = dev.parse().map_err(|e| format!("TT_ONE_GPU={dev}: {e}"))?;
         cfg.placement.host = format!("{}-gpu-rank{}", cfg.placement.host, cfg.rank);

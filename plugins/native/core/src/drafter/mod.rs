@@ -42,7 +42,7 @@
 //!
 //! `d2t` / `t2d` are written only when `draft_vocab_size < vocab_size`: with the full
 //! vocabulary vLLM's `Eagle3LlamaForCausalLM` has no `draft_id_to_target_id` parameter and
-//! refuses the checkpoint if `d2t` is present (`app/tests/vllm_eagle3`); a missing `d2t`
+//! refuses the checkpoint if `d2t` is present (`app/tests/real/vllm_eagle3`); a missing `d2t`
 //! loads as the identity.
 //!
 //! ## Storage

@@ -8,7 +8,7 @@
 //! Needs the Python environment of `python/requirements-cpu.lock` (torch, transformers, peft):
 //! ```sh
 //! export TANDEM_REF_PYTHON="$(bash scripts/setup-python.sh | tail -n1)"
-//! cargo test -p tandem-native-core --test hf_parity -- --ignored
+//! cargo test -p tandem-native-core --test it -- --ignored hf_parity::
 //! ```
 //! `.ci/run` does exactly that after `scripts/test.sh`. In a plain `cargo test` these tests are
 //! reported as ignored (never silently passed); run with `--ignored` but without

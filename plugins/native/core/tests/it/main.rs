@@ -1,6 +1,8 @@
 //! `tandem-native-core`'s integration tests, one module per area. `hf_parity` is ignored
 //! (needs `TANDEM_REF_PYTHON`): `cargo test -p tandem-native-core --test it -- --ignored hf_parity::`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap
+
 mod common;
 
 mod drafter;

@@ -4,7 +4,7 @@
 //! exactly where they would without a drafter, rows near `max_seq` shrink k, the drafter is
 //! fed the aux features `Engine::aux_features` computes (also when it drafts only in the
 //! tail of a batch, `set_speculate_below_batch`), and sampled output is reproducible
-//! with the target's logprobs. (The distribution test is `tests/spec_dist.rs`.)
+//! with the target's logprobs. (The distribution test is `tests/it/spec_dist.rs`.)
 #![allow(clippy::unwrap_used)]
 
 use crate::common;

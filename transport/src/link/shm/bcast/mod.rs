@@ -322,7 +322,7 @@ impl Segment {
 mod tests {
     //! In-process checks of the segment protocol with one thread per member (frames of every
     //! size wrapping a small ring from every root, abort, liveness); the multi-process
-    //! behaviour is covered by `tests/broadcast.rs`.
+    //! behaviour is covered by `tests/it/broadcast.rs`.
     #![allow(clippy::unwrap_used)]
 
     use super::*;

@@ -2,12 +2,12 @@
 //! path the host takes): model creation, validation at the option's key, refusals.
 use std::path::{Path, PathBuf};
 
+use crate::NativePlugin;
 use tandem_conformance::{Source, TrainerHarness, TrainerSetup};
 use tandem_native_core::buffer::VecProvider;
 use tandem_native_core::init::{Preset, init_preset};
 use tandem_plugin_api::sdk::module_of;
 use tandem_plugin_api::{ComponentConfig, ComponentKind, ConfigProblem};
-use tandem_plugin_native::NativePlugin;
 
 const FILES: [&str; 5] = [
     "config.json",

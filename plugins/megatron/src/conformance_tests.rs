@@ -1,6 +1,7 @@
 //! The `megatron` trainer (TP=2: 2 gloo ranks under torchrun) against the plugin contract, its
 //! exports served by the native engine (`libtandem_native.so`). Run by `.ci/run`'s real-engine
-//! step: `cargo test -p tandem-plugin-megatron --test conformance -- --ignored --test-threads=1`.
+//! step: `cargo test -p tandem-plugin-megatron --lib -- --ignored --test-threads=1 conformance_tests::`
+//! (after `cargo build --workspace`: it loads the built `.so` files).
 
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite, tiny_model};
 use tandem_plugin_api::UpdateKind as K;

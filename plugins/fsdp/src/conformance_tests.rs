@@ -1,6 +1,7 @@
 //! The `fsdp` trainer (2 gloo ranks under torchrun) against the plugin contract, its exports
 //! served by the native engine (`libtandem_native.so`). Run by `.ci/run`'s real-engine step:
-//! `cargo test -p tandem-plugin-fsdp --test conformance -- --ignored --test-threads=1`.
+//! `cargo test -p tandem-plugin-fsdp --lib -- --ignored --test-threads=1 conformance_tests::`
+//! (after `cargo build --workspace`: it loads the built `.so` files).
 
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite, tiny_model};
 use tandem_plugin_api::UpdateKind as K;

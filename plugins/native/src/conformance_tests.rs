@@ -1,13 +1,18 @@
 //! The native engine and trainer against the plugin contract (`tandem-conformance`).
+use crate::NativePlugin;
 use std::path::PathBuf;
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite};
 use tandem_native_core::{buffer::VecProvider, init};
 use tandem_plugin_api::{UpdateKind as K, sdk::module_of};
-use tandem_plugin_native::NativePlugin;
 
 fn model() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("conformance-native");
+    // `target/tmp` (what an integration test's `CARGO_TARGET_TMPDIR` names).
+    let target = tandem_conformance::target_profile_dir();
+    let dir = target
+        .parent()
+        .unwrap_or(&target)
+        .join("tmp/conformance-native");
     let make = || init::init_preset(init::Preset::Tiny, &dir, 7, &mut VecProvider::default());
     DIR.get_or_init(|| make().map(|_| dir.clone()).expect("tiny model"))
         .clone()

@@ -1,6 +1,7 @@
 //! The `vllm` engine against the plugin contract on a real vLLM server, with the native
 //! trainer (`libtandem_native.so`) producing its updates. Run by `.ci/run`'s real-engine step:
-//! `cargo test -p tandem-plugin-vllm --test conformance -- --ignored --test-threads=1`.
+//! `cargo test -p tandem-plugin-vllm --lib -- --ignored --test-threads=1 conformance_tests::`
+//! (after `cargo build --workspace`: it loads the built `.so` files).
 
 use tandem_conformance::{EngineSetup, Source, TrainerSetup, suite, tiny_model};
 use tandem_plugin_api::UpdateKind as K;

@@ -7,10 +7,10 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use crate::checks;
+use crate::{EngineHarness, EngineSetup, Source, TrainerHarness, TrainerSetup};
 use std::path::Path;
 use std::sync::Mutex;
-use tandem_conformance::checks;
-use tandem_conformance::{EngineHarness, EngineSetup, Source, TrainerHarness, TrainerSetup};
 use tandem_plugin_api::lifecycle::EngineMachine;
 use tandem_plugin_api::sdk::{self, EngineImpl, Plugin, TrainerImpl};
 use tandem_plugin_api::*;
@@ -290,8 +290,8 @@ fn trainer(model: &Path) -> TrainerHarness {
     TrainerHarness::new(TrainerSetup::new(source, "toy", model)).unwrap()
 }
 
-type EngineCheck = fn(&mut EngineHarness) -> tandem_conformance::Outcome;
-type PairCheck = fn(&mut EngineHarness, &mut TrainerHarness) -> tandem_conformance::Outcome;
+type EngineCheck = fn(&mut EngineHarness) -> crate::Outcome;
+type PairCheck = fn(&mut EngineHarness, &mut TrainerHarness) -> crate::Outcome;
 
 const ENGINE_CHECKS: [(&str, EngineCheck); 7] = [
     ("declared_and_healthy", checks::engine::declared_and_healthy),

@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
+use crate::{BridgeCheck, BridgeSetup, EngineSetup, Source, TrainerSetup, checks};
 use std::sync::atomic::{AtomicU32, Ordering};
-use tandem_conformance::{BridgeCheck, BridgeSetup, EngineSetup, Source, TrainerSetup, checks};
 use tandem_plugin_api::sdk::{self, BridgeImpl, Plugin};
 use tandem_plugin_api::*;
 
