@@ -12,7 +12,5 @@ use tandem_plugin_bridges as _;
 use tandem_plugin_native as _;
 
 fn main() -> ExitCode {
-    // `tandem bench transport` re-runs this executable as its peer processes.
-    tandem_transport::bench::child_main_if_requested();
     tandem_cli::main()
 }

@@ -1,113 +1,34 @@
-//! `tandem bench memory` as a library function: pause and resume throughput of the CPU backend,
-//! with and without backup, each beside plain memcpy bandwidth measured in the same run for the
-//! same size, plus RSS and system `Shmem` before and after a pause of the largest region.
+//! What `tandem bench memory` (crate `tandem-bench`) needs from inside a region, behind the
+//! `bench` feature: the limits it measures on a region's own memfd and warm backup buffer,
+//! which only this crate can reach.
 //!
-//! How the limit is measured: after one pause/resume cycle the region's backup buffer is warm, so
-//! the bench copies the resident region into it directly (one thread; best of six, interleaved
-//! with three warm pause/resume rounds whose best is reported) - a plain memcpy between two
-//! faulted-in buffers of the region's size, with no extra memory.
-//!
-//! Kernel ceilings, measured on the same region right after, each in one thread:
-//! `kernel_punch_hole` (returning its pages: what every pause pays on top of the copy),
-//! `kernel_page_alloc` (faulting zeroed pages in through the mapping with `MADV_POPULATE_WRITE`:
-//! what a discard resume, and a backup resume with shmem huge pages, pays before copying) and
-//! `kernel_shmem_pwrite` (`pwrite` into a hole: page allocation without zeroing, what a backup
-//! resume pays with 4 KiB shmem pages). `shmem_huge_mapped` says how much of the region the
-//! kernel mapped with 2 MiB pages (its limit name carries the `shmem_enabled` setting).
+//! - [`memcpy_limit`]: after one pause/resume cycle the region's backup buffer is warm, so the
+//!   resident region is copied into it directly (best of two) - a plain memcpy between two
+//!   faulted-in buffers of the region's size, with no extra memory.
+//! - [`kernel_rates`]: the kernel's own rates on the region's memfd, each in one thread:
+//!   `punch` (returning its pages: what every pause pays on top of the copy), `alloc` (faulting
+//!   zeroed pages in through the mapping with `MADV_POPULATE_WRITE`: what a discard resume, and
+//!   a backup resume with shmem huge pages, pays before copying) and `pwrite` (`pwrite` into a
+//!   hole: page allocation without zeroing, what a backup resume pays with 4 KiB shmem pages).
+//! - [`shmem_huge_mapped_bytes`] and [`shmem_thp_setting`]: how much of a region the kernel
+//!   mapped with 2 MiB pages, and the `shmem_enabled` setting that decides it.
 
 use std::os::fd::AsFd;
 use std::time::Instant;
 
+use crate::Region;
 use crate::error::{MemoryError, Result};
-use crate::manager::{ManagerConfig, MemoryManager};
-use crate::stats;
-use crate::sys;
-use crate::tag::{BackupPolicy, DType, RegionSpec, Tag};
+use crate::{stats, sys};
 
-/// What to measure.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BenchOptions {
-    /// Smallest region size in bytes (default 1 MiB).
-    pub min_size: usize,
-    /// Largest region size in bytes (default 4 GiB). Sizes go up by 4x from `min_size`; a size
-    /// that does not fit twice into `MemAvailable` is skipped and reported as `skipped/<size>`.
-    pub max_size: usize,
-    /// Threads a pause or resume may use ([`ManagerConfig::move_threads`]).
-    pub move_threads: usize,
-}
-
-impl Default for BenchOptions {
-    fn default() -> Self {
-        BenchOptions {
-            min_size: 1 << 20,
-            max_size: 4 << 30,
-            move_threads: ManagerConfig::cpu("bench").move_threads,
-        }
-    }
-}
-
-/// One figure beside its physical limit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Measurement {
-    /// What was measured, e.g. `pause_backup/64MiB`.
-    pub case: String,
-    /// Region size the case ran at, in bytes.
-    pub size: usize,
-    /// The figure.
-    pub value: f64,
-    /// Its unit (`GB/s`, `bytes`).
-    pub unit: &'static str,
-    /// The limit: memcpy GB/s at the same size for throughputs; the region size for byte counts.
-    pub limit: f64,
-    /// What the limit is (`memcpy`, `region size`, ...).
-    pub limit_name: String,
-}
-
-/// Runs the memory benchmark.
-pub fn bench(opts: &BenchOptions) -> Result<Vec<Measurement>> {
-    if opts.min_size == 0 || opts.min_size > opts.max_size {
-        return Err(MemoryError::InvalidArgument(format!(
-            "bench sizes must satisfy 0 < min_size ({}) <= max_size ({})",
-            opts.min_size, opts.max_size
-        )));
-    }
-    let mut sizes = vec![opts.min_size];
-    while let Some(next) = sizes.last().and_then(|s| s.checked_mul(4))
-        && next <= opts.max_size
-    {
-        sizes.push(next);
-    }
-    let largest = sizes.iter().copied().rfind(|&s| fits(s));
-    let mut out = Vec::new();
-    for size in sizes {
-        if !fits(size) {
-            out.push(Measurement {
-                case: format!("skipped/{}", label(size)),
-                size,
-                value: (2 * size) as f64,
-                unit: "bytes",
-                limit: stats::mem_available_bytes()? as f64,
-                limit_name: "MemAvailable".into(),
-            });
-            continue;
-        }
-        bench_size(size, Some(size) == largest, opts.move_threads, &mut out)?;
-    }
-    Ok(out)
-}
-
-fn fits(size: usize) -> bool {
-    stats::mem_available_bytes().is_ok_and(|a| (2 * size as u64).saturating_add(256 << 20) < a)
-}
-
-fn label(size: usize) -> String {
-    if size >= 1 << 30 && size.is_multiple_of(1 << 30) {
-        format!("{}GiB", size >> 30)
-    } else if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
-        format!("{}MiB", size >> 20)
-    } else {
-        format!("{size}B")
-    }
+/// The kernel's own rates on a region's memfd, in GB/s (one thread each).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelRates {
+    /// Hole punching (what every pause pays on top of the copy).
+    pub punch: f64,
+    /// Zeroed page allocation through the mapping (`MADV_POPULATE_WRITE`).
+    pub alloc: f64,
+    /// `pwrite` into a hole: page allocation without zeroing.
+    pub pwrite: f64,
 }
 
 fn gbs(size: usize, f: impl FnOnce() -> Result<()>) -> Result<f64> {
@@ -116,104 +37,9 @@ fn gbs(size: usize, f: impl FnOnce() -> Result<()>) -> Result<f64> {
     Ok(size as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9)
 }
 
-fn bench_size(
-    size: usize,
-    footprint: bool,
-    threads: usize,
-    out: &mut Vec<Measurement>,
-) -> Result<()> {
-    let mgr = MemoryManager::new(ManagerConfig::cpu("bench").with_move_threads(threads));
-    let tag = Tag::Custom("bench".into());
-    let tags = std::slice::from_ref(&tag);
-    let l = label(size);
-
-    let mut region = mgr.alloc(RegionSpec::new(tag.clone(), size, DType::U8))?;
-    fill(&mut region)?;
-    let before = if footprint {
-        Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?))
-    } else {
-        None
-    };
-    let pause_cold = gbs(size, || mgr.pause(tags).map(drop))?;
-    let after = if footprint {
-        Some((stats::process_rss_bytes()?, stats::system_shmem_bytes()?))
-    } else {
-        None
-    };
-    let mut resume = gbs(size, || mgr.resume(tags).map(drop))?;
-    // Limit and figures interleaved, best of 3 each, so a burst of load on this shared machine
-    // hits both alike.
-    let (mut memcpy, mut pause_warm) = (0f64, 0f64);
-    for _ in 0..3 {
-        memcpy = memcpy.max(memcpy_limit(&region)?);
-        pause_warm = pause_warm.max(gbs(size, || mgr.pause(tags).map(drop))?);
-        resume = resume.max(gbs(size, || mgr.resume(tags).map(drop))?);
-    }
-    check(&region)?;
-    let huge = stats::shmem_huge_mapped_bytes(region.as_ptr() as usize)?;
-    let kernel = kernel_rates(&region)?;
-    drop(region);
-
-    let mut discard = mgr
-        .alloc(RegionSpec::new(tag.clone(), size, DType::U8).with_backup(BackupPolicy::Discard))?;
-    fill(&mut discard)?;
-    let pause_discard = gbs(size, || mgr.pause(tags).map(drop))?;
-    let resume_discard = gbs(size, || mgr.resume(tags).map(drop))?;
-    drop(discard);
-
-    let mut push = |case: &str, value: f64| {
-        out.push(Measurement {
-            case: format!("{case}/{l}"),
-            size,
-            value,
-            unit: "GB/s",
-            limit: memcpy,
-            limit_name: "memcpy".into(),
-        })
-    };
-    push("pause_backup_cold", pause_cold);
-    push("pause_backup", pause_warm);
-    push("resume_backup", resume);
-    push("pause_discard", pause_discard);
-    push("resume_discard", resume_discard);
-    push("kernel_punch_hole", kernel.punch);
-    push("kernel_page_alloc", kernel.alloc);
-    push("kernel_shmem_pwrite", kernel.pwrite);
-    let mut bytes = |case: &str, value: u64, limit_name: String| {
-        out.push(Measurement {
-            case: format!("{case}/{l}"),
-            size,
-            value: value as f64,
-            unit: "bytes",
-            limit: size as f64,
-            limit_name,
-        })
-    };
-    let thp = format!("region size; shmem_enabled={}", sys::shmem_thp_setting());
-    bytes("shmem_huge_mapped", huge, thp);
-    if let (Some((rss0, shm0)), Some((rss1, shm1))) = (before, after) {
-        for (case, v) in [
-            ("rss_before_pause", rss0),
-            ("rss_after_pause", rss1),
-            ("shmem_before_pause", shm0),
-            ("shmem_after_pause", shm1),
-        ] {
-            bytes(case, v, "region size".into());
-        }
-    }
-    Ok(())
-}
-
-/// The kernel's own rates on a region's memfd, in GB/s (one thread each).
-struct KernelRates {
-    punch: f64,
-    alloc: f64,
-    pwrite: f64,
-}
-
-/// Measures [`KernelRates`] on a resident region (its contents are garbage afterwards, and it is
-/// left resident).
-fn kernel_rates(region: &crate::Region) -> Result<KernelRates> {
+/// Measures [`KernelRates`] on a resident region that has been paused once (its contents are
+/// garbage afterwards, and it is left resident).
+pub fn kernel_rates(region: &Region) -> Result<KernelRates> {
     let cell = &region.cell;
     let res = cell.lock_exclusive()?;
     let fd = cell.fd.as_fd();
@@ -236,31 +62,9 @@ fn kernel_rates(region: &crate::Region) -> Result<KernelRates> {
     })
 }
 
-fn fill(region: &mut crate::Region) -> Result<()> {
-    let mut v = region.view_mut::<u8>()?;
-    for (i, chunk) in v.chunks_mut(8).enumerate() {
-        let word = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
-    Ok(())
-}
-
-fn check(region: &crate::Region) -> Result<()> {
-    let v = region.view::<u8>()?;
-    for (i, chunk) in v.chunks(8).enumerate().step_by(4099) {
-        let word = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
-        if chunk != &word[..chunk.len()] {
-            return Err(MemoryError::InvalidArgument(format!(
-                "bench: region {} lost data after pause/resume at word {i}",
-                region.id()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Best of two copies of the resident region into its warm (retained) backup buffer.
-fn memcpy_limit(region: &crate::Region) -> Result<f64> {
+/// Best of two copies of a resident region (paused once) into its warm (retained) backup
+/// buffer, in GB/s.
+pub fn memcpy_limit(region: &Region) -> Result<f64> {
     let cell = &region.cell;
     let res = cell.lock_exclusive()?;
     let backup = res.backup.as_ref().ok_or_else(|| {
@@ -278,4 +82,15 @@ fn memcpy_limit(region: &crate::Region) -> Result<f64> {
     }
     backup.lazy_free();
     Ok(best)
+}
+
+/// Bytes of a region the kernel mapped with 2 MiB shmem pages (`ShmemPmdMapped`).
+pub fn shmem_huge_mapped_bytes(region: &Region) -> Result<u64> {
+    stats::shmem_huge_mapped_bytes(region.as_ptr() as usize)
+}
+
+/// The kernel's `shmem_enabled` setting for 2 MiB pages (`always`, `within_size`, `advise`,
+/// `never`, ...).
+pub fn shmem_thp_setting() -> &'static str {
+    sys::shmem_thp_setting()
 }

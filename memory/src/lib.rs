@@ -18,10 +18,12 @@
 //! handle/views), `manager` (MemoryManager, pause/resume, guards, budget checks), `mover` (the
 //! two-thread copy/punch/populate pipelines of pause and resume), `snapshot`,
 //! `budget`, `ledger` (reports and DeviceLedger), `share` (MappedRegion, sending regions), `key` (RegionKey: share by `/proc` path), `stats`
-//! (/proc readings), `bench`, `sys` (all CPU syscalls and raw-pointer work, and
+//! (/proc readings), `bench` (feature `bench`: the limits `tandem bench memory` measures
+//! inside a region), `sys` (all CPU syscalls and raw-pointer work, and
 //! their `unsafe`; see its doc for the `unsafe` calls outside it), `cuda` (feature).
 
-mod bench;
+#[cfg(feature = "bench")]
+pub mod bench;
 mod budget;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -37,7 +39,6 @@ mod stats;
 mod sys;
 mod tag;
 
-pub use bench::{BenchOptions, Measurement, bench};
 pub use budget::{Budget, SAFETY_MARGIN, check_fractions, cpu_capacity_bytes};
 pub use error::{MemoryError, Result};
 pub use key::RegionKey;

@@ -44,7 +44,8 @@ pub fn mem_available_bytes() -> Result<u64> {
 }
 
 /// `ShmemPmdMapped` of this process's mapping that starts at `addr` (`/proc/self/smaps`): the
-/// bytes of it mapped with 2 MiB shmem pages.
+/// bytes of it mapped with 2 MiB shmem pages (for `tandem bench memory`).
+#[cfg(any(test, feature = "bench"))]
 pub fn shmem_huge_mapped_bytes(addr: usize) -> Result<u64> {
     const PATH: &str = "/proc/self/smaps";
     const FIELD: &str = "ShmemPmdMapped";

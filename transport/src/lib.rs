@@ -7,11 +7,9 @@
 //!   functions, for `tandem check`).
 //! - [`Communicator`]: send/recv/isend/irecv, broadcast, all_gather, barrier on the world
 //!   or on sub-groups made from rank lists.
-//! - [`bench`](mod@bench): `tandem bench transport` as a library function, with its child-process entry
-//!   point [`bench::child_main_if_requested`].
-//! - [`local`]: spawning N local rank processes with a store (used by the bench and tests).
+//! - [`local`]: spawning N local rank processes with a store (used by tests and by
+//!   `tandem bench transport`, crate `tandem-bench`).
 
-pub mod bench;
 mod comm;
 mod error;
 mod link;

@@ -1,6 +1,6 @@
 //! `tandem-cli`: the `tandem` command line — argument parsing (clap), one module per
-//! subcommand, logging, and the benchmarks behind `tandem bench`. The binary (`app/`) links
-//! it with the built-in plugins and calls [`main`].
+//! subcommand, and logging. The binary (`app/`) links it with the built-in plugins and calls
+//! [`main`]. `tandem bench` runs the separate `tandem-bench` binary ([`bench`]).
 
 #![forbid(unsafe_code)]
 
@@ -10,7 +10,7 @@ pub mod error;
 mod eval;
 mod generate;
 mod launch;
-mod logging;
+pub mod logging;
 mod model;
 mod plugins;
 mod run;
@@ -64,23 +64,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Submit a job to a cluster: `--sbatch` prints the `sbatch` script of a Slurm job.
     Launch(launch::LaunchArgs),
-    /// Run a benchmark; each figure is printed beside its limit measured in the same run.
-    Bench {
-        /// Which benchmark.
-        #[arg(value_enum)]
-        name: bench::command::BenchName,
-        /// One JSON object per figure.
-        #[arg(long)]
-        json: bool,
-        /// Smaller sizes and fewer repetitions.
-        #[arg(long)]
-        quick: bool,
-        /// `transport` only: tcp between this process and a peer in the network namespace
-        /// NETNS (e.g. `tnd-n2`, from `scripts/cluster/netns-up.sh`; needs root), beside a
-        /// plain socket copy over the same path, instead of the loopback figures.
-        #[arg(long, value_name = "NETNS")]
-        across_netns: Option<String>,
-    },
+    /// Run a benchmark (the `tandem-bench` binary; `tandem bench --help` lists them); each
+    /// figure is printed beside its limit measured in the same run.
+    #[command(disable_help_flag = true)]
+    Bench(bench::BenchArgs),
     /// Model files: `tandem model init` (preset models), `tandem model sft` (warm starts),
     /// `tandem model merge-lora` (an adapter merged into its base).
     Model {
@@ -97,9 +84,6 @@ pub enum Command {
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
     #[command(hide = true)]
     Worker(tandem_runtime::worker::WorkerArgs),
-    /// The peer of `tandem bench transport --across-netns` (started by the bench, not by hand).
-    #[command(hide = true, name = bench::transport_netns::PEER_COMMAND)]
-    BenchNetnsPeer(bench::transport_netns::PeerArgs),
 }
 
 /// Parses the process arguments, runs the command, and maps errors to exit codes.
@@ -128,23 +112,23 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Check { job, json } => check::run(&cli.plugin_dirs, &job, json),
         Command::Run(args) => run::run(&cli.plugin_dirs, args, cli.quiet),
         Command::Launch(args) => launch::run(&cli.plugin_dirs, args),
-        Command::Bench {
-            name,
-            json,
-            quick,
-            across_netns,
-        } => bench::command::run(&cli.plugin_dirs, name, json, quick, across_netns.as_deref()),
+        Command::Bench(args) => bench::run(
+            &cli.plugin_dirs,
+            cli.log_format,
+            cli.verbose,
+            cli.quiet,
+            args,
+        ),
         Command::Model { command } => model::run(&cli.plugin_dirs, command),
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Serve(args) => serve::run(&cli.plugin_dirs, args),
         Command::Eval(args) => eval::run(&cli.plugin_dirs, args),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),
-        Command::BenchNetnsPeer(args) => bench::transport_netns::peer(args),
     }
 }
 
 /// Prints a value as one line of JSON on stdout.
-pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
+pub fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
     let line = serde_json::to_string(value)
         .map_err(|e| CliError::failed(format!("cannot serialise output: {e}")))?;
     println!("{line}");

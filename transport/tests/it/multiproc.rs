@@ -1,9 +1,9 @@
 //! Multi-process tests of a healthy world: every rank is a real child process (this test
 //! binary re-run with `child_entry` and a role), linked by real shared memory or real TCP
 //! sockets. Collectives on 2 and 4 ranks, the colocated topology, a 1 GiB message, the
-//! rendezvous naming a missing rank (the transport bench's own test is in `bench/cli`). Failures are in
-//! `peer_failures.rs`, the shm single-copy paths in `single_copy.rs`, the broadcast paths
-//! (shared segment, chain) and their failures in `broadcast.rs`.
+//! rendezvous naming a missing rank (the transport bench's own test is in `bench/cli`).
+//! Failures are in `peer_failures.rs`, the shm single-copy paths in `single_copy.rs`, the
+//! broadcast paths (shared segment, chain) and their failures in `broadcast.rs`.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
