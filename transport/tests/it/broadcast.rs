@@ -17,7 +17,7 @@ child_roles! {
     "sizes" => |w, c| sizes(w, c).map_err(text),
     "stream" => |w, c| stream(w, c).map_err(text),
     "mixed" => |w, _| mixed(w).map_err(text),
-    "kill" => kill,
+    "bcast_kill" => kill,
     "absent" => absent,
 }
 
@@ -273,7 +273,7 @@ fn kill_mid_broadcast(root: usize, victim: usize) {
     let w = spawn(
         n,
         "shm",
-        "kill",
+        "bcast_kill",
         Duration::from_secs(30),
         &[
             ("TT_ROOT", root.to_string()),

@@ -18,7 +18,8 @@ mod single_copy;
 mod store;
 
 /// The one child entry point: [`common::spawn`] re-runs this binary with `--exact child_entry`
-/// and a role ([`common::ROLE`]), which each module's `child_roles!` table answers.
+/// and a role ([`common::ROLE`]), which each module's `child_roles!` table answers (role
+/// names are unique across the modules).
 #[test]
 #[ignore = "child entry point: run by the other tests in a child process"]
 fn child_entry() {
