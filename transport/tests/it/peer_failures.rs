@@ -95,10 +95,11 @@ fn kill(w: &Communicator, cfg: &CommConfig) -> Result<(), String> {
     }
 }
 
-/// Rank 1 stays alive but never sends; rank 0's receive times out naming rank 1.
+/// Rank 1 stays alive but never sends (until rank 0 is done with its receive); rank 0's
+/// receive times out naming rank 1.
 fn silent(w: &Communicator) -> Result<(), String> {
     if w.rank() == 1 {
-        std::thread::sleep(Duration::from_secs(4));
+        common::wait_for("rank0-done");
         return Ok(());
     }
     let t0 = std::time::Instant::now();
@@ -108,9 +109,13 @@ fn silent(w: &Communicator) -> Result<(), String> {
             rank: 1, ref addr, ..
         }) if !addr.is_empty() => {
             println!("timed out after {:?}", t0.elapsed());
+            common::signal("rank0-done");
             Ok(())
         }
-        other => Err(format!("expected Timeout naming rank 1, got {other:?}")),
+        other => {
+            common::signal("rank0-done");
+            Err(format!("expected Timeout naming rank 1, got {other:?}"))
+        }
     }
 }
 
@@ -167,6 +172,7 @@ fn tcp_peer_killed_mid_transfer() {
 
 #[test]
 fn silent_peer_times_out_naming_it() {
-    let w = spawn(2, "shm", "silent", Duration::from_secs(1), &[]);
-    assert_eq!(w.wait(Duration::from_secs(30)), vec![Some(0), Some(0)]);
+    let (_dir, sync) = common::sync_dir();
+    let w = spawn(2, "shm", "silent", Duration::from_secs(1), &[sync]);
+    assert_eq!(w.wait(Duration::from_secs(60)), vec![Some(0), Some(0)]);
 }

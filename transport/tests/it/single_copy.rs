@@ -141,11 +141,13 @@ fn eperm(w: &Communicator) -> Result<(), String> {
 
 /// Rank 1 posts its receive only after rank 0's single-copy send timed out: the sender gets
 /// `Timeout` naming rank 1 (and may reuse its buffer), the receiver an error instead of bytes
-/// read from a withdrawn buffer.
+/// read from a withdrawn buffer. The ranks order this by signals, not by sleeping.
 fn late(w: &Communicator) -> Result<(), String> {
     let len = 1 << 20;
     if w.rank() == 0 {
-        match w.send(1, &pattern(1, len), 0) {
+        let sent = w.send(1, &pattern(1, len), 0);
+        common::signal("send-timed-out");
+        match sent {
             Err(TransportError::Timeout { rank: 1, what, .. }) if what.contains("single-copy") => {}
             other => {
                 return Err(format!(
@@ -153,12 +155,14 @@ fn late(w: &Communicator) -> Result<(), String> {
                 ));
             }
         }
-        std::thread::sleep(Duration::from_secs(3)); // stay alive while rank 1 receives
+        common::wait_for("received"); // stay alive while rank 1 receives
         return Ok(());
     }
-    std::thread::sleep(Duration::from_millis(2500));
+    common::wait_for("send-timed-out");
     let mut buf = vec![0u8; len];
-    match w.recv(0, &mut buf, 0) {
+    let got = w.recv(0, &mut buf, 0);
+    common::signal("received");
+    match got {
         Err(TransportError::Protocol { msg, .. }) if msg.contains("withdrew") => Ok(()),
         other => Err(format!(
             "expected the withdrawn message to fail, got {other:?}"
@@ -201,6 +205,7 @@ fn shm_refused_single_copy_read_falls_back_to_the_ring() {
 
 #[test]
 fn single_copy_send_that_timed_out_is_withdrawn() {
-    let w = spawn(2, "shm", "late", Duration::from_secs(1), &[]);
-    assert_eq!(w.wait(Duration::from_secs(30)), vec![Some(0), Some(0)]);
+    let (_dir, sync) = common::sync_dir();
+    let w = spawn(2, "shm", "late", Duration::from_secs(1), &[sync]);
+    assert_eq!(w.wait(Duration::from_secs(60)), vec![Some(0), Some(0)]);
 }

@@ -184,3 +184,35 @@ pub fn check(got: &[u8], want: &[u8], what: &str) {
         );
     }
 }
+
+/// The environment variable naming the directory where a world's ranks leave [`signal`]s.
+pub const SYNC_DIR: &str = "TT_SYNC_DIR";
+
+/// A fresh directory for [`signal`] / [`wait_for`], as the `(name, value)` pair [`spawn`]
+/// passes to every rank; the caller keeps the directory alive until the world is done.
+pub fn sync_dir() -> (tempfile::TempDir, (&'static str, String)) {
+    let dir = tempfile::tempdir().unwrap();
+    let value = dir.path().display().to_string();
+    (dir, (SYNC_DIR, value))
+}
+
+/// Marks `name` as reached for the other ranks of this world (a file in [`SYNC_DIR`]).
+pub fn signal(name: &str) {
+    let dir = std::env::var(SYNC_DIR).expect("the test passes common::sync_dir() to spawn");
+    std::fs::write(std::path::Path::new(&dir).join(name), b"").unwrap();
+}
+
+/// Waits until another rank [`signal`]ed `name` (polled; the world's own wait bounds the test,
+/// this deadline only keeps a rank from outliving it).
+pub fn wait_for(name: &str) {
+    let dir = std::env::var(SYNC_DIR).expect("the test passes common::sync_dir() to spawn");
+    let path = std::path::Path::new(&dir).join(name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} was never signalled"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
