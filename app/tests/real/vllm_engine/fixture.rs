@@ -36,29 +36,61 @@ pub(crate) fn config(component: &str, model: &Path, options: &str) -> ComponentC
     cpu_config(component, model, options, &fixture().dir.join("run"))
 }
 
-/// Options of the shared server configuration: its port is fixed (a free one, picked once)
-/// so that the tests can read the server's own `/metrics`.
+/// Options of the shared server configuration (the plugin picks a free port).
 pub(crate) fn shared_options() -> String {
     format!(
         r#"{{"python": "{}", "max_model_len": 1024, "enable_lora": true, "max_lora_rank": 8,
-            "request_timeout_s": 120, "control_timeout_s": 60, "port": {}}}"#,
+            "request_timeout_s": 120, "control_timeout_s": 60}}"#,
         python(),
-        shared_port()
     )
 }
 
-/// The shared server's port: free when picked (the plugin checks it again at each start).
-fn shared_port() -> u16 {
-    static PORT: OnceLock<u16> = OnceLock::new();
-    *PORT.get_or_init(|| {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    })
-}
-
-/// `http://127.0.0.1:PORT` of the shared server.
+/// `http://127.0.0.1:PORT` of the vLLM server this process runs now (at most one runs at a
+/// time): the `--port` on the command line of the newest vLLM process descended from this
+/// one, read from `/proc` — the port the plugin chose, with no port reserved in advance.
 pub(crate) fn shared_url() -> String {
-    format!("http://127.0.0.1:{}", shared_port())
+    let me = std::process::id();
+    let stat = |pid: u32| -> Option<(u32, u64)> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the `(comm)`: state ppid ... starttime is field 22 of the whole line.
+        let rest: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+        Some((rest.get(1)?.parse().ok()?, rest.get(19)?.parse().ok()?))
+    };
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let descends = |mut pid: u32| {
+        for _ in 0..64 {
+            match stat(pid) {
+                Some((ppid, _)) if ppid == me => return true,
+                Some((ppid, _)) if ppid > 1 => pid = ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let mut servers: Vec<(u64, u16)> = pids
+        .into_iter()
+        .filter(|&pid| descends(pid))
+        .filter_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            if !args.iter().any(|a| a.contains("vllm")) {
+                return None;
+            }
+            let at = args.iter().position(|a| a == "--port")?;
+            Some((stat(pid)?.1, args.get(at + 1)?.parse().ok()?))
+        })
+        .collect();
+    servers.sort();
+    let (_, port) = servers
+        .last()
+        .unwrap_or_else(|| panic!("no vLLM server with --port runs under this process"));
+    format!("http://127.0.0.1:{port}")
 }
 
 /// The shared engine slot; the guard also serialises the tests.
