@@ -58,7 +58,7 @@ fn tandem_run_on_n1(job: &Path) -> Command {
 
 #[test]
 #[ignore = "needs a Ray cluster from scripts/cluster/ray-up.sh (TANDEM_RAY_HEAD_PID)"]
-fn a_engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
+fn engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
     // Reloaded in place: a restart per step is a new Ray driver per step (~3 s of Python
     // start-up on a busy 2-core machine); `c_...` restarts workers in their bundles.
     crate::hosts::learns_across_two_hosts(
@@ -70,13 +70,13 @@ fn a_engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
 
 #[test]
 #[ignore = "needs a Ray cluster from scripts/cluster/ray-up.sh (TANDEM_RAY_HEAD_PID)"]
-fn b_engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
+fn engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
     crate::hosts::learns_across_two_hosts(("broadcast", ""), LAUNCHER, tandem_run_on_n1);
 }
 
 #[test]
 #[ignore = "needs a Ray cluster from scripts/cluster/ray-up.sh (TANDEM_RAY_HEAD_PID)"]
-fn c_remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_peer_is_refused() {
+fn remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_peer_is_refused() {
     crate::hosts::workers_killed_on_their_nodes_are_named_and_replaced(
         LAUNCHER,
         tandem_run_on_n1,

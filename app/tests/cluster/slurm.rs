@@ -68,19 +68,19 @@ fn learns_across_two_hosts(bridge: &str) {
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
-fn a_engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
+fn engine_on_n1_trainer_on_n2_learn_through_the_checkpoint_bridge() {
     learns_across_two_hosts("checkpoint");
 }
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
-fn b_engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
+fn engine_on_n1_trainer_on_n2_learn_through_broadcast_over_tcp() {
     learns_across_two_hosts("broadcast");
 }
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
-fn c_remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_peer_is_refused() {
+fn remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_peer_is_refused() {
     crate::hosts::workers_killed_on_their_nodes_are_named_and_replaced(
         LAUNCHER,
         |job| {
@@ -94,7 +94,7 @@ fn c_remote_workers_killed_on_their_nodes_are_named_and_replaced_a_tokenless_pee
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (its network namespaces)"]
-fn d_a_connection_from_n2_without_the_token_is_refused() {
+fn a_connection_from_n2_without_the_token_is_refused() {
     let _ = slurm_conf();
     let server = ControlServer::bind(format!("{LOGIN}:0").parse().unwrap()).unwrap();
     probe_from_n2_without_token(server.local_addr());
@@ -108,7 +108,7 @@ fn d_a_connection_from_n2_without_the_token_is_refused() {
 
 #[test]
 #[ignore = "needs a Slurm cluster from scripts/cluster/slurm-up.sh (SLURM_CONF)"]
-fn e_the_sbatch_script_of_a_job_runs_it_in_an_allocation_with_the_controller_on_n1() {
+fn the_sbatch_script_of_a_job_runs_it_in_an_allocation_with_the_controller_on_n1() {
     let t = tempfile::tempdir().unwrap();
     let job = job(t.path(), "checkpoint", 4, "");
     let auto = std::fs::read_to_string(&job)

@@ -422,7 +422,7 @@ fn run_killing_rank0_after(job: &Path, out: &Path, after: usize) -> (std::proces
 /// No `options.python`, no `$TANDEM_PYTHON` and no pointer file of `scripts/setup-python.sh`
 /// (an empty `TANDEM_VENV_ROOT`, whatever this machine's `~/.cache/tandem` holds).
 #[test]
-fn e_a_missing_python_environment_is_one_line() {
+fn a_missing_python_environment_is_one_line() {
     plugin_lib("tandem-plugin-fsdp", "libtandem_fsdp.so");
     assert_no_venv_is_one_line(
         "[trainer]\nplugin = \"fsdp\"",
@@ -438,7 +438,7 @@ fn g_vllm_with_the_fsdp_trainer_runs_the_checkpoint_example() {
     short_example("vllm-fsdp-checkpoint", 2);
 }
 
-/// The steps above in order (`e_...`, which needs no Python, is a test of its own).
+/// The steps above in order (`a_missing_python_environment_is_one_line`, which needs no Python, is a test of its own).
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + FSDP2 and a real vLLM server"]
 fn all_steps_in_order() {

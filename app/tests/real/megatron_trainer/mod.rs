@@ -347,7 +347,7 @@ fn check_job(dir: &Path, model: &Path, options: &str) -> std::process::Output {
 }
 
 #[test]
-fn e_a_model_the_layout_cannot_split_another_architecture_and_no_python_are_one_line() {
+fn a_model_the_layout_cannot_split_another_architecture_and_no_python_are_one_line() {
     plugin_lib("tandem-plugin-megatron", "libtandem_megatron.so");
     let dir = tempfile::tempdir().unwrap();
     let model = &fixture().model;
@@ -418,8 +418,8 @@ fn g_vllm_with_megatron_runs_its_example() {
     short_example("vllm-megatron-checkpoint", 2);
 }
 
-/// The steps above in order, then `bench::h_...` and `parity::i_...` (`e_...`, which needs no
-/// Python, is a test of its own).
+/// The steps above in order, then `bench::h_...` and `parity::i_...`
+/// (`a_model_the_layout_cannot_split_...`, which needs no Python, is a test of its own).
 #[test]
 #[ignore = "needs TANDEM_PYTHON (scripts/setup-python.sh): real torchrun + Megatron-Core, FSDP2, transformers and a real vLLM server"]
 fn all_steps_in_order() {
