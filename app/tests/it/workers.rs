@@ -103,6 +103,20 @@ fn unread_socket_bytes(pid: u32) -> u64 {
     unread
 }
 
+/// Whether every thread of `pid` is in the stopped state (`T` in `/proc/PID/task/TID/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                == Some("T")
+        })
+    })
+}
+
 /// Whether a live process has `arg` on its command line.
 fn running_with_arg(arg: &Path) -> bool {
     let arg = arg.as_os_str().as_encoded_bytes();
@@ -291,9 +305,18 @@ fn a_killed_worker_fails_the_call_in_flight_and_the_next_call() {
     let specs = [spec(Role::Engine, 0, "fixture-alpha", "{}", plugins.path())];
     let engine = l.spawn_engines(&specs).unwrap().remove(0);
     assert_eq!(tokens(&engine, &[&[1]]).unwrap(), [vec![1001]]);
-    // Freeze the worker, wait until the next call's request sits unread in its socket (the
-    // call is in flight), then kill it.
+    // Freeze the worker and wait until every thread of it is stopped (a reader thread woken by
+    // the signal but not yet scheduled would still take bytes already queued), then wait until
+    // the next call's request sits unread in its socket (the call is in flight), and kill it.
     signal(engine.pid(), Signal::SIGSTOP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !all_threads_stopped(engine.pid()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let in_flight = std::thread::scope(|s| {
         let call = s.spawn(|| tokens(&engine, &[&[2]]));
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
