@@ -114,6 +114,17 @@ pub fn err<T>(
     }
 }
 
+/// `cargo` (the one running the tests) for building a separate workspace (the out-of-tree
+/// examples, the ABI-skewed fixtures), without the workspace wrapper CI lints the test build
+/// with (`RUSTC_WORKSPACE_WRAPPER` = clippy-driver): those crates are built, not linted.
+pub fn cargo() -> std::process::Command {
+    let mut c =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS");
+    c
+}
+
 /// A scratch directory for files a test binary shares between its tests for the whole
 /// process (e.g. models written once): `<CARGO_TARGET_TMPDIR>/<name>-<pid>`. A static
 /// `TempDir` is never dropped, so its directory outlived every run (≈ 110 MB each for the

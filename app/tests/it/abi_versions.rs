@@ -12,7 +12,6 @@
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn copy_dir(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).unwrap();
@@ -189,7 +188,7 @@ fn build(
         w.join("rust-toolchain.toml"),
     );
     let target = root.join("target/abi-skew");
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = cargo();
     cmd.current_dir(w)
         .args(["build", "--offline", "-q", "-p"])
         .arg(format!("tandem-{}", fixture.dir()))

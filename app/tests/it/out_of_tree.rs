@@ -4,14 +4,13 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use crate::common::*;
-use std::process::Command;
 
 #[test]
 fn out_of_tree_example_builds_and_is_listed() {
     let root = workspace_root();
     let manifest = root.join("examples/out-of-tree-plugin/Cargo.toml");
     let target = root.join("target/out-of-tree");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let status = cargo()
         .args(["build", "--offline", "-q", "--manifest-path"])
         .arg(&manifest)
         .env("CARGO_TARGET_DIR", &target)
@@ -31,7 +30,7 @@ fn out_of_tree_example_builds_and_is_listed() {
 fn out_of_tree_example_passes_the_conformance_suite() {
     let root = workspace_root();
     let manifest = root.join("examples/out-of-tree-plugin/Cargo.toml");
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let out = cargo()
         .args([
             "test",
             "--offline",

@@ -9,9 +9,8 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use crate::common::rl::{JobOpts, OutputText, Scratch, steps_of};
-use crate::common::{error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root};
+use crate::common::{cargo, error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 const LIB: &str = "libtandem_example_delta.so";
@@ -26,7 +25,7 @@ fn library() -> PathBuf {
         .get_or_init(|| {
             let root = workspace_root();
             let target = root.join("target/out-of-tree");
-            let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            let out = cargo()
                 .args(["build", "--offline", "-q", "--manifest-path"])
                 .arg(root.join("examples/out-of-tree-bridge/Cargo.toml"))
                 .env("CARGO_TARGET_DIR", &target)
@@ -75,7 +74,7 @@ fn the_delta_bridge_builds_out_of_tree_and_is_listed() {
 #[test]
 fn the_delta_bridge_passes_the_conformance_suite() {
     let root = workspace_root();
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let out = cargo()
         .args([
             "test",
             "--offline",

@@ -1,5 +1,5 @@
 //! `tandem bench soak`: `examples/drafter.toml` as shipped (its model and run directory moved
-//! into a scratch directory), 1000 colocated steps (`--quick`: 100), reporting per worker the
+//! into a scratch directory), 1000 colocated steps (`--quick`: 40), reporting per worker the
 //! memory ledger's drift after step 10 beside its value at step 10 (the ledger is exact
 //! accounting: target ≤ 2 %), the memory the workers allocated (`rss_data`: anonymous +
 //! shared) — the growth of its median from the early to the late steps beside the early
@@ -28,9 +28,9 @@ const STATED_ACCEPTANCE: &str = ">= 0.5 (2.5 tokens)";
 const BASELINE_STEP: u64 = 10;
 const MIB: f64 = 1024.0 * 1024.0;
 
-/// Runs the benchmark (`quick`: 100 steps).
+/// Runs the benchmark (`quick`: 40 steps).
 pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
-    let steps: u64 = if quick { 100 } else { 1000 };
+    let steps: u64 = if quick { 40 } else { 1000 };
     super::rl_loop::in_scratch("soak", |tmp| run_in(tmp, steps))
 }
 
