@@ -63,10 +63,12 @@ fn valid_job_resolves_to_a_plan() {
     let plan: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
     assert_eq!(plan["engine"]["component"], "fixture-alpha");
     assert_eq!(plan["trainer"]["plugin"], "fixture-beta");
-    assert_eq!(plan["bridge"]["export_kind"], "checkpoint_dir");
-    assert_eq!(plan["bridge"]["apply_kind"], "checkpoint_dir");
-    assert_eq!(plan["bridge"]["provider"], "bridges");
-    assert_eq!(plan["placement"], "colocate");
+    assert_eq!(plan["bridge"]["export"], "checkpoint_dir");
+    assert_eq!(plan["bridge"]["apply"], "checkpoint_dir");
+    assert_eq!(plan["bridge"]["plugin"], "bridges");
+    assert_eq!(plan["placement"]["mode"], "colocate");
+    assert_eq!(plan["engine"]["ranks"][0]["device"], "cpu");
+    assert_eq!(plan["trainer"]["caps"]["update_kinds"][0], "checkpoint_dir");
     let out_dir = plan["output_dir"].as_str().unwrap();
     assert!(
         Path::new(out_dir).starts_with(jobs.path()),

@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common::rl::*;
-use crate::common::{init_model, process_scratch, run, stderr, tandem};
+use crate::common::{init_model, process_scratch, run, stderr, tandem, workspace_root};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -125,12 +125,15 @@ fn the_reward_rises_through_the_lora_bridge() {
 /// `ipc` serves the trainer's own weights where `checkpoint` serves an exact copy of them:
 /// the engines sample the same completions and the trainer takes the same steps, so the two
 /// curves are equal figure for figure (`IPC_STEPS` steps of each show it; the rise is the
-/// checkpoint test's).
+/// checkpoint test's). The `ipc` run is the quickstart itself (`examples/quickstart.toml`,
+/// its model the same warm start), `GOLDEN_STEPS` steps of it: on a CPU like the one that
+/// recorded `golden/quickstart-50.json` (the loop before the typed plan and the algorithm
+/// seam), its rewards, losses and gradient norms are that file's, bit for bit.
 #[test]
 fn the_ipc_bridge_trains_exactly_as_the_checkpoint_bridge() {
     let t = Scratch::new();
-    let checkpoint = train(&t, warm_model(), "checkpoint", "", 3e-4, IPC_STEPS);
-    let ipc = train(&t, warm_model(), "ipc", "", 3e-4, IPC_STEPS);
+    let checkpoint = quickstart(&t, warm_model(), "checkpoint", IPC_STEPS);
+    let ipc = quickstart(&t, warm_model(), "ipc", GOLDEN_STEPS);
     for (a, b) in checkpoint.iter().zip(&ipc) {
         for key in ["reward_mean", "loss", "grad_norm", "weight_version"] {
             assert_eq!(
@@ -140,4 +143,85 @@ fn the_ipc_bridge_trains_exactly_as_the_checkpoint_bridge() {
             );
         }
     }
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("golden/quickstart-50.json")).unwrap();
+    let here = cpu();
+    if golden["cpu"] != here {
+        eprintln!(
+            "golden/quickstart-50.json was recorded on {}, this CPU is {here}: its float \
+             rounding differs, so only ipc = checkpoint is compared here",
+            golden["cpu"]
+        );
+        return;
+    }
+    let steps = golden["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), GOLDEN_STEPS as usize);
+    for (want, got) in steps.iter().zip(&ipc) {
+        for key in ["step", "reward_mean", "loss", "grad_norm"] {
+            assert_eq!(
+                want[key], got[key],
+                "the quickstart's step {} differs from the recorded run: {key}",
+                want["step"]
+            );
+        }
+    }
+}
+
+/// Steps of the quickstart compared with the recorded run.
+const GOLDEN_STEPS: u32 = 50;
+
+/// The CPU features the native kernels dispatch on, and the threads they use.
+fn cpu() -> serde_json::Value {
+    #[cfg(target_arch = "x86_64")]
+    let (avx2, fma, avx512f) = (
+        std::arch::is_x86_feature_detected!("avx2"),
+        std::arch::is_x86_feature_detected!("fma"),
+        std::arch::is_x86_feature_detected!("avx512f"),
+    );
+    #[cfg(not(target_arch = "x86_64"))]
+    let (avx2, fma, avx512f) = (false, false, false);
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    serde_json::json!({
+        "arch": std::env::consts::ARCH,
+        "avx2": avx2,
+        "fma": fma,
+        "avx512f": avx512f,
+        "threads": threads,
+    })
+}
+
+/// `steps` steps of `examples/quickstart.toml` from `model` through `bridge`; its metrics
+/// lines.
+fn quickstart(t: &Scratch, model: &Path, bridge: &str, steps: u32) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(workspace_root().join("examples/quickstart.toml")).unwrap();
+    let edited = text
+        .replace(
+            "path = \"../models/tiny-arith\"",
+            &format!("path = {:?}", model.display().to_string()),
+        )
+        .replace(
+            "[bridge]\nmode = \"ipc\"",
+            &format!("[bridge]\nmode = {bridge:?}"),
+        );
+    assert!(
+        edited.contains(&format!("mode = {bridge:?}"))
+            && edited.contains(&model.display().to_string()),
+        "the quickstart's model path or bridge moved"
+    );
+    let job = t.dir.join(format!("quickstart-{bridge}.toml"));
+    std::fs::write(&job, edited).unwrap();
+    let run_dir = t.dir.join(format!("run-quickstart-{bridge}"));
+    let out = t.run(
+        &job,
+        &[
+            "--output-dir",
+            run_dir.to_str().unwrap(),
+            "--steps",
+            &steps.to_string(),
+        ],
+    );
+    assert!(out.status.success(), "quickstart: {}", out.stderr_text());
+    let metrics = json_lines(&run_dir.join("metrics.jsonl"));
+    assert_eq!(metrics.len(), steps as usize);
+    metrics
 }

@@ -187,10 +187,10 @@ pub(super) fn run_text(
         plugin_dirs: Vec::new(),
         chaos,
     };
-    if job.job.is_drafter_job() {
-        tandem_rl::driver::drafter::run(&job, &plan, registry, opts)?;
+    if plan.is_drafter_job() {
+        tandem_rl::driver::drafter::run(&plan, registry, opts)?;
     } else {
-        tandem_rl::run(&job, &plan, registry, opts)?;
+        tandem_rl::run(&plan, registry, opts)?;
     }
     Ok(run_dir)
 }

@@ -93,11 +93,11 @@ fn settings(args: &EvalArgs) -> Result<Settings, CliError> {
     let mut s = match &args.job {
         Some(path) => from_job(path)?,
         None => {
-            let options: toml::Table = toml::from_str(args.task_options.as_deref().unwrap_or(""))
-                .map_err(|e| {
-                CliError::usage(format!("--task-options: {}", one_line(&e.to_string())))
-                    .with_help("give TOML key = value pairs, e.g. --task-options 'digits = 3'")
-            })?;
+            let options: serde_json::Map<String, serde_json::Value> =
+                toml::from_str(args.task_options.as_deref().unwrap_or("")).map_err(|e| {
+                    CliError::usage(format!("--task-options: {}", one_line(&e.to_string())))
+                        .with_help("give TOML key = value pairs, e.g. --task-options 'digits = 3'")
+                })?;
             Settings {
                 task: TaskSection {
                     kind: args.task.clone().unwrap_or_else(|| "arithmetic".into()),

@@ -24,8 +24,8 @@ pub struct LaunchArgs {
 }
 
 pub(super) fn run(cli_dirs: &[PathBuf], args: LaunchArgs) -> Result<(), CliError> {
-    let Resolved { job, plan, .. } = resolve(cli_dirs, &args.job, &Overrides::default())?;
-    let l = &job.job.launcher;
+    let Resolved { plan, .. } = resolve(cli_dirs, &args.job, &Overrides::default())?;
+    let l = &plan.launcher.settings;
     if l.kind != LauncherKind::Slurm {
         return Err(CliError::usage(format!(
             "{}: `tandem launch --sbatch` needs [launcher] kind = \"slurm\"",
@@ -35,8 +35,8 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: LaunchArgs) -> Result<(), CliError
     }
     let exe = std::env::current_exe().map_err(CliError::io("finding the tandem executable"))?;
     let job_path = absolute(&args.job)?;
-    let drafter = u32::from(plan.drafter_trainer.is_some());
-    let tasks = plan.engine.ranks + plan.trainer.ranks + drafter;
+    let drafter = u32::from(plan.drafter.rl.is_some());
+    let tasks = plan.engine.world_size() + plan.trainer.world_size() + drafter;
     let nodes: BTreeSet<&str> = l
         .engine_nodes
         .iter()

@@ -125,7 +125,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             lr,
             seed,
         } => {
-            let options: toml::Table = toml::from_str(&task_options)
+            let options: serde_json::Map<String, serde_json::Value> = toml::from_str(&task_options)
                 .map_err(|e| CliError::usage(format!("--task-options: {e}")))?;
             let section = TaskSection {
                 kind: task,

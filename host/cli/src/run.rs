@@ -60,7 +60,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
     if args.json {
         super::print_json(&plan)?;
     } else if !quiet {
-        eprintln!("{}", super::check::describe(&plan));
+        eprint!("{plan}");
     }
     let opts = RunOptions {
         run_dir: run_dir.clone(),
@@ -71,10 +71,10 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
         plugin_dirs: tandem_runtime::registry::plugin_dirs(cli_dirs, &job_dirs(&job)),
         chaos: std::env::var(tandem_rl::driver::CHAOS_ENV).ok(),
     };
-    if job.job.is_drafter_job() {
-        return drafter(&job, &plan, &registry, opts, args.json, quiet);
+    if plan.is_drafter_job() {
+        return drafter(&plan, &registry, opts, args.json, quiet);
     }
-    let summary = tandem_rl::run(&job, &plan, &registry, opts)?;
+    let summary = tandem_rl::run(&plan, &registry, opts)?;
     let files = tandem_rl::driver::RunFiles::of(&run_dir);
     if args.json {
         let v = serde_json::json!({
@@ -113,15 +113,14 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: RunArgs, quiet: bool) -> Result<()
 
 /// A drafter-training job (`[algorithm] name = "drafter"`) and its summary.
 fn drafter(
-    job: &tandem_rl::config::LoadedJob,
-    plan: &tandem_rl::config::ResolvedPlan,
+    plan: &tandem_rl::config::RunPlan,
     registry: &tandem_runtime::registry::Registry,
     opts: RunOptions,
     json: bool,
     quiet: bool,
 ) -> Result<(), CliError> {
     let run_dir = opts.run_dir.clone();
-    let s = tandem_rl::driver::drafter::run(job, plan, registry, opts)?;
+    let s = tandem_rl::driver::drafter::run(plan, registry, opts)?;
     let files = tandem_rl::driver::RunFiles::of(&run_dir);
     let acceptance = |a: Option<(u32, f64)>| {
         a.map(|(step, len)| serde_json::json!({"step": step, "acceptance_length": len}))

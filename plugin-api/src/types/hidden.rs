@@ -101,4 +101,6 @@ pub mod stats {
     pub const AUX_LAYER: &str = "drafter.aux_layer.";
     /// f32 values per feature row.
     pub const FEATURE_WIDTH: &str = "drafter.feature_width";
+    /// Most feature rows one `train_step_features` call may carry.
+    pub const MAX_ROWS: &str = "drafter.max_rows";
 }

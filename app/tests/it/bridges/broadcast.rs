@@ -146,7 +146,7 @@ fn lossy(dir: &std::path::Path, k: u32, damage: &str) -> BridgeDriver {
     let opts = options(&format!(
         "bucket_mb = 1.0\ndamage_bucket = {k}\ndamage = \"{damage}\""
     ));
-    BridgeDriver::new(&registry, "lossy", true, &opts).unwrap()
+    BridgeDriver::from_registry(&registry, "lossy", true, &opts).unwrap()
 }
 
 #[test]

@@ -33,7 +33,7 @@ fn job_of(
         bridge_options: "restart = false".into(),
         extra_sections: "[drafter]\nenabled = true\nmax_steps_per_bubble = 3\n\
                          min_steps_per_bubble = 1\n\
-                         speculate_below_batch = 4\nlearning_rate = 0.003\n\n\
+                         learning_rate = 0.003\n\n\
                          [drafter.options]\nttt_steps = 3\nmax_tokens = 512\n"
             .into(),
         ..JobOpts::default()
@@ -41,7 +41,10 @@ fn job_of(
     let text = std::fs::read_to_string(&job).unwrap();
     std::fs::write(
         &job,
-        text.replace("max_seq_len = 64\n", "max_seq_len = 64\ndraft_tokens = 3\n"),
+        text.replace(
+            "max_seq_len = 64\n",
+            "max_seq_len = 64\ndraft_tokens = 3\nspeculate_below_batch = 4\n",
+        ),
     )
     .unwrap();
     job
@@ -312,9 +315,9 @@ fn bad_drafter_settings_of_an_rl_job_are_one_line_each() {
             "drafter.options.ttt_steps",
         ),
         (
-            "draft_tokens = 3",
-            "draft_tokens = 3\nspeculate_below_batch = 2",
-            "is set twice",
+            "learning_rate = 0.003",
+            "learning_rate = 0.003\nspeculate_below_batch = 2",
+            "drafter.speculate_below_batch: is an option of the engine",
         ),
         (
             "max_steps_per_bubble = 3",

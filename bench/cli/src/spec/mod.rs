@@ -231,15 +231,9 @@ impl Ctx<'_> {
 
 /// The arithmetic task with operands up to `max_operand`.
 fn task(max_operand: u32, ops: &[&str], seed: u64) -> Result<Box<dyn Task>, CliError> {
-    let mut options = toml::Table::new();
-    options.insert(
-        "max_operand".into(),
-        toml::Value::Integer(max_operand.into()),
-    );
-    options.insert(
-        "ops".into(),
-        toml::Value::Array(ops.iter().map(|o| toml::Value::from(*o)).collect()),
-    );
+    let mut options = serde_json::Map::new();
+    options.insert("max_operand".into(), max_operand.into());
+    options.insert("ops".into(), ops.to_vec().into());
     let section = TaskSection {
         options,
         ..TaskSection::default()

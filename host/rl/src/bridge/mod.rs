@@ -23,16 +23,17 @@ pub mod rss;
 mod ship;
 
 pub use common::SyncRecord;
-pub use resolve::{BridgeChoice, BridgeProblem, resolve};
+pub use resolve::{BridgeChoice, BridgeProblem, plan_of, resolve};
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::config::BridgeSetup;
 use crate::error::RlError;
 use common::Ledger;
-use tandem_plugin_api::{BridgePlan, ComponentConfig, UpdatePayload, WeightUpdate};
+use tandem_plugin_api::{BridgePlan, UpdatePayload, WeightUpdate};
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 
@@ -76,46 +77,29 @@ const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"]
 const ENGINE_TAGS: [&str; 3] = ["weights", "kv_cache", "activations"];
 
 impl BridgeDriver {
-    /// The bridge component `name` (`[bridge] plugin`) of `registry` with `options`
-    /// (`[bridge.options]`), `verify` = `[bridge] verify`. Refuses what [`resolve`] refuses
-    /// (validation already reported it, with positions), then asks a controller-side instance
-    /// of the bridge for its plan.
-    pub fn new(
-        registry: &Registry,
-        name: &str,
-        verify: bool,
-        options: &toml::Table,
-    ) -> Result<BridgeDriver, RlError> {
-        let choice = resolve(registry, name, options).map_err(|p| resolve::problems_error(&p))?;
-        let config = ComponentConfig {
-            component: name.into(),
-            model_path: "".into(),
-            options_json: choice.options_json.as_str().into(),
-            rank: 0,
-            world_size: 1,
-            device: "cpu".into(),
-            run_dir: "".into(),
-        };
-        let services = tandem_runtime::services::Services::new();
-        let plan = registry
-            .new_bridge(config, services.handle())?
-            .plan()
-            .into_result()
-            .map_err(|e| RlError::failed(format!("{name} bridge: its plan: {e}")))?;
-        Ok(BridgeDriver {
+    /// The bridge a run's plan chose, with the plan its component answered (validation
+    /// resolved it: [`resolve`], then [`plan_of`]).
+    pub fn new(setup: &BridgeSetup) -> BridgeDriver {
+        BridgeDriver {
             ledger: Ledger {
-                name: name.to_owned(),
-                verify,
+                name: setup.component.clone(),
+                verify: setup.verify,
                 version: None,
             },
-            choice,
-            plan,
+            choice: BridgeChoice {
+                component: setup.component.clone(),
+                plugin: setup.plugin.clone(),
+                options_json: setup.options_json.clone(),
+                export: setup.export,
+                apply: setup.apply,
+            },
+            plan: setup.plan.clone(),
             adapter: None,
             hook: None,
             source_model: None,
             installed: Mutex::new(HashSet::new()),
             shipped: None,
-        })
+        }
     }
 
     /// [`new`](Self::new) with the registry of this process's built-in plugins and the
@@ -127,7 +111,28 @@ impl BridgeDriver {
     ) -> Result<BridgeDriver, RlError> {
         let registry = Registry::discover(&[])
             .map_err(|e| RlError::Runtime(tandem_runtime::RuntimeError::Plugins(e)))?;
-        BridgeDriver::new(&registry, name, verify, options)
+        BridgeDriver::from_registry(&registry, name, verify, options)
+    }
+
+    /// The bridge component `name` of `registry` with `options` (`[bridge.options]`),
+    /// resolved and planned as validation does it (benchmarks and tests).
+    pub fn from_registry(
+        registry: &Registry,
+        name: &str,
+        verify: bool,
+        options: &toml::Table,
+    ) -> Result<BridgeDriver, RlError> {
+        let choice = resolve(registry, name, options).map_err(|p| resolve::problems_error(&p))?;
+        let plan = plan_of(registry, &choice)?;
+        Ok(BridgeDriver::new(&BridgeSetup {
+            component: choice.component,
+            plugin: choice.plugin,
+            options_json: choice.options_json,
+            export: choice.export,
+            apply: choice.apply,
+            verify,
+            plan,
+        }))
     }
 
     /// Sets the model the trainer started from: every checkpoint dir the bridge ships is

@@ -4,7 +4,7 @@
 //! the check let through.
 
 use crate::error::RlError;
-use tandem_plugin_api::{ComponentConfig, ComponentKind, UpdateKind, api_level};
+use tandem_plugin_api::{BridgePlan, ComponentConfig, ComponentKind, UpdateKind, api_level};
 use tandem_runtime::registry::Registry;
 
 /// The bridge component a job chose, as the sync driver runs it.
@@ -143,6 +143,26 @@ pub fn resolve(
         export,
         apply,
     })
+}
+
+/// The plan a controller-side instance of the bridge answers for its options.
+pub fn plan_of(registry: &Registry, choice: &BridgeChoice) -> Result<BridgePlan, RlError> {
+    let config = ComponentConfig {
+        component: choice.component.as_str().into(),
+        model_path: "".into(),
+        options_json: choice.options_json.as_str().into(),
+        rank: 0,
+        world_size: 1,
+        device: "cpu".into(),
+        run_dir: "".into(),
+    };
+    let services = tandem_runtime::services::Services::new();
+    let name = &choice.component;
+    registry
+        .new_bridge(config, services.handle())?
+        .plan()
+        .into_result()
+        .map_err(|e| RlError::failed(format!("{name} bridge: its plan: {e}")))
 }
 
 /// The problems as one error: a line each, the last one's help as the error's help (the

@@ -45,7 +45,7 @@ impl RayStrategy {
 }
 
 /// `[launcher]`: where the workers start and how they reach the controller.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LauncherSection {
     /// `local` (default), `slurm` or `ray`.

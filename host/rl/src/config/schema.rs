@@ -261,8 +261,8 @@ pub struct TaskSection {
     pub chat: bool,
     /// The system message of chat prompts (needs `chat = true`).
     pub system: Option<String>,
-    /// Free-form task options.
-    pub options: toml::Table,
+    /// Free-form task options (kept as JSON values: nothing below validation holds TOML).
+    pub options: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for TaskSection {
@@ -271,7 +271,7 @@ impl Default for TaskSection {
             kind: "arithmetic".into(),
             chat: false,
             system: None,
-            options: toml::Table::new(),
+            options: serde_json::Map::new(),
         }
     }
 }

@@ -47,7 +47,7 @@ impl<'a> Loop<'a> {
         trainer: RemoteTrainer,
         resume_from: ResumeFrom,
     ) -> Result<Loop<'a>, RlError> {
-        let (job, opts) = (&launch.job.job, launch.opts);
+        let (plan, opts) = (launch.plan, launch.opts);
         let events = &parts.events;
         // Colocated: the engines give their memory back before the trainer loads.
         engines.drained_offload(events, 0)?;
@@ -55,42 +55,30 @@ impl<'a> Loop<'a> {
             &trainer,
             events,
             0,
-            job.algorithm.kl_coef > 0.0,
+            plan.algorithm.kl_coef > 0.0,
             &resume_from,
         )?;
-        cursor.total_steps = opts.steps.unwrap_or(job.run.steps);
+        cursor.total_steps = opts.steps.unwrap_or(plan.run.steps);
         trainer.snapshot("actor")?;
         events.record(0, "trainer", "snapshot", "actor");
         parts
             .bridge
             .setup(&trainer, &mut engines.remotes, &mut parts.launcher)?;
-        events.record(0, "loop", "bridge_setup", &launch.plan.bridge.mode);
-        let draft = match parts.drafter {
-            Some(remote) => {
-                let releasable = launch
-                    .plan
-                    .drafter_trainer
-                    .as_ref()
-                    .map(|c| c.releasable_tags.clone())
-                    .unwrap_or_default();
-                Some(super::draft::Draft::start(
-                    remote,
-                    &job.drafter,
-                    &releasable,
-                    launch.draft_tokens(),
-                    events,
-                )?)
+        events.record(0, "loop", "bridge_setup", &plan.bridge.component);
+        let draft = match (parts.drafter, &plan.drafter.rl) {
+            (Some(remote), Some(settings)) => {
+                Some(super::draft::Draft::start(remote, settings, events)?)
             }
-            None => None,
+            _ => None,
         };
         let metrics = open_metrics(&parts.files.metrics, opts.resume, &cursor, &resume_from)?;
         let offload = launch.trainer_offload(&parts.bridge);
         let chaos = super::chaos::Chaos::new(opts.chaos.as_deref(), cursor.total_steps)
             .map_err(|e| RlError::usage(e).with_help("unset it, or see `tandem run --help`"))?;
         let mut l = Loop {
-            job,
+            plan,
             opts,
-            model: &launch.plan.model_path,
+            model: &plan.model.path,
             task: parts.task,
             codec: parts.codec,
             launcher: parts.launcher,
@@ -109,7 +97,7 @@ impl<'a> Loop<'a> {
             launch,
             replay: Vec::new(),
             force_sync: false,
-            restarts: super::recover::Restarts::new(&job.run),
+            restarts: super::recover::Restarts::new(&plan.run),
             chaos,
             draft,
         };

@@ -8,7 +8,7 @@ use super::world::World;
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
 use crate::checkpoint::{self, LoopState};
-use crate::config::{LauncherKind, LoadedJob, PlacementMode, ResolvedPlan};
+use crate::config::{LauncherKind, RolePlan, RunPlan};
 use crate::error::RlError;
 use crate::eval::EvalSet;
 use crate::events::EventLog;
@@ -26,11 +26,10 @@ use tandem_runtime::orchestrator::EngineMachine;
 use tandem_runtime::registry::Registry;
 use tandem_runtime::worker::WorkerSpec;
 
-/// What launching a run reads: the job, its plan and the run's options.
+/// What launching a run reads: its plan and the run's options.
 #[derive(Clone, Copy)]
 pub(super) struct Launch<'a> {
-    pub job: &'a LoadedJob,
-    pub plan: &'a ResolvedPlan,
+    pub plan: &'a RunPlan,
     pub opts: &'a RunOptions,
 }
 
@@ -38,22 +37,16 @@ impl<'a> Loop<'a> {
     /// Prepares the run directory and the model, starts the workers and initialises them
     /// (`init.rs`): on return the engines serve the trainer's weights and generate.
     pub(super) fn launch(
-        job: &'a LoadedJob,
-        plan: &'a ResolvedPlan,
+        plan: &'a RunPlan,
         registry: &Registry,
         opts: &'a RunOptions,
     ) -> Result<Loop<'a>, RlError> {
-        let j = &job.job;
-        let task = crate::task::build_for_run(&j.task, j.run.seed, &j.eval)
-            .map_err(|e| e.into_error(&job.path.display().to_string()))?;
-        let mut bridge = BridgeDriver::new(
-            registry,
-            &plan.bridge.mode,
-            plan.bridge.verify,
-            &j.bridge.options,
-        )?;
-        bridge.set_source_model(&plan.model_path);
-        rundir::prepare(job, opts)?;
+        let held_out = plan.eval.as_ref().map(|e| e.problems);
+        let task = crate::task::build_for_run(&plan.task, plan.run.seed, held_out)
+            .map_err(|e| e.into_error(&plan.job.path.display().to_string()))?;
+        let mut bridge = BridgeDriver::new(&plan.bridge);
+        bridge.set_source_model(&plan.model.path);
+        rundir::prepare(plan, opts)?;
         // Before anything is written: a run whose checkpoints all fail their checks stops here
         // with its directory as it was.
         let resume_from = if opts.resume {
@@ -62,33 +55,33 @@ impl<'a> Loop<'a> {
             None
         };
         let model = warmstart::ModelPlan {
-            target: &plan.model_path,
-            preset: plan.model_init_preset.as_deref(),
-            warm_start_steps: j.model.warm_start_steps,
-            seed: j.run.seed,
+            target: &plan.model.path,
+            preset: plan.model.init_preset.as_deref(),
+            warm_start_steps: plan.model.warm_start_steps,
+            seed: plan.run.seed,
         };
         warmstart::ensure_model(registry, &model, task.as_ref())?;
-        let lacking = tandem_model::companion::missing(&plan.model_path);
+        let lacking = tandem_model::companion::missing(&plan.model.path);
         if !lacking.is_empty() {
             tracing::warn!(
                 "model {} has no {}: neither will its checkpoints, so transformers or vLLM may \
                  not load them as they are",
-                plan.model_path.display(),
+                plan.model.path.display(),
                 lacking.join(", ")
             );
         }
-        let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
-        let eval = evaluation(job, &codec)?;
+        let codec = PromptCodec::for_task(&plan.model.path, &plan.task)?;
+        let eval = evaluation(plan, &codec)?;
         if let Some((dir, _)) = &resume_from {
             // A checkpoint written before checkpoints carried them gets the job model's
             // companion files (tokenizer, generation config) now.
-            tandem_model::companion::complete(&plan.model_path, dir)?;
+            tandem_model::companion::complete(&plan.model.path, dir)?;
         }
-        let mut launcher = LocalLauncher::new(launch_options(j, opts)?)?;
+        let mut launcher = LocalLauncher::new(launch_options(plan, opts)?)?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
-        let launch = Launch { job, plan, opts };
-        let world = bridge_world(&launcher, plan, &j.transport, &bridge)?;
+        let launch = Launch { plan, opts };
+        let world = bridge_world(&launcher, plan, &bridge)?;
         let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &events)?;
         let drafter = launch.spawn_drafter(&mut launcher)?;
         let parts = super::init::Parts {
@@ -109,13 +102,10 @@ impl<'a> Loop<'a> {
 /// The launcher's options for a run of `j`: its run directory and executable, and the
 /// `[launcher]` (validated): Slurm's nodes, and the advertised address (`auto`: the one that
 /// routes to the first node named), which the control plane also listens on.
-pub(super) fn launch_options(
-    j: &crate::config::JobFile,
-    opts: &RunOptions,
-) -> Result<LaunchOptions, RlError> {
+pub(super) fn launch_options(plan: &RunPlan, opts: &RunOptions) -> Result<LaunchOptions, RlError> {
     let mut options = LaunchOptions::new(absolute(&opts.run_dir));
     options.exe = opts.exe.clone();
-    let l = &j.launcher;
+    let l = &plan.launcher.settings;
     let advertise = match l.advertise.as_deref() {
         Some("auto") => {
             let nodes: Vec<String> = l
@@ -152,15 +142,15 @@ pub(super) fn launch_options(
         });
     }
     if l.kind == LauncherKind::Ray {
-        options.ray = Some(ray_options(j));
+        options.ray = Some(ray_options(plan));
     }
     Ok(options)
 }
 
 /// Ray's options: one bundle per rank of the job's resources, plus `node:<ip>` where the
 /// job names the rank's node; the drafter trainer shares the last trainer's bundle.
-fn ray_options(j: &crate::config::JobFile) -> RayOptions {
-    let l = &j.launcher;
+fn ray_options(plan: &RunPlan) -> RayOptions {
+    let l = &plan.launcher.settings;
     let base = l.ray_resources();
     let bundles = |nodes: &[String], ranks: u32| -> Vec<BTreeMap<String, f64>> {
         (0..ranks as usize)
@@ -177,8 +167,8 @@ fn ray_options(j: &crate::config::JobFile) -> RayOptions {
         python: ray_python(l.python.as_deref()),
         address: l.address.clone().unwrap_or_else(|| "auto".into()),
         strategy: l.strategy.as_str().into(),
-        engine_bundles: bundles(&l.engine_nodes, j.engine.ranks),
-        trainer_bundles: bundles(&l.trainer_nodes, j.trainer.ranks),
+        engine_bundles: bundles(&l.engine_nodes, plan.engine.world_size()),
+        trainer_bundles: bundles(&l.trainer_nodes, plan.trainer.world_size()),
     }
 }
 
@@ -246,35 +236,33 @@ fn resume_point(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError>
 /// The transport world of a run whose bridge moves data over it ([`World::for_bridge`]).
 pub(super) fn bridge_world(
     launcher: &LocalLauncher,
-    plan: &ResolvedPlan,
-    transport: &crate::config::TransportSection,
+    plan: &RunPlan,
     bridge: &BridgeDriver,
 ) -> Result<Option<World>, RlError> {
     if !bridge.needs_transport() {
         return Ok(None);
     }
+    let t = &plan.transport;
     World::for_bridge(
         launcher,
-        plan.engine.ranks,
-        &transport.backend,
-        transport.timeout_secs,
+        plan.engine.world_size(),
+        &t.backend,
+        t.timeout_secs,
     )
     .map(Some)
 }
 
 /// The run's evaluation (`[eval] every > 0`): the held-out set encoded as the rollouts'
 /// prompts are.
-fn evaluation(job: &LoadedJob, codec: &PromptCodec) -> Result<Option<Evaluation>, RlError> {
-    let j = &job.job;
-    if !j.eval.enabled() {
+fn evaluation(plan: &RunPlan, codec: &PromptCodec) -> Result<Option<Evaluation>, RlError> {
+    let Some(e) = &plan.eval else {
         return Ok(None);
-    }
-    let held_out = HeldOut::new(&j.task, j.run.seed, j.eval.problems)
-        .map_err(|e| e.into_error(&job.path.display().to_string()))?;
-    let max_tokens = j.eval.max_tokens.unwrap_or(j.algorithm.max_tokens);
+    };
+    let held_out = HeldOut::new(&plan.task, plan.run.seed, e.problems)
+        .map_err(|err| err.into_error(&plan.job.path.display().to_string()))?;
     Ok(Some(Evaluation {
-        set: EvalSet::new(&held_out, codec, max_tokens)?,
-        every: j.eval.every,
+        set: EvalSet::new(&held_out, codec, e.max_tokens)?,
+        every: e.every,
     }))
 }
 
@@ -287,14 +275,14 @@ impl Launch<'_> {
         world: Option<&World>,
         events: &EventLog,
     ) -> Result<(Engines, RemoteTrainer), RlError> {
-        let engine_specs = (0..self.plan.engine.ranks)
+        let engine_specs = (0..self.plan.engine.world_size())
             .map(|r| {
-                let mut s = self.spec(Role::Engine, r)?;
+                let mut s = self.spec(Role::Engine, r);
                 s.transport = world.map(|w| w.spec(1 + r));
-                Ok(s)
+                s
             })
-            .collect::<Result<Vec<_>, RlError>>()?;
-        let mut trainer_spec = self.spec(Role::Trainer, 0)?;
+            .collect::<Vec<_>>();
+        let mut trainer_spec = self.spec(Role::Trainer, 0);
         trainer_spec.transport = world.map(|w| w.spec(0));
         let remotes: Vec<RemoteEngine> = launcher.spawn_engines(&engine_specs)?;
         let trainer = launcher
@@ -317,7 +305,7 @@ impl Launch<'_> {
         let engines = Engines {
             remotes,
             machines,
-            needs_offload: self.colocated() && self.job.job.engine.needs_offload,
+            needs_offload: self.plan.engine.needs_offload,
             // Engine `activations` are decode scratch (small) and may be reallocated by an
             // adapter swap during the sync, which a tag-wide resume would then refuse: the
             // drained offload releases weights and KV cache, the memory that matters.
@@ -338,24 +326,11 @@ impl Launch<'_> {
         &self,
         launcher: &mut LocalLauncher,
     ) -> Result<Option<RemoteTrainer>, RlError> {
-        let (job, plan) = (&self.job.job, self.plan);
-        let Some(c) = &plan.drafter_trainer else {
+        let Some(d) = &self.plan.drafter.rl else {
             return Ok(None);
         };
-        let options_json = crate::config::options_json(&job.drafter.options)
-            .map_err(|e| RlError::usage(format!("[drafter.options]: {e}")))?;
-        let spec = WorkerSpec {
-            role: Role::Trainer,
-            rank: plan.trainer.ranks,
-            world_size: 1,
-            component: c.component.clone(),
-            model_path: absolute(&plan.model_path),
-            options_json,
-            device: crate::config::device_of(&plan.devices, 0),
-            run_dir: absolute(&self.opts.run_dir),
-            plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
-            transport: None,
-        };
+        let mut spec = self.spec_of(Role::Trainer, &d.trainer, 0);
+        spec.rank = self.plan.trainer.world_size();
         let remote = launcher
             .spawn_trainers(&[spec])?
             .pop()
@@ -363,21 +338,9 @@ impl Launch<'_> {
         Ok(Some(remote))
     }
 
-    /// Draft tokens per round the engines propose (`[engine.options] draft_tokens`, else the
-    /// native engine's default of 4).
-    pub(super) fn draft_tokens(&self) -> u32 {
-        self.job
-            .job
-            .engine
-            .options
-            .get("draft_tokens")
-            .and_then(toml::Value::as_integer)
-            .map_or(4, |k| k.clamp(1, 64) as u32)
-    }
-
     /// Engine and trainer share devices (and take turns with their memory).
     pub fn colocated(&self) -> bool {
-        self.plan.placement == PlacementMode::Colocate
+        self.plan.colocated()
     }
 
     /// The trainer's tags the staged onload offloads (colocated only): what the bridge lets
@@ -393,42 +356,29 @@ impl Launch<'_> {
             .collect()
     }
 
-    /// The worker spec of `role`'s rank `rank`: the same JSON and device validation gave the
+    /// The worker spec of `role`'s rank `rank`: the component config validation gave the
     /// plugin's `validate_config`.
-    pub(super) fn spec(&self, role: Role, rank: u32) -> Result<WorkerSpec, RlError> {
-        let (job, plan) = (&self.job.job, self.plan);
-        let (component, world, table) = match role {
-            Role::Engine => (
-                &plan.engine.component,
-                plan.engine.ranks,
-                &job.engine.options,
-            ),
-            Role::Trainer => (
-                &plan.trainer.component,
-                plan.trainer.ranks,
-                &job.trainer.options,
-            ),
+    pub(super) fn spec(&self, role: Role, rank: u32) -> WorkerSpec {
+        let plan = match role {
+            Role::Engine => &self.plan.engine,
+            Role::Trainer => &self.plan.trainer,
         };
-        let mut table = table.clone();
-        if role == Role::Engine
-            && job.drafter.enabled
-            && let Some(rows) = job.drafter.speculate_below_batch
-        {
-            table.insert("speculate_below_batch".into(), i64::from(rows).into());
-        }
-        let options_json = crate::config::options_json(&table)
-            .map_err(|e| RlError::usage(format!("[{role}.options]: {e}")))?;
-        Ok(WorkerSpec {
+        self.spec_of(role, plan, rank)
+    }
+
+    /// The worker spec of rank `rank` of the role `plan`.
+    fn spec_of(&self, role: Role, plan: &RolePlan, rank: u32) -> WorkerSpec {
+        WorkerSpec {
             role,
             rank,
-            world_size: world,
-            component: component.clone(),
-            model_path: absolute(&plan.model_path),
-            options_json,
-            device: crate::config::device_of(&plan.devices, rank),
+            world_size: plan.world_size(),
+            component: plan.component.clone(),
+            model_path: plan.model_path.clone(),
+            options_json: plan.options_json.clone(),
+            device: plan.device(rank),
             run_dir: absolute(&self.opts.run_dir),
             plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
             transport: None,
-        })
+        }
     }
 }

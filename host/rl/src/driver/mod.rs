@@ -44,7 +44,7 @@ pub use chaos::CHAOS_ENV;
 pub use rundir::{RunFiles, job_of_run};
 
 use crate::bridge::BridgeDriver;
-use crate::config::{JobFile, LoadedJob, ResolvedPlan};
+use crate::config::RunPlan;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::metrics::MetricsLog;
@@ -101,13 +101,8 @@ pub struct RunSummary {
 /// Runs a job validated by [`crate::config::validate_with`] (which made every check that
 /// needs nothing started: trainer ranks, task, bridge settings, model directory, plugin
 /// options), so nothing below refuses the job after the run directory exists.
-pub fn run(
-    job: &LoadedJob,
-    plan: &ResolvedPlan,
-    registry: &Registry,
-    opts: RunOptions,
-) -> Result<RunSummary, RlError> {
-    let mut l = Loop::launch(job, plan, registry, &opts)?;
+pub fn run(plan: &RunPlan, registry: &Registry, opts: RunOptions) -> Result<RunSummary, RlError> {
+    let mut l = Loop::launch(plan, registry, &opts)?;
     let result: Result<RunSummary, RlError> = (|| {
         l.eval_at_start()?;
         for step in l.cursor.first_step..=l.cursor.total_steps {
@@ -135,7 +130,7 @@ struct Cursor {
 
 /// A run in progress: what its steps work on.
 struct Loop<'a> {
-    job: &'a JobFile,
+    plan: &'a RunPlan,
     opts: &'a RunOptions,
     /// The job's model directory: the source of every written model dir's companion files.
     model: &'a Path,
@@ -188,4 +183,64 @@ fn timed<T>(
 /// Adds `spent` to `phases[name]`.
 fn add_time(phases: &mut Phases, name: &str, spent: Duration) {
     *phases.entry(name.to_string()).or_default() += spent.as_secs_f64();
+}
+
+#[cfg(test)]
+mod tests {
+    /// The run executes the plan validation built: no file of the loop (`driver/`) names the
+    /// job file's types or TOML, so nothing below validation can read the job file again.
+    /// (`run` taking `&RunPlan` and no job is checked by the compiler.)
+    #[test]
+    fn the_loop_reads_the_plan_and_never_the_job_file() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("tests.rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        for sub in [
+            "driver",
+            "task",
+            "phases.rs",
+            "rollout.rs",
+            "grpo.rs",
+            "bubble",
+        ] {
+            let p = root.join(sub);
+            if p.is_dir() {
+                walk(&p, &mut files);
+            } else {
+                files.push(p);
+            }
+        }
+        assert!(
+            files.len() > 20,
+            "found {} files under {}",
+            files.len(),
+            root.display()
+        );
+        let banned = ["LoadedJob", "JobFile", "toml::", "ResolvedPlan"];
+        let mut found = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            for (i, line) in text.lines().enumerate() {
+                // This test names them.
+                if f.ends_with("driver/mod.rs") && line.contains("let banned") {
+                    continue;
+                }
+                for b in banned {
+                    if line.contains(b) {
+                        found.push(format!("{}:{}: {b}", f.display(), i + 1));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "below validation:\n{}", found.join("\n"));
+    }
 }

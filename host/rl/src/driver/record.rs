@@ -110,7 +110,7 @@ impl Loop<'_> {
         self.metrics.push(metrics)?;
         if step % 10 == 0 || step == self.cursor.total_steps {
             self.events.flush();
-            if let Err(e) = plot::draw(&self.files.plot, &self.job.run.name, &self.metrics.steps) {
+            if let Err(e) = plot::draw(&self.files.plot, &self.plan.name, &self.metrics.steps) {
                 self.progress.println(&format!("warning: {e}"));
             }
         }

@@ -2,7 +2,7 @@
 //! directory without a run, `--resume` one with it), and the job a run was started from.
 
 use super::RunOptions;
-use crate::config::LoadedJob;
+use crate::config::RunPlan;
 use crate::error::RlError;
 use std::path::{Path, PathBuf};
 
@@ -43,7 +43,7 @@ pub(super) fn absolute(p: &Path) -> PathBuf {
 
 /// Checks the run directory: a new run needs one without metrics, a resume one with them.
 /// A new run's directory gets `run.json` and a copy of the job file.
-pub(super) fn prepare(job: &LoadedJob, opts: &RunOptions) -> Result<(), RlError> {
+pub(super) fn prepare(plan: &RunPlan, opts: &RunOptions) -> Result<(), RlError> {
     let files = RunFiles::of(&opts.run_dir);
     let dir = opts.run_dir.display();
     if opts.resume {
@@ -63,13 +63,14 @@ pub(super) fn prepare(job: &LoadedJob, opts: &RunOptions) -> Result<(), RlError>
     }
     std::fs::create_dir_all(&opts.run_dir).map_err(RlError::io(format!("creating {dir}")))?;
     let meta = serde_json::json!({
-        "job": absolute(&job.path),
-        "name": job.job.run.name,
+        "job": plan.job.path,
+        "name": plan.name,
     });
     std::fs::write(&files.run_json, meta.to_string())
         .map_err(RlError::io(format!("writing {}", files.run_json.display())))?;
     let copy = opts.run_dir.join("job.toml");
-    std::fs::write(&copy, &job.source).map_err(RlError::io(format!("writing {}", copy.display())))
+    std::fs::write(&copy, &plan.job.text)
+        .map_err(RlError::io(format!("writing {}", copy.display())))
 }
 
 /// The job file a run directory was started from (`run.json`).

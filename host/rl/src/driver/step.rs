@@ -71,7 +71,7 @@ impl Loop<'_> {
 
     /// The step's rollout settings, from the current data position on.
     fn begin(&self, step: u32) -> Result<StepState, RlError> {
-        let (a, seed) = (&self.job.algorithm, self.job.run.seed);
+        let (a, seed) = (&self.plan.algorithm, self.plan.run.seed);
         let spec = RolloutSpec {
             first_problem: self.cursor.data_position,
             prompts: a.prompts_per_step,
@@ -88,10 +88,9 @@ impl Loop<'_> {
             &self.codec,
         )?;
         let ranks = self.engines.remotes.len();
-        let min_ranks = if self.draft.is_some() {
-            self.job.drafter.min_ranks_for_training as usize
-        } else {
-            1
+        let min_ranks = match (&self.draft, &self.plan.drafter.rl) {
+            (Some(_), Some(d)) => d.min_ranks_for_training as usize,
+            _ => 1,
         };
         Ok(StepState {
             log: StepLog::new(step),
@@ -329,7 +328,7 @@ impl Loop<'_> {
             .take()
             .ok_or_else(|| RlError::failed("no pending rollout"))?;
         s.rollout = Some(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
-        self.cursor.data_position += u64::from(self.job.algorithm.prompts_per_step);
+        self.cursor.data_position += u64::from(self.plan.algorithm.prompts_per_step);
         Ok(())
     }
 
@@ -390,9 +389,9 @@ impl Loop<'_> {
     /// Group-relative advantages → the train batch (written to `rollouts.jsonl` too with
     /// `[run] dump_rollouts`); the rollout's figures go to the step's metrics.
     fn batch(&self, rollout: &Rollout, log: &mut StepLog) -> TrainBatch {
-        let a = &self.job.algorithm;
+        let a = &self.plan.algorithm;
         let adv = grpo::advantages(&rollout.samples);
-        if self.job.run.dump_rollouts {
+        if self.plan.run.dump_rollouts {
             super::dump::append(&self.files.rollouts, log.step, rollout, &adv, &self.codec);
         }
         let loss = grpo::loss(a.learning_rate, a.clip_eps, a.kl_coef, a.grad_clip);
@@ -426,7 +425,7 @@ impl Loop<'_> {
         step: u32,
         m: &mut StepMetrics,
     ) -> Result<(), RlError> {
-        let a = &self.job.algorithm;
+        let a = &self.plan.algorithm;
         let trainer = &self.trainer.remote;
         if a.kl_coef > 0.0 {
             let refs =
@@ -457,7 +456,7 @@ impl Loop<'_> {
     /// A checkpoint every `save_every` steps and at the last step, with the loop state and
     /// what the step measured so far.
     fn save(&mut self, log: &mut StepLog) -> Result<(), RlError> {
-        let (step, every) = (log.step, self.job.run.save_every);
+        let (step, every) = (log.step, self.plan.run.save_every);
         if !((every > 0 && step % every == 0) || step == self.cursor.total_steps) {
             return Ok(());
         }

@@ -17,7 +17,7 @@ pub use reward::{RewardKind, last_integer, score_answer};
 pub use split::{HeldOut, TrainStream};
 pub use word_problems::{WordProblems, WordProblemsOptions};
 
-use crate::config::{EvalSection, TaskSection};
+use crate::config::TaskSection;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde::Deserialize;
@@ -87,7 +87,7 @@ pub const KINDS: &[&str] = &["arithmetic", "reverse", "word_problems"];
 
 /// Builds the task of a `[task]` section; `seed` is the run's seed.
 pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskError> {
-    let options = toml::Value::Table(section.options.clone());
+    let options = serde_json::Value::Object(section.options.clone());
     match section.kind.as_str() {
         "arithmetic" => Ok(Box::new(Arithmetic::new(parse(options)?, seed)?)),
         "reverse" => Ok(Box::new(Reverse::new(parse(options)?, seed)?)),
@@ -100,21 +100,21 @@ pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskErro
     }
 }
 
-/// The task a run trains on: `[task]`'s, with the held-out prompts of `[eval]` replaced when
-/// the run evaluates (see [`split`]).
+/// The task a run trains on: `[task]`'s, with the `held_out` problems of its evaluation
+/// (`None`: the run does not evaluate) replaced (see [`split`]).
 pub fn build_for_run(
     section: &TaskSection,
     seed: u64,
-    eval: &EvalSection,
+    held_out: Option<u32>,
 ) -> Result<Box<dyn Task>, TaskError> {
-    if !eval.enabled() {
+    let Some(problems) = held_out else {
         return build(section, seed);
-    }
-    let held_out = HeldOut::new(section, seed, eval.problems)?;
+    };
+    let held_out = HeldOut::new(section, seed, problems)?;
     Ok(Box::new(TrainStream::new(section, seed, held_out)?))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(options: toml::Value) -> Result<T, TaskError> {
+fn parse<T: for<'de> Deserialize<'de>>(options: serde_json::Value) -> Result<T, TaskError> {
     serde_path_to_error::deserialize(options).map_err(|e| TaskError {
         key: format!("options.{}", e.path()),
         message: e.inner().to_string(),

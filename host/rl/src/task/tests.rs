@@ -190,16 +190,12 @@ fn the_last_integer_is_extracted() {
 
 #[test]
 fn held_out_prompts_never_reach_training() {
-    let eval = crate::config::EvalSection {
-        every: 1,
-        problems: 8,
-        max_tokens: None,
-    };
+    let eval = Some(8);
     // A small space (16 problems): collisions happen and are replaced.
     let small = section("arithmetic", "max_operand = 3");
     let held = HeldOut::new(&small, 5, 8).unwrap();
     let plain = build(&small, 5).unwrap();
-    let train = build_for_run(&small, 5, &eval).unwrap();
+    let train = build_for_run(&small, 5, eval).unwrap();
     let mut replaced = 0;
     for i in 0..2000 {
         let p = train.problem(i);
@@ -226,7 +222,7 @@ fn held_out_prompts_never_reach_training() {
         held.problems(),
         HeldOut::new(&words, 6, 64).unwrap().problems()
     );
-    let train = build_for_run(&words, 5, &eval).unwrap();
+    let train = build_for_run(&words, 5, eval).unwrap();
     let plain = build(&words, 5).unwrap();
     for i in 0..5000 {
         let p = train.problem(i);
@@ -234,8 +230,7 @@ fn held_out_prompts_never_reach_training() {
         assert_eq!(p, plain.problem(i), "no collision: the plain stream");
     }
     // Without [eval] the run trains on the plain task.
-    let off = crate::config::EvalSection::default();
-    let t = build_for_run(&small, 5, &off).unwrap();
+    let t = build_for_run(&small, 5, None).unwrap();
     assert_eq!(t.problem(3), build(&small, 5).unwrap().problem(3));
 }
 

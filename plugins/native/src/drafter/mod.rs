@@ -420,6 +420,7 @@ impl TrainerImpl for NativeDrafterTrainer {
                     metrics.push(Metric::new(&format!("{}{i}", stats::AUX_LAYER), *l as f64));
                 }
                 metrics.push(Metric::new(stats::FEATURE_WIDTH, r.width as f64));
+                metrics.push(Metric::new(stats::MAX_ROWS, self.opts.max_tokens as f64));
                 metrics.push(Metric::new("drafter.steps", r.steps as f64));
                 for tag in [
                     BufferTag::Weights,

@@ -6,7 +6,8 @@
 //! options checked by its plugin like `[trainer.options]`) and settings it can run with.
 
 use super::issues::Issues;
-use crate::config::{JobFile, ResolvedComponent};
+use super::placement::{Found, Resolved};
+use crate::config::JobFile;
 use tandem_plugin_api::{ComponentKind, api_level};
 use tandem_runtime::registry::Registry;
 
@@ -58,17 +59,6 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
             "set ranks = 1",
         );
     }
-    if j.bridge.plugin.get_ref() != "checkpoint" {
-        issues.push(
-            super::bridge::plugin_key(issues.job),
-            Some(j.bridge.plugin.span()),
-            format!(
-                "a drafter job moves the drafter to the engines as a directory, not with `{}`",
-                j.bridge.plugin.get_ref()
-            ),
-            "set plugin = \"checkpoint\"".into(),
-        );
-    }
     let d = &j.drafter;
     if d.eval_prompts == 0 {
         issues.at(
@@ -82,50 +72,9 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) {
     }
 }
 
-/// What `tandem check` says of a drafter job's data path (`None` for other jobs).
-pub(super) fn describe(j: &JobFile) -> Option<String> {
-    let d = &j.drafter;
-    if !j.is_drafter_job() {
-        return d.enabled.then(|| {
-            format!(
-                "drafter `{}` trained {} (at most {} steps a bubble, every {} steps, once {} ranks \
-                 are done); synced after every weight sync",
-                d.plugin,
-                match d.train_in {
-                    crate::config::TrainIn::Bubbles => "in the rollout's bubbles",
-                    crate::config::TrainIn::AfterRollout => "after the rollout",
-                    crate::config::TrainIn::Off => "never",
-                },
-                d.max_steps_per_bubble,
-                d.train_every_n_steps,
-                d.min_ranks_for_training
-            )
-        });
-    }
-    let path = match d.route {
-        crate::config::FeatureRouteKind::Transport => {
-            "engine rank i -> trainer over transport group pair<i> (shm on one host)"
-        }
-        crate::config::FeatureRouteKind::Control => "through the controller (control plane)",
-    };
-    let when = if d.eval_every > 0 {
-        format!("every {} steps and after the last", d.eval_every)
-    } else {
-        "after the last step".to_string()
-    };
-    Some(format!(
-        "hidden states {path}; acceptance length {when} on {} held-out prompts",
-        d.eval_prompts
-    ))
-}
-
 /// The checks of an RL job's `[drafter]` (none unless `enabled`); the drafter trainer
 /// component when it resolves.
-pub(super) fn check_rl(
-    issues: &mut Issues<'_>,
-    registry: &Registry,
-    j: &JobFile,
-) -> Option<ResolvedComponent> {
+pub(super) fn check_rl(issues: &mut Issues<'_>, registry: &Registry, j: &JobFile) -> Resolved {
     if j.is_drafter_job() || !j.drafter.enabled {
         return None;
     }
@@ -165,7 +114,7 @@ pub(super) fn check_rl(
             );
             None
         }
-        Some((plugin, decl)) => Some(ResolvedComponent::of(plugin, decl, 1)),
+        Some((plugin, decl)) => Some(Found::of(plugin, decl)),
     };
     let at_least_one = [
         ("drafter.max_steps_per_bubble", d.max_steps_per_bubble),
@@ -211,11 +160,11 @@ pub(super) fn check_rl(
             "FastRL waits 30 s",
         );
     }
-    if d.speculate_below_batch == Some(0) {
+    if d.speculate_below_batch.is_some() {
         issues.at(
             "drafter.speculate_below_batch",
-            "must be at least 1",
-            "the engines speculate while at most this many rows decode: e.g. 4",
+            "is an option of the engine now, not of [drafter]",
+            "move it to [engine.options] (the engine speculates while at most that many rows decode)",
         );
     }
     if !(d.min_acceptance >= 0.0 && d.min_acceptance.is_finite()) {
@@ -223,13 +172,6 @@ pub(super) fn check_rl(
             "drafter.min_acceptance",
             format!("must be >= 0, got {}", d.min_acceptance),
             "0 never switches speculation off; e.g. 1.5",
-        );
-    }
-    if j.engine.options.contains_key("speculate_below_batch") && d.speculate_below_batch.is_some() {
-        issues.at(
-            "drafter.speculate_below_batch",
-            "is set twice: here and in [engine.options]",
-            "keep one",
         );
     }
     resolved

@@ -4,13 +4,16 @@
 //! every check the run would otherwise make later lives here.
 //!
 //! One module per section, run in this order: `run` (the restart budget), `placement` (memory fractions, devices, the
-//! engine and trainer components and the trainer's ranks), `bridge` (settings as the sync
-//! driver parses them, the update kind both components must declare), `launcher` (what
+//! engine and trainer components and the trainer's ranks), `launcher` (what
 //! Slurm needs; what a placement across hosts rules out), `model`, `task` (with
 //! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
 //! components, bridge and held-out set), `transport` (plan, timeout,
-//! `[memory]`), `plugin_options` (each plugin's `validate_config` on its options, with rank
-//! 0's component config as the run builds it).
+//! `[memory]`), `roles` (each role's options made into JSON once, checked by its plugin's
+//! `validate_config` with rank 0's component config as the run builds it, and the
+//! capabilities the component has with them), then `bridge` (the bridge, its plan, and the
+//! update kinds and digests both sides must have with their options) and `fit` (what the
+//! components' capabilities rule out: sequences longer than the engine holds, a drafter job's
+//! bridge and draft tokens).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
 //! reported in file order (`issues`).
 
@@ -18,11 +21,12 @@ mod algorithm;
 mod bridge;
 mod drafter;
 mod eval;
+mod fit;
 mod issues;
 mod launcher;
 mod model;
 mod placement;
-mod plugin_options;
+mod roles;
 mod run;
 mod task;
 mod transport;
@@ -30,10 +34,13 @@ mod transport;
 #[cfg(test)]
 mod tests;
 
-use super::plan::{Overrides, ResolvedPlan};
+use super::plan::{
+    DrafterJobPlan, DrafterPlan, EvalPlan, JobRecord, LauncherPlan, ModelPlan, Overrides,
+    PlacementPlan, RlDrafterPlan, RunPlan, TransportPlan, absolute,
+};
 use super::{ConfigError, LoadedJob};
 use issues::Issues;
-use plugin_options::{Options, Site};
+use roles::{Role, Site};
 use tandem_plugin_api::ComponentKind;
 use tandem_runtime::registry::Registry;
 
@@ -51,22 +58,22 @@ pub fn validate_task_and_eval(job: &LoadedJob) -> Result<(), ConfigError> {
 }
 
 /// Validates `job` against itself and `registry`, with the job's own run directory.
-pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<ResolvedPlan, ConfigError> {
+pub fn validate(job: &LoadedJob, registry: &Registry) -> Result<RunPlan, ConfigError> {
     validate_with(job, registry, &Overrides::default())
 }
 
-/// Validates `job` against itself and `registry` as it will run with `overrides`.
+/// Validates `job` against itself and `registry` as it will run with `overrides`: the plan
+/// `tandem check` prints and `tandem run` executes.
 pub fn validate_with(
     job: &LoadedJob,
     registry: &Registry,
     overrides: &Overrides,
-) -> Result<ResolvedPlan, ConfigError> {
+) -> Result<RunPlan, ConfigError> {
     let j = &job.job;
     let mut issues = Issues::new(job);
     run::check(&mut issues, &j.run);
     let devices_ok = placement::check(&mut issues, &j.placement);
     let (engine, trainer) = placement::components(&mut issues, registry, j);
-    bridge::check(&mut issues, j, registry, &engine, &trainer);
     let launcher = launcher::check(&mut issues, j, registry);
     let model_path = job.resolve_path(&j.model.path);
     model::check(
@@ -92,60 +99,120 @@ pub fn validate_with(
         devices: &j.placement.devices,
         run_dir: &output_dir,
     };
-    let drafter_resolved = drafter_trainer.as_ref().map(|c| (c.clone(), ()));
-    for (kind, section, resolved, table) in [
-        (
-            ComponentKind::Engine,
-            "engine",
-            engine.as_ref().map(|(c, _)| c),
-            &j.engine.options,
-        ),
-        (
-            ComponentKind::Trainer,
-            "trainer",
-            trainer.as_ref().map(|(c, _)| c),
-            &j.trainer.options,
-        ),
-        (
-            ComponentKind::Trainer,
-            "drafter",
-            drafter_resolved.as_ref().map(|(c, _)| c),
-            &j.drafter.options,
-        ),
-    ] {
-        if let Some(component) = resolved {
-            let options = Options {
-                kind,
-                section,
-                component,
-                table,
-            };
-            plugin_options::check(&mut issues, &site, &options);
-        }
+    let colocated = j.placement.mode == super::PlacementMode::Colocate;
+    let engine = engine.and_then(|found| {
+        let role = Role {
+            kind: ComponentKind::Engine,
+            section: "engine",
+            found,
+            table: &j.engine.options,
+            ranks: j.engine.ranks,
+            first_device: 0,
+            needs_offload: colocated && j.engine.needs_offload,
+        };
+        roles::plan(&mut issues, &site, role)
+    });
+    let trainer = trainer.and_then(|found| {
+        let role = Role {
+            kind: ComponentKind::Trainer,
+            section: "trainer",
+            found,
+            table: &j.trainer.options,
+            ranks: j.trainer.ranks,
+            first_device: 0,
+            needs_offload: false,
+        };
+        roles::plan(&mut issues, &site, role)
+    });
+    let drafter_trainer = drafter_trainer.and_then(|found| {
+        let role = Role {
+            kind: ComponentKind::Trainer,
+            section: "drafter",
+            found,
+            table: &j.drafter.options,
+            ranks: 1,
+            // The drafter trainer is trainer rank N after the policy's N ranks, on rank 0's
+            // device.
+            first_device: 0,
+            needs_offload: false,
+        };
+        roles::plan(&mut issues, &site, role)
+    });
+    let bridge = bridge::check(&mut issues, j, registry, engine.as_ref(), trainer.as_ref());
+    let eval = j.eval.enabled().then(|| EvalPlan {
+        every: j.eval.every,
+        problems: j.eval.problems,
+        max_tokens: j.eval.max_tokens.unwrap_or(j.algorithm.max_tokens),
+    });
+    if let (Some(e), Some(b)) = (&engine, &bridge) {
+        fit::check(&mut issues, j, &model_path, e, b);
     }
-    let (Some((engine, _)), Some((trainer, _))) = (engine, trainer) else {
+    let (Some(engine), Some(trainer), Some(bridge)) = (engine, trainer, bridge) else {
         return Err(issues.into_error());
     };
     if !issues.is_empty() {
         return Err(issues.into_error());
     }
+    let d = &j.drafter;
+    let drafter = DrafterPlan {
+        job: j.is_drafter_job().then(|| DrafterJobPlan {
+            route: d.route,
+            eval_every: d.eval_every,
+            eval_prompts: d.eval_prompts,
+            eval_max_tokens: d.eval_max_tokens.unwrap_or(j.algorithm.max_tokens),
+            ignore_eos: d.ignore_eos,
+            draft_tokens: engine.caps.draft_tokens,
+        }),
+        rl: drafter_trainer.map(|trainer| RlDrafterPlan {
+            trainer,
+            train_in: d.train_in,
+            max_steps_per_bubble: d.max_steps_per_bubble,
+            min_steps_per_bubble: d.min_steps_per_bubble,
+            min_ranks_for_training: d.min_ranks_for_training,
+            train_every_n_steps: d.train_every_n_steps,
+            learning_rate: d.learning_rate,
+            activation_timeout_secs: d.activation_timeout_secs,
+            min_acceptance: d.min_acceptance,
+            draft_tokens: engine.caps.draft_tokens,
+            max_seq_len: engine.caps.max_seq_len,
+        }),
+    };
     let p = &j.placement;
-    Ok(ResolvedPlan {
+    Ok(RunPlan {
         name: j.run.name.clone(),
+        job: JobRecord {
+            path: absolute(&job.path),
+            text: job.source.clone(),
+        },
         output_dir,
-        model_path,
-        model_init_preset: j.model.init_preset.clone(),
-        placement: p.mode,
-        devices: p.devices.clone(),
-        train_frac: *p.train_frac.get_ref(),
-        infer_frac: *p.infer_frac.get_ref(),
+        run: j.run.clone(),
+        model: ModelPlan {
+            path: model_path,
+            init_preset: j.model.init_preset.clone(),
+            warm_start_steps: j.model.warm_start_steps,
+        },
+        placement: PlacementPlan {
+            mode: p.mode,
+            devices: p.devices.clone(),
+            train_frac: *p.train_frac.get_ref(),
+            infer_frac: *p.infer_frac.get_ref(),
+        },
         engine,
         trainer,
-        bridge: bridge::resolved(j, registry),
-        transport: j.transport.backend.clone(),
-        transport_groups,
-        launcher,
-        drafter: drafter::describe(j),
-        drafter_trainer,
+        bridge,
+        algorithm: j.algorithm.clone(),
+        task: j.task.clone(),
+        eval,
+        drafter,
+        memory: j.memory.clone(),
+        transport: TransportPlan {
+            backend: j.transport.backend.clone(),
+            timeout_secs: j.transport.timeout_secs,
+            groups: transport_groups,
+        },
+        launcher: LauncherPlan {
+            settings: j.launcher.clone(),
+            summary: launcher,
+        },
     })
 }

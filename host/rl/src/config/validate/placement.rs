@@ -2,16 +2,43 @@
 //! registry must provide, and the trainer's rank count the loop can drive.
 
 use super::issues::Issues;
-use crate::config::plan::ResolvedComponent;
 use crate::config::{JobFile, PlacementMode, PlacementSection};
-use tandem_plugin_api::{Capabilities, ComponentKind};
-use tandem_runtime::registry::Registry;
+use tandem_plugin_api::{Capabilities, ComponentDecl, ComponentKind};
+use tandem_runtime::registry::{LoadedPlugin, Registry};
 
 /// Headroom that colocated placement keeps free on each device (fraction of capacity).
 pub const COLOCATE_HEADROOM: f64 = 0.10;
 
-/// A component the registry resolved, with what it declares.
-pub(super) type Resolved = Option<(ResolvedComponent, Capabilities)>;
+/// A component the registry found, with what its manifest declares.
+#[derive(Debug, Clone)]
+pub(super) struct Found {
+    /// Component name.
+    pub component: String,
+    /// Plugin providing it.
+    pub plugin: String,
+    /// Where the plugin came from.
+    pub source: String,
+    /// The plugin's API level.
+    pub api_level: u32,
+    /// What the manifest declares.
+    pub caps: Capabilities,
+}
+
+impl Found {
+    /// The component `decl` of `plugin`.
+    pub fn of(plugin: &LoadedPlugin, decl: &ComponentDecl) -> Found {
+        Found {
+            component: decl.name.to_string(),
+            plugin: plugin.manifest.name.to_string(),
+            source: plugin.source.to_string(),
+            api_level: plugin.manifest.api_level,
+            caps: decl.caps.clone(),
+        }
+    }
+}
+
+/// A component the registry resolved (`None`: an issue is recorded).
+pub(super) type Resolved = Option<Found>;
 
 /// Memory fractions and devices; returns whether every device is known (the transport plan
 /// needs them).
@@ -133,6 +160,5 @@ fn component(
         );
         return None;
     };
-    let resolved = ResolvedComponent::of(plugin, decl, ranks);
-    Some((resolved, decl.caps.clone()))
+    Some(Found::of(plugin, decl))
 }

@@ -20,10 +20,13 @@ mod sync;
 
 pub(super) use bubble::{BubbleCtx, BubbleReport, Finished};
 
-use crate::config::{DrafterSection, TrainIn};
+use crate::config::{RlDrafterPlan, TrainIn};
 use crate::error::RlError;
 use crate::events::EventLog;
 use tandem_runtime::launch::{RemoteEngine, RemoteTrainer};
+
+/// Feature rows per drafter step when its trainer does not report its bound.
+const DEFAULT_MAX_ROWS: u64 = 4096;
 
 /// Name of the drafter trainer in events and metrics.
 pub(super) const NAME: &str = "drafter";
@@ -31,13 +34,13 @@ pub(super) const NAME: &str = "drafter";
 /// The run's drafter: its trainer worker and where it stands.
 pub(super) struct Draft {
     remote: RemoteTrainer,
-    settings: DrafterSection,
+    settings: RlDrafterPlan,
     /// Tags of the drafter trainer that are released outside training.
     tags: Vec<String>,
     /// The layers the drafter reads and the width of one feature row.
     layers: Vec<u32>,
     width: u32,
-    /// Most feature rows one drafter step may carry (`options.max_tokens`).
+    /// Most feature rows one drafter step may carry (as its trainer reports it).
     max_rows: u64,
     /// Draft positions the engines propose per round (`k`): acceptance is at most `k + 1`.
     draft_tokens: f64,
@@ -57,9 +60,7 @@ impl Draft {
     /// Initialises the freshly spawned drafter trainer and releases its regions.
     pub(super) fn start(
         remote: RemoteTrainer,
-        settings: &DrafterSection,
-        releasable: &[String],
-        draft_tokens: u32,
+        settings: &RlDrafterPlan,
         events: &EventLog,
     ) -> Result<Draft, RlError> {
         let info = remote.init()?;
@@ -69,20 +70,15 @@ impl Draft {
             "init",
             &format!("{} params", info.trainable_params),
         );
-        let (layers, width) = crate::driver::drafter::drafter_inputs(&remote)?;
-        let max_rows = settings
-            .options
-            .get("max_tokens")
-            .and_then(toml::Value::as_integer)
-            .map_or(4096, |v| v.max(1) as u64);
+        let inputs = crate::driver::drafter::drafter_inputs(&remote)?;
         let d = Draft {
             remote,
             settings: settings.clone(),
-            tags: releasable.to_vec(),
-            layers,
-            width,
-            max_rows,
-            draft_tokens: f64::from(draft_tokens),
+            tags: settings.trainer.releasable_tags.clone(),
+            layers: inputs.layers,
+            width: inputs.width,
+            max_rows: inputs.max_rows.unwrap_or(DEFAULT_MAX_ROWS),
+            draft_tokens: f64::from(settings.draft_tokens),
             exported: None,
             served: 0,
             speculating: false,
@@ -98,12 +94,7 @@ impl Draft {
     /// allocate nothing later (as a drafter job's step 0 does).
     pub(super) fn size_engines(&self, engines: &[RemoteEngine]) -> Result<(), RlError> {
         for e in engines {
-            let stats = e.stats()?;
-            let max_seq = stats
-                .metrics
-                .iter()
-                .find(|m| m.name.as_str() == "max_seq_len")
-                .map_or(0, |m| m.value as usize);
+            let max_seq = self.settings.max_seq_len as usize;
             if max_seq == 0 {
                 continue;
             }

@@ -4,7 +4,7 @@
 
 use super::DrafterLoop;
 use super::metrics::DrafterMetricsLog;
-use crate::config::{EvalSection, LoadedJob, ResolvedPlan};
+use crate::config::RunPlan;
 use crate::driver::RunOptions;
 use crate::driver::launch::Launch;
 use crate::driver::rundir::{self, RunFiles};
@@ -29,56 +29,53 @@ impl<'a> DrafterLoop<'a> {
     /// Prepares the run and starts its workers; on return the trainer is initialised and the
     /// engines serve the target.
     pub(super) fn launch(
-        job: &'a LoadedJob,
-        plan: &'a ResolvedPlan,
+        plan: &'a RunPlan,
         registry: &Registry,
         opts: &'a RunOptions,
     ) -> Result<DrafterLoop<'a>, RlError> {
-        let j = &job.job;
-        let what = job.path.display().to_string();
+        let what = plan.job.path.display().to_string();
+        let d =
+            plan.drafter.job.as_ref().ok_or_else(|| {
+                RlError::usage("not a drafter job ([algorithm] name = \"drafter\")")
+            })?;
         // The training stream leaves out the held-out prompts acceptance is measured on.
-        let split = EvalSection {
-            every: 1,
-            problems: j.drafter.eval_prompts,
-            max_tokens: None,
-        };
-        let task = crate::task::build_for_run(&j.task, j.run.seed, &split)
+        let task = crate::task::build_for_run(&plan.task, plan.run.seed, Some(d.eval_prompts))
             .map_err(|e| e.into_error(&what))?;
-        rundir::prepare(job, opts)?;
+        rundir::prepare(plan, opts)?;
         let model = warmstart::ModelPlan {
-            target: &plan.model_path,
-            preset: plan.model_init_preset.as_deref(),
-            warm_start_steps: j.model.warm_start_steps,
-            seed: j.run.seed,
+            target: &plan.model.path,
+            preset: plan.model.init_preset.as_deref(),
+            warm_start_steps: plan.model.warm_start_steps,
+            seed: plan.run.seed,
         };
         warmstart::ensure_model(registry, &model, task.as_ref())?;
-        let codec = PromptCodec::for_task(&plan.model_path, &j.task)?;
-        let held_out = HeldOut::new(&j.task, j.run.seed, j.drafter.eval_prompts)
+        let codec = PromptCodec::for_task(&plan.model.path, &plan.task)?;
+        let held_out = HeldOut::new(&plan.task, plan.run.seed, d.eval_prompts)
             .map_err(|e| e.into_error(&what))?
             .problems()
             .iter()
             .map(|p| codec.prompt(&p.prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(j, opts)?)?;
+        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(plan, opts)?)?;
         let files = RunFiles::of(&opts.run_dir);
         let events = EventLog::open(&files.events)?;
-        let launch = Launch { job, plan, opts };
+        let launch = Launch { plan, opts };
         let world = World::start(
             &launcher,
             "drafter",
-            plan.engine.ranks + 1,
-            groups(plan.engine.ranks),
-            &j.transport.backend,
-            j.transport.timeout_secs,
+            plan.engine.world_size() + 1,
+            groups(plan.engine.world_size()),
+            &plan.transport.backend,
+            plan.transport.timeout_secs,
         )?;
-        let engine_specs = (0..plan.engine.ranks)
+        let engine_specs = (0..plan.engine.world_size())
             .map(|r| {
-                let mut s = launch.spec(Role::Engine, r)?;
+                let mut s = launch.spec(Role::Engine, r);
                 s.transport = Some(world.spec(1 + r));
-                Ok(s)
+                s
             })
-            .collect::<Result<Vec<_>, RlError>>()?;
-        let mut trainer_spec = launch.spec(Role::Trainer, 0)?;
+            .collect::<Vec<_>>();
+        let mut trainer_spec = launch.spec(Role::Trainer, 0);
         trainer_spec.transport = Some(world.spec(0));
         let engines = launcher.spawn_engines(&engine_specs)?;
         let trainer = launcher
@@ -103,11 +100,12 @@ impl<'a> DrafterLoop<'a> {
             "init",
             &format!("{} params", info.trainable_params),
         );
-        let (layers, width) = drafter_inputs(&trainer)?;
+        let DrafterInputs { layers, width, .. } = drafter_inputs(&trainer)?;
         let metrics = DrafterMetricsLog::create(&files.metrics)?;
-        let total = opts.steps.unwrap_or(j.run.steps);
+        let total = opts.steps.unwrap_or(plan.run.steps);
         Ok(DrafterLoop {
-            job,
+            plan,
+            settings: d,
             opts,
             task,
             codec,
@@ -138,11 +136,19 @@ fn groups(engines: u32) -> Vec<(String, Vec<u32>)> {
     groups
 }
 
-/// The layers the trainer's drafter reads and the width of one feature row, as the trainer
-/// reports them (`drafter.aux_layer.<i>`, `drafter.feature_width`).
-pub(in crate::driver) fn drafter_inputs(
-    trainer: &RemoteTrainer,
-) -> Result<(Vec<u32>, u32), RlError> {
+/// What the trainer's drafter reads, as the trainer reports it (`drafter.aux_layer.<i>`,
+/// `drafter.feature_width`, `drafter.max_rows`).
+pub(in crate::driver) struct DrafterInputs {
+    /// The layers its features are taken from, in row order.
+    pub layers: Vec<u32>,
+    /// f32 values per feature row.
+    pub width: u32,
+    /// Most feature rows one step may carry (`None`: the trainer does not say).
+    pub max_rows: Option<u64>,
+}
+
+/// The drafter trainer's inputs ([`DrafterInputs`]).
+pub(in crate::driver) fn drafter_inputs(trainer: &RemoteTrainer) -> Result<DrafterInputs, RlError> {
     let stats = trainer.stats()?;
     let get = |name: &str| {
         stats
@@ -162,5 +168,9 @@ pub(in crate::driver) fn drafter_inputs(
              drafter.feature_width in its stats); is it a drafter trainer ([trainer] plugin of a drafter job, [drafter] plugin of an RL job)?",
         ));
     }
-    Ok((layers, width))
+    Ok(DrafterInputs {
+        layers,
+        width,
+        max_rows: get(hidden_stats::MAX_ROWS).map(|v| v.max(1.0) as u64),
+    })
 }

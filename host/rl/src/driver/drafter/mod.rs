@@ -35,7 +35,7 @@ mod step;
 
 use super::RunOptions;
 use super::rundir::RunFiles;
-use crate::config::{LoadedJob, ResolvedPlan};
+use crate::config::{DrafterJobPlan, RunPlan};
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::progress::Progress;
@@ -72,8 +72,7 @@ pub struct DrafterSummary {
 
 /// Runs a drafter job validated by [`crate::config::validate_with`].
 pub fn run(
-    job: &LoadedJob,
-    plan: &ResolvedPlan,
+    plan: &RunPlan,
     registry: &Registry,
     opts: RunOptions,
 ) -> Result<DrafterSummary, RlError> {
@@ -84,8 +83,8 @@ pub fn run(
         ))
         .with_help("start a new run; point [trainer.options] drafter at a saved drafter checkpoint to continue from it"));
     }
-    let mut l = DrafterLoop::launch(job, plan, registry, &opts)?;
-    let total = opts.steps.unwrap_or(job.job.run.steps);
+    let mut l = DrafterLoop::launch(plan, registry, &opts)?;
+    let total = opts.steps.unwrap_or(plan.run.steps);
     let result: Result<DrafterSummary, RlError> = (|| {
         l.step_zero()?;
         for step in 1..=total {
@@ -101,7 +100,9 @@ pub fn run(
 
 /// A drafter job in progress.
 struct DrafterLoop<'a> {
-    job: &'a LoadedJob,
+    plan: &'a RunPlan,
+    /// The drafter job's settings (`plan.drafter.job`).
+    settings: &'a DrafterJobPlan,
     opts: &'a RunOptions,
     task: Box<dyn Task>,
     codec: PromptCodec,

@@ -30,7 +30,7 @@ impl DrafterLoop<'_> {
         let (accept, tok_s) = self.eval(0)?;
         let mut m = DrafterStepMetrics {
             step: 0,
-            route: self.job.job.drafter.route,
+            route: self.settings.route,
             acceptance_length: Some(accept),
             eval_tokens_per_s: Some(tok_s),
             ..DrafterStepMetrics::default()
@@ -50,7 +50,7 @@ impl DrafterLoop<'_> {
         let started = Instant::now();
         let mut m = DrafterStepMetrics {
             step,
-            route: self.job.job.drafter.route,
+            route: self.settings.route,
             ..DrafterStepMetrics::default()
         };
         let t = Instant::now();
@@ -71,7 +71,7 @@ impl DrafterLoop<'_> {
         m.set_trainer(&metrics);
         m.transfer_bytes = reports.iter().map(|r| r.bytes_sent).sum();
         m.feature_rows = reports.iter().map(|r| r.rows).sum();
-        let d = &self.job.job.drafter;
+        let d = self.settings;
         let eval_now = step == total || (d.eval_every > 0 && step.is_multiple_of(d.eval_every));
         if eval_now {
             let t = Instant::now();
@@ -80,7 +80,7 @@ impl DrafterLoop<'_> {
             m.acceptance_length = Some(accept);
             m.eval_tokens_per_s = Some(tok_s);
         }
-        let save_every = self.job.job.run.save_every;
+        let save_every = self.plan.run.save_every;
         if step == total || (save_every > 0 && step.is_multiple_of(save_every)) {
             let t = Instant::now();
             let dir = self
@@ -105,7 +105,7 @@ impl DrafterLoop<'_> {
         self.metrics.push(m)?;
         if step.is_multiple_of(10) || step == total {
             self.events.flush();
-            let title = &self.job.job.run.name;
+            let title = &self.plan.run.name;
             if let Err(e) = super::plot::draw(&self.files.plot, title, &self.metrics.steps) {
                 self.progress.println(&format!("warning: {e}"));
             }
@@ -115,7 +115,7 @@ impl DrafterLoop<'_> {
 
     /// The step's completions, whole prompts per engine rank, engines in parallel.
     fn generate(&mut self, step: u32) -> Result<Vec<Shard>, RlError> {
-        let a = &self.job.job.algorithm;
+        let a = &self.plan.algorithm;
         let prompts = (0..u64::from(a.prompts_per_step))
             .map(|i| {
                 let p = self.task.problem(self.data_position + i);
@@ -124,12 +124,12 @@ impl DrafterLoop<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         self.data_position += u64::from(a.prompts_per_step);
         let n = self.engines.len();
-        let stop = if self.job.job.drafter.ignore_eos {
+        let stop = if self.settings.ignore_eos {
             Vec::new()
         } else {
             self.codec.stop_ids().to_vec()
         };
-        let seed = self.job.job.run.seed ^ u64::from(step).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let seed = self.plan.run.seed ^ u64::from(step).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let assignment: Vec<Vec<Vec<u32>>> = (0..n)
             .map(|e| {
                 (e..prompts.len())
@@ -187,7 +187,7 @@ impl DrafterLoop<'_> {
         step: u32,
         shards: &[Shard],
     ) -> Result<(Vec<Metric>, Vec<HiddenStatesReport>), RlError> {
-        let transport = self.job.job.drafter.route == FeatureRouteKind::Transport;
+        let transport = self.settings.route == FeatureRouteKind::Transport;
         let requests: Vec<HiddenStatesRequest> = shards
             .iter()
             .enumerate()
@@ -271,7 +271,7 @@ impl DrafterLoop<'_> {
 
     /// The trainer's batch: every shard's sequences, in engine-rank order.
     fn batch(&self, shards: &[Shard]) -> TrainBatch {
-        let a = &self.job.job.algorithm;
+        let a = &self.plan.algorithm;
         TrainBatch {
             sequences: shards
                 .iter()
@@ -313,10 +313,8 @@ impl DrafterLoop<'_> {
         }
         self.events
             .record(step, "engines", "load_drafter", dir.as_str());
-        let d = &self.job.job.drafter;
-        let max_tokens = d
-            .eval_max_tokens
-            .unwrap_or(self.job.job.algorithm.max_tokens);
+        let d = self.settings;
+        let max_tokens = d.eval_max_tokens;
         let stop = if d.ignore_eos {
             Vec::new()
         } else {

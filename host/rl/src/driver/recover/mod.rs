@@ -84,7 +84,7 @@ impl Loop<'_> {
     /// or past the restart budget, the error stops the run.
     pub(super) fn recover(&mut self, step: u32, error: RlError) -> Result<(), RlError> {
         let dead = self.dead_workers(&error);
-        if dead.is_empty() || self.job.run.max_restarts == 0 {
+        if dead.is_empty() || self.plan.run.max_restarts == 0 {
             return Err(error);
         }
         let mut wait = Duration::ZERO;

@@ -23,12 +23,7 @@ impl Loop<'_> {
         let _ = self.trainer.remote.exit_and_wait(EXIT_GRACE);
         // The old world's store goes before the new one starts.
         self._world = None;
-        let world = super::super::launch::bridge_world(
-            &self.launcher,
-            self.launch.plan,
-            &self.job.transport,
-            &self.bridge,
-        )?;
+        let world = super::super::launch::bridge_world(&self.launcher, self.plan, &self.bridge)?;
         let (engines, trainer) = self.launch.spawn(
             &mut self.launcher,
             &self.bridge,

@@ -120,7 +120,7 @@ impl Loop<'_> {
             Some(dir) => Some((dir.clone(), loop_state(dir)?)),
             None => None,
         };
-        let kl = self.job.algorithm.kl_coef > 0.0;
+        let kl = self.plan.algorithm.kl_coef > 0.0;
         let start = super::super::init::init_trainer(&new, &self.events, step, kl, &resume)?;
         self.trainer.replace(new);
         let target = self.cursor.weight_version;
