@@ -16,6 +16,13 @@
 //! - `notes-names`: the notes files (`*NOTES*.md` anywhere, the root's `ARCHITECTURE.md`)
 //!   cite repository paths that exist and Rust type names that are identifiers of the tree's
 //!   `.rs` code (inline code spans; which spans are names: the `notes` module's doc).
+//! - `host-names-no-plugin`: no string literal in the non-test code of a `host` crate is, as a
+//!   whole, a component name or option key a `plugin` crate declares (read from the plugins'
+//!   source each run: `ComponentDecl` names, `sdk::manifest` names, the fields of their
+//!   `deny_unknown_fields` options structs), except the file and literal pairs
+//!   [`HOST_NAMES_ALLOWLIST`] lists, each with its reason; a line of it that no longer matches
+//!   is stale. The host learns what a plugin offers through the ABI (capabilities,
+//!   `describe_config`), not by knowing its names.
 //!
 //! Crates are the directories holding a `Cargo.toml`, found by walking the tree; the walk
 //! skips `target/` and hidden directories, and crates inside `tests/`, `examples/` or
@@ -25,15 +32,19 @@
 
 mod block;
 mod edges;
+mod host_names;
 mod lexer;
 mod notes;
+mod plugin_names;
 mod sources;
+mod tokens;
 mod walk;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use edges::edges_block;
+pub use host_names::ALLOWLIST as HOST_NAMES_ALLOWLIST;
 pub use notes::{NOT_A_NAME_MARKER, PATH_EXTENSIONS};
 
 /// The longest a `.rs` file may be, in lines (rule `file-length`).
@@ -58,6 +69,8 @@ pub enum Rule {
     FileLength,
     /// The paths and type names the notes files cite exist.
     NotesNames,
+    /// No host crate names a plugin's component or option key, except where allowed.
+    HostNamesNoPlugin,
 }
 
 impl Rule {
@@ -70,6 +83,7 @@ impl Rule {
             Rule::NoPastedHelp => "no-pasted-help",
             Rule::FileLength => "file-length",
             Rule::NotesNames => "notes-names",
+            Rule::HostNamesNoPlugin => "host-names-no-plugin",
         }
     }
 }
@@ -114,6 +128,10 @@ pub struct Figures {
     /// The median line count of a `.rs` file (the upper middle for an even count; 0 without
     /// files).
     pub median_lines: usize,
+    /// The distinct component and plugin names the plugin crates declare.
+    pub plugin_components: usize,
+    /// The distinct option keys of the plugin crates' options structs.
+    pub plugin_option_keys: usize,
 }
 
 impl fmt::Display for Figures {
@@ -122,7 +140,12 @@ impl fmt::Display for Figures {
         if let Some((path, lines)) = &self.longest {
             write!(f, "; longest {} ({lines} lines)", path.display())?;
         }
-        write!(f, "; median {} lines per module", self.median_lines)
+        write!(f, "; median {} lines per module", self.median_lines)?;
+        write!(
+            f,
+            "; plugin names: {} components, {} option keys",
+            self.plugin_components, self.plugin_option_keys
+        )
     }
 }
 
@@ -175,12 +198,19 @@ pub fn check(root: &Path) -> Result<Report, TidyError> {
     let mut violations = sources::check_sources(&tree);
     violations.extend(edges::check_edges(&root)?);
     violations.extend(notes::check_notes(&root, &tree)?);
+    let names = host_names::check_host_names(&root, &tree)?;
+    violations.extend(names.violations);
     violations.sort_by(|a, b| {
         (&a.path, a.line, a.rule, &a.message).cmp(&(&b.path, b.line, b.rule, &b.message))
     });
+    let figures = Figures {
+        plugin_components: names.components,
+        plugin_option_keys: names.option_keys,
+        ..figures(&tree)
+    };
     Ok(Report {
         violations,
-        figures: figures(&tree),
+        figures,
     })
 }
 
@@ -196,5 +226,6 @@ fn figures(tree: &walk::Tree) -> Figures {
         rs_files: tree.files.len(),
         longest,
         median_lines: lines.get(lines.len() / 2).copied().unwrap_or(0),
+        ..Figures::default()
     }
 }

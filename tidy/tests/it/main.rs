@@ -5,5 +5,6 @@
 
 mod common;
 
+mod host_names;
 mod rules;
 mod tree;
