@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common::rl::*;
-use crate::common::{init_model, process_scratch, run, stderr, tandem, workspace_root};
+use crate::common::{init_model, process_scratch, run, stderr, tandem};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -125,8 +125,8 @@ fn the_reward_rises_through_the_lora_bridge() {
 /// `ipc` serves the trainer's own weights where `checkpoint` serves an exact copy of them:
 /// the engines sample the same completions and the trainer takes the same steps, so the two
 /// curves are equal figure for figure (`IPC_STEPS` steps of each show it; the rise is the
-/// checkpoint test's). The `ipc` run is the quickstart itself (`examples/quickstart.toml`,
-/// its model the same warm start), `GOLDEN_STEPS` steps of it: on a CPU like the one that
+/// checkpoint test's). The `ipc` run is the quickstart as it was recorded
+/// (`golden/quickstart-50.toml`, its model the same warm start), `GOLDEN_STEPS` steps of it: on a CPU like the one that
 /// recorded `golden/quickstart-50.json` (the loop before the typed plan and the algorithm
 /// seam), its rewards, losses and gradient norms are that file's, bit for bit.
 #[test]
@@ -190,10 +190,11 @@ fn cpu() -> serde_json::Value {
     })
 }
 
-/// `steps` steps of `examples/quickstart.toml` from `model` through `bridge`; its metrics
-/// lines.
+/// `steps` steps of the quickstart as it was when the golden run was recorded
+/// (`golden/quickstart-50.toml`: new defaults of `examples/quickstart.toml` are a change of
+/// settings, not of the loop) from `model` through `bridge`; its metrics lines.
 fn quickstart(t: &Scratch, model: &Path, bridge: &str, steps: u32) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(workspace_root().join("examples/quickstart.toml")).unwrap();
+    let text = include_str!("golden/quickstart-50.toml").to_owned();
     let edited = text
         .replace(
             "path = \"../models/tiny-arith\"",

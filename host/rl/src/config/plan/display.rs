@@ -1,6 +1,7 @@
 //! `tandem check`'s printout of a [`RunPlan`]: one line per part, indented detail under it.
 
 use super::{RolePlan, RunPlan};
+use crate::config::{FeatureRouteKind, TrainIn};
 use std::fmt;
 
 impl fmt::Display for RunPlan {
@@ -54,19 +55,37 @@ impl fmt::Display for RunPlan {
             writeln!(f, "    {g}")?;
         }
         if let Some(d) = &self.drafter.job {
+            let path = match d.route {
+                FeatureRouteKind::Transport => {
+                    "engine rank i -> trainer over transport group pair<i> (shm on one host)"
+                }
+                FeatureRouteKind::Control => "through the controller (control plane)",
+            };
+            let when = if d.eval_every > 0 {
+                format!("every {} steps and after the last", d.eval_every)
+            } else {
+                "after the last step".to_owned()
+            };
             writeln!(
                 f,
-                "  drafter    job: features over {:?}, acceptance on {} prompts every {} steps ({} draft tokens)",
-                d.route, d.eval_prompts, d.eval_every, d.draft_tokens
+                "  drafter    hidden states {path}; acceptance length {when} on {} held-out prompts ({} draft tokens)",
+                d.eval_prompts, d.draft_tokens
             )?;
         }
         if let Some(d) = &self.drafter.rl {
+            let when = match d.train_in {
+                TrainIn::Bubbles => "in the rollout's bubbles",
+                TrainIn::AfterRollout => "after the rollout",
+                TrainIn::Off => "never",
+            };
             writeln!(
                 f,
-                "  drafter    {} from plugin `{}`, trained {} ({} draft tokens)",
+                "  drafter    `{}` from plugin `{}` trained {when} (at most {} steps a bubble, every {} steps, once {} ranks are done); synced after every weight sync; {} draft tokens",
                 d.trainer.component,
                 d.trainer.plugin,
-                d.train_in.as_str(),
+                d.max_steps_per_bubble,
+                d.train_every_n_steps,
+                d.min_ranks_for_training,
                 d.draft_tokens
             )?;
         }

@@ -30,7 +30,7 @@ pub(super) fn check(
                     bridge.component,
                     bridge.export.as_str()
                 ),
-                "use a bridge that moves checkpoint directories: plugin = \"checkpoint\"".into(),
+                "set plugin = \"checkpoint\" (a bridge that moves checkpoint directories)".into(),
             );
         }
         if engine.caps.source == CapsSource::Options && engine.caps.draft_tokens == 0 {
