@@ -1,6 +1,6 @@
 //! The role traits as API levels 2 and 3 declared them (before the appended hidden-state
-//! methods, before the appended bridge methods), for the loader's layout check of older
-//! plugins only.
+//! methods, before the appended bridge methods) and the root module as level 4 declared it
+//! (before `describe_config`), for the loader's layout check of older plugins only.
 //!
 //! abi_stable refuses a library whose prefix types (root module, trait vtables) have *fewer*
 //! fields than the host's, so a plugin built before a method was appended to a role trait
@@ -127,6 +127,41 @@ pub mod level3 {
     pub type BridgeBox = WeightBridge_TO<'static, RBox<()>>;
 
     /// [`crate::PluginModule`] at API level 3 (same name: abi_stable compares type names).
+    #[repr(C)]
+    #[derive(StableAbi)]
+    #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+    #[sabi(missing_field(option))]
+    pub struct PluginModule {
+        pub manifest: extern "C" fn() -> PResult<PluginManifest>,
+        pub new_engine: extern "C" fn(ComponentConfig, HostBox) -> PResult<EngineBox>,
+        pub new_trainer: extern "C" fn(ComponentConfig, HostBox) -> PResult<TrainerBox>,
+        #[sabi(last_prefix_field)]
+        pub new_bridge: extern "C" fn(ComponentConfig, HostBox) -> PResult<BridgeBox>,
+        pub validate_config:
+            extern "C" fn(ComponentKind, ComponentConfig) -> PResult<RVec<ConfigProblem>>,
+    }
+
+    impl RootModule for PluginModuleRef {
+        declare_root_module_statics! {PluginModuleRef}
+        const BASE_NAME: &'static str = "tandem_plugin";
+        const NAME: &'static str = "tandem_plugin";
+        const VERSION_STRINGS: VersionStrings = package_version_strings!();
+    }
+}
+
+/// The root module at API level 4: the current role traits, `validate_config`, no
+/// `describe_config`.
+pub mod level4 {
+    use crate::caps::{ComponentKind, PluginManifest};
+    use crate::error::PResult;
+    use crate::traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
+    use crate::types::{ComponentConfig, ConfigProblem};
+    use abi_stable::library::RootModule;
+    use abi_stable::sabi_types::VersionStrings;
+    use abi_stable::std_types::RVec;
+    use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings};
+
+    /// [`crate::PluginModule`] at API level 4 (same name: abi_stable compares type names).
     #[repr(C)]
     #[derive(StableAbi)]
     #[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]

@@ -45,7 +45,7 @@ pub use types::*;
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::BRIDGE;
+pub const API_LEVEL: u32 = api_level::PLAN;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -65,6 +65,11 @@ pub mod api_level {
     /// with halves in the trainer's and the engines' processes. A bridge below this level is
     /// refused; engines and trainers below it are unaffected.
     pub const BRIDGE: u32 = 4;
+    /// The root module's `describe_config`: what a component can do *with the options a job
+    /// gives it* (the update kinds a trainer exports with or without LoRA, an engine's draft
+    /// tokens and longest sequence, digests, whether it serves). Plugins below this level
+    /// are described by their manifest.
+    pub const PLAN: u32 = 5;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

@@ -8,6 +8,10 @@ use crate::caps::PluginManifest;
 use crate::error::PResult;
 use crate::traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
 use crate::types::{ComponentConfig, ConfigProblem};
+// abi-append:describe_config:begin
+use crate::types::ConfigCaps;
+use abi_stable::std_types::ROption;
+// abi-append:describe_config:end
 use abi_stable::library::{LibHeader, LibraryError, RootModule, RootModuleError};
 use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::RVec;
@@ -37,6 +41,13 @@ pub struct PluginModule {
     pub validate_config:
         extern "C" fn(ComponentKind, ComponentConfig) -> PResult<RVec<ConfigProblem>>,
     // abi-append:validate_config:end
+    // abi-append:describe_config:begin (API level 5; app/tests/it/abi_versions.rs cuts it out)
+    /// What the component named in the config can do with its options ([`ConfigCaps`]),
+    /// without constructing it; `RNone` when the plugin does not say (its manifest stands).
+    /// API level [`PLAN`](crate::api_level::PLAN).
+    pub describe_config:
+        extern "C" fn(ComponentKind, ComponentConfig) -> PResult<ROption<ConfigCaps>>,
+    // abi-append:describe_config:end
 }
 
 impl RootModule for PluginModuleRef {
@@ -97,8 +108,11 @@ pub fn init_root_module(header: &LibHeader) -> Result<PluginModuleRef, LibraryEr
     match header.init_root_module::<PluginModuleRef>() {
         Err(LibraryError::AbiInstability(report)) => {
             let older = header
-                .ensure_layout::<crate::compat::level3::PluginModuleRef>()
+                .ensure_layout::<crate::compat::level4::PluginModuleRef>()
                 .is_ok()
+                || header
+                    .ensure_layout::<crate::compat::level3::PluginModuleRef>()
+                    .is_ok()
                 || header
                     .ensure_layout::<crate::compat::level2::PluginModuleRef>()
                     .is_ok()
@@ -106,8 +120,8 @@ pub fn init_root_module(header: &LibHeader) -> Result<PluginModuleRef, LibraryEr
             if !older {
                 return Err(LibraryError::AbiInstability(report));
             }
-            // SAFETY: the library's root module has the layout of the level-3, level-2 or
-            // level-1 prefix of `PluginModule` (checked just above), whose constructors return
+            // SAFETY: the library's root module has the layout of the level-4, level-3,
+            // level-2 or level-1 prefix of `PluginModule` (checked just above), whose constructors return
             // the older role traits' objects. A prefix reference reads the fields beyond the
             // library's own field count as absent, and a trait object's vtable records its
             // own method count, so an appended method it lacks runs the trait's default.

@@ -81,6 +81,15 @@ extern "C" fn validate_shim<P: Plugin>(
 }
 // abi-append:validate_config:end
 
+// abi-append:describe_config:begin (cut out with the field in module.rs by the ABI tests)
+extern "C" fn describe_shim<P: Plugin>(
+    kind: crate::caps::ComponentKind,
+    config: ComponentConfig,
+) -> PResult<abi_stable::std_types::ROption<crate::types::ConfigCaps>> {
+    guard(|| Ok(P::describe_config(kind, &config).into()))
+}
+// abi-append:describe_config:end
+
 /// The root module of plugin `P`; used by [`crate::export_plugin!`] and
 /// [`crate::register_builtin!`] alike, so built-in and dynamic plugins share constructors.
 pub fn module_of<P: Plugin>() -> PluginModuleRef {
@@ -92,6 +101,9 @@ pub fn module_of<P: Plugin>() -> PluginModuleRef {
         // abi-append:validate_config:begin
         validate_config: validate_shim::<P>,
         // abi-append:validate_config:end
+        // abi-append:describe_config:begin
+        describe_config: describe_shim::<P>,
+        // abi-append:describe_config:end
     }
     .leak_into_prefix()
 }

@@ -88,7 +88,8 @@ impl Fixture {
     }
 }
 
-/// A fixture against the API as it was at `api` (1 to 4): level 3 lacks the bridge's appended
+/// A fixture against the API as it was at `api` (1 to 5): level 4 lacks the root module's
+/// appended `describe_config`, level 3 also the bridge's appended
 /// `plan` / `send`, level 2 also the role traits' appended `hidden_states` / `load_drafter` /
 /// `train_step_features` (and their SDK shims), level 1 also the root module's
 /// `validate_config`.
@@ -124,6 +125,10 @@ fn build(
     );
     std::fs::write(&manifest, text).unwrap();
     let src = w.join("plugin-api/src");
+    if api < 5 {
+        cut_appended(&src.join("module.rs"), "describe_config");
+        cut_appended(&src.join("sdk.rs"), "describe_config");
+    }
     if api < 4 {
         for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
             cut_appended(&src.join(file), "bridge");
@@ -144,9 +149,9 @@ fn build(
     if api < CURRENT {
         let lib = src.join("lib.rs");
         let text = std::fs::read_to_string(&lib).unwrap();
-        let current = "pub const API_LEVEL: u32 = api_level::BRIDGE;";
+        let current = "pub const API_LEVEL: u32 = api_level::PLAN;";
         assert!(text.contains(current), "plugin-api/src/lib.rs: {current}");
-        let level = ["", "BASE", "VALIDATE", "HIDDEN"][api as usize];
+        let level = ["", "BASE", "VALIDATE", "HIDDEN", "BRIDGE"][api as usize];
         let text = text.replace(
             current,
             &format!("pub const API_LEVEL: u32 = api_level::{level};"),
@@ -313,6 +318,35 @@ fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
         "{}",
         stderr(&out)
     );
+}
+
+/// Built before the root module's `describe_config` (API level 4): it loads, its job checks,
+/// and the plan describes its engine by its manifest.
+#[test]
+fn a_plugin_built_before_describe_config_still_loads_and_is_described_by_its_manifest() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build_fixture("0.1.0", None, 4, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
+         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
+    )
+    .unwrap();
+    let out = run(tandem()
+        .args(["check", "--json", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+    assert_eq!(plan["engine"]["api_level"], 4, "{plan}");
+    assert_eq!(plan["engine"]["caps"]["source"], "manifest", "{plan}");
+    assert_eq!(plan["engine"]["caps"]["update_kinds"][0], "checkpoint_dir");
+    // The built-in trainer answers for its options.
+    assert_eq!(plan["trainer"]["caps"]["source"], "options", "{plan}");
 }
 
 #[test]

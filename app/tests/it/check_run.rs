@@ -92,6 +92,45 @@ const CASES: &[Case] = &[
         line_of: "mode = \"ipc\"",
     },
     Case {
+        name: "lora bridge with a trainer that fine-tunes every weight",
+        edits: &[("mode = \"ipc\"", "mode = \"lora\"")],
+        key: "bridge.mode",
+        line_of: "mode = \"lora\"",
+    },
+    Case {
+        name: "ipc bridge with a trainer that trains LoRA",
+        edits: &[(
+            "[bridge]\n",
+            "[trainer.options.lora]\nrank = 8\nalpha = 16\n\n[bridge]\n",
+        )],
+        key: "bridge.mode",
+        line_of: "mode = \"ipc\"",
+    },
+    Case {
+        name: "checkpoint bridge with a trainer that trains LoRA",
+        edits: &[
+            ("mode = \"ipc\"", "mode = \"checkpoint\""),
+            (
+                "[bridge]\n",
+                "[trainer.options.lora]\nrank = 8\nalpha = 16\n\n[bridge]\n",
+            ),
+        ],
+        key: "bridge.mode",
+        line_of: "mode = \"checkpoint\"",
+    },
+    Case {
+        name: "verify with a trainer that computes no digests",
+        edits: &[
+            (
+                "[bridge]\n",
+                "[trainer.options]\ndigest = false\n\n[bridge]\n",
+            ),
+            ("mode = \"ipc\"", "mode = \"ipc\"\nverify = true"),
+        ],
+        key: "bridge.verify",
+        line_of: "verify = true",
+    },
+    Case {
         name: "[trainer] ranks = 2 for native",
         edits: &[(
             "[trainer]\nplugin = \"native\"\n",
@@ -302,6 +341,32 @@ fn every_problem_is_reported_in_file_order() {
     for (e, key) in errors.iter().zip(keys) {
         assert!(e.contains(&format!(": {key}: ")), "{key} in {e}");
     }
+}
+
+/// Prompts + `max_tokens` longer than the engine holds with its options (`max_seq_len`, as
+/// the engine's plugin answers for them) are refused at `algorithm.max_tokens`, with the
+/// longest prompt's length; the same job with room for them checks.
+#[test]
+fn sequences_longer_than_the_engine_holds_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    init_model("tiny", 0, &dir.path().join("model"));
+    let text = job_text(&[("max_seq_len = 64", "max_seq_len = 6")]);
+    let job = write_job(dir.path(), &text);
+    let out = run(tandem().arg("check").arg(&job));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let line = first_error(&out);
+    let at = line_number(&text, "max_tokens = ");
+    assert!(
+        line.contains(&format!("job.toml:{at}:")) && line.contains(": algorithm.max_tokens: "),
+        "{line}"
+    );
+    assert!(
+        line.contains("exceeds the 6 tokens engine `native` holds") && line.contains("max_seq_len"),
+        "{line}"
+    );
+    let fits = write_job(dir.path(), &job_text(&[]));
+    let out = run(tandem().arg("check").arg(&fits));
+    assert!(out.status.success(), "{}", stderr(&out));
 }
 
 #[test]

@@ -197,4 +197,11 @@ pub trait Plugin: 'static {
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         Vec::new()
     }
+    /// What the component `kind` named by `config.component` can do with its options (the
+    /// update kinds a trainer exports with them, an engine's draft tokens and longest
+    /// sequence, digests, serving): the same parse as the constructor, nothing started.
+    /// `None` (the default): the plugin does not say, and the host goes by the manifest.
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        None
+    }
 }

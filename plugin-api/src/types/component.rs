@@ -57,6 +57,37 @@ pub struct ComponentConfig {
     pub run_dir: RString,
 }
 
+/// What a component can do with the options of a job (API level
+/// [`PLAN`](crate::api_level::PLAN)): the answer of the root module's `describe_config`, asked
+/// by `tandem check` once the options are known. What the manifest declares is the same
+/// whatever the options; this says what these options give.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, PartialEq, Default)]
+pub struct ConfigCaps {
+    /// Trainer: the update kinds `export_weight_update` produces with these options (only
+    /// adapters when it trains LoRA; no adapter when it fine-tunes every weight). Engine: the
+    /// kinds it applies. Bridge: as its manifest.
+    pub update_kinds: RVec<crate::types::UpdateKind>,
+    /// Engine: draft tokens per speculative verification (0: it does not speculate).
+    pub draft_tokens: u32,
+    /// Engine: it speculates only while at most this many rows decode (0: not applicable).
+    pub speculate_below_batch: u32,
+    /// The longest prompt + completion it handles with these options (0: no limit known).
+    pub max_seq_len: u32,
+    /// Model presets it can create a model from.
+    pub presets: RVec<RString>,
+    /// Engine: a checkpoint update restarts it rather than reloading in place.
+    pub restarts_on_checkpoint: bool,
+    /// It reports weight digests (exported or served): what `[bridge] verify` compares.
+    pub reports_digest: bool,
+    /// Engine: `tandem serve` can put it behind HTTP (in process, one rank).
+    pub serves: bool,
+    /// Trainer: it can be a value model (a PPO critic with a scalar head).
+    pub value_model: bool,
+    /// Trainer: it implements the policy-loss variants.
+    pub loss_variants: bool,
+}
+
 /// One problem a plugin found in a component's options, reported by
 /// [`PluginModule::validate_config`](crate::module::PluginModule) before anything starts (the
 /// host turns it into a `job.toml:LINE:COL: engine.options.KEY: message (help: ...)` line).

@@ -9,6 +9,7 @@
 
 pub mod batch;
 pub mod common;
+pub mod describe;
 pub mod drafter;
 pub mod engine;
 pub mod provider;
@@ -24,8 +25,8 @@ mod init_preset_tests;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
-    PauseMode, PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    EngineBox, HostBox, PauseMode, PluginError, PluginManifest, RString, TrainerBox, UpdateKind,
 };
 
 pub use drafter::{DrafterOptions, NativeDrafterTrainer};
@@ -139,6 +140,11 @@ impl Plugin for NativePlugin {
             return vec![ConfigProblem::new("", e.message.as_str())];
         }
         validate::validate_config(kind, config)
+    }
+
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        check_component(config).ok()?;
+        describe::describe_config(kind, config)
     }
 }
 

@@ -3,7 +3,7 @@
 //! level, what its manifest declares, with nothing the manifest cannot say.
 
 use serde::Serialize;
-use tandem_plugin_api::{Capabilities, UpdateKind};
+use tandem_plugin_api::{Capabilities, ConfigCaps, UpdateKind};
 
 /// Where a component's capabilities came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,6 +75,27 @@ impl ComponentCaps {
             serves: false,
             value_model: false,
             loss_variants: false,
+        }
+    }
+
+    /// What the plugin answered for the options (`describe_config`); what only the manifest
+    /// says (hidden states) comes from `manifest`.
+    pub fn from_answer(answer: &ConfigCaps, manifest: &Capabilities) -> ComponentCaps {
+        let update_kinds: Vec<UpdateKind> = answer.update_kinds.iter().copied().collect();
+        ComponentCaps {
+            source: CapsSource::Options,
+            lora: manifest.lora && update_kinds.contains(&UpdateKind::Adapter),
+            update_kinds,
+            hidden_states: manifest.hidden_states,
+            draft_tokens: answer.draft_tokens,
+            speculate_below_batch: answer.speculate_below_batch,
+            max_seq_len: answer.max_seq_len,
+            presets: answer.presets.iter().map(ToString::to_string).collect(),
+            restarts_on_checkpoint: answer.restarts_on_checkpoint,
+            reports_digest: answer.reports_digest,
+            serves: answer.serves,
+            value_model: answer.value_model,
+            loss_variants: answer.loss_variants,
         }
     }
 

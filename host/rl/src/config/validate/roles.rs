@@ -51,7 +51,7 @@ pub(super) fn plan(issues: &mut Issues<'_>, site: &Site<'_>, r: Role<'_>) -> Opt
         }
     };
     let f = &r.found;
-    let role = RolePlan {
+    let mut role = RolePlan {
         component: f.component.clone(),
         plugin: f.plugin.clone(),
         source: f.source.clone(),
@@ -87,8 +87,15 @@ pub(super) fn plan(issues: &mut Issues<'_>, site: &Site<'_>, r: Role<'_>) -> Opt
             "this is a bug in the plugin; report it",
         ),
     }
-    // PENDING(describe_config): the level-5 answer replaces the manifest's caps here.
-    let _ = config;
+    match site.registry.describe_config(r.kind, config) {
+        Ok(Some(caps)) => role.caps = ComponentCaps::from_answer(&caps, &f.caps),
+        Ok(None) => {}
+        Err(e) => issues.at(
+            &options_key,
+            e.to_string(),
+            "this is a bug in the plugin; report it",
+        ),
+    }
     Some(role)
 }
 
