@@ -45,15 +45,18 @@ fn run_in(tmp: &std::path::Path, quick: bool) -> Result<Vec<Figure>, CliError> {
         lora: false,
         weight_version: None,
         served_model_name: None,
-        max_batch: 64,
-        context_length: 256,
+        engine: None,
+        engine_options: serde_json::from_value(
+            serde_json::json!({"max_batch": 64, "max_seq_len": 256}),
+        )
+        .unwrap_or_default(),
         max_running_requests: 256,
         batch_wait: std::time::Duration::from_millis(5),
         signals: false,
     };
     let fail = |e: tandem_serve::ServeError| CliError::failed(format!("bench serve: {e}"));
-    let engine = tandem_serve::construct(&registry, &opts).map_err(fail)?;
-    let running = tandem_serve::start(engine, &opts).map_err(fail)?;
+    let (engine, max_seq_len) = tandem_serve::construct(&registry, &opts).map_err(fail)?;
+    let running = tandem_serve::start(engine, max_seq_len, &opts).map_err(fail)?;
     let max_new: u32 = if quick { 16 } else { 32 };
     let mut figures = Vec::new();
     for clients in [1usize, 8, 64] {

@@ -1,4 +1,5 @@
-//! `tandem serve MODEL_DIR`: the native engine behind SGLang's and OpenAI's HTTP APIs
+//! `tandem serve MODEL_DIR`: an engine that declares it serves (`--engine`, default the first
+//! loaded one; its options with `--engine-option`) behind SGLang's and OpenAI's HTTP APIs
 //! (`tandem-serve`). Prints `tandem serve: listening on http://HOST:PORT` as the first line
 //! on stdout once the socket accepts connections, then serves until SIGINT / SIGTERM.
 //! Loopback by default; another address needs an API key.
@@ -42,12 +43,14 @@ pub struct ServeArgs {
     /// The model's name in responses (default: MODEL_DIR as given).
     #[arg(long, value_name = "N")]
     served_model_name: Option<String>,
-    /// Sequences the engine decodes together (its KV-cache slots).
-    #[arg(long, default_value_t = 32)]
-    max_batch: usize,
-    /// Longest prompt + completion (capped by the model's RoPE table).
-    #[arg(long, default_value_t = 1024)]
-    context_length: usize,
+    /// The engine component to serve (default: the first loaded engine that declares it
+    /// serves; `tandem plugins` lists them).
+    #[arg(long, value_name = "NAME")]
+    engine: Option<String>,
+    /// One of the engine's options, as a TOML `key = value` line (repeatable), e.g.
+    /// `--engine-option 'max_batch = 32'`; the engine's plugin checks them.
+    #[arg(long = "engine-option", value_name = "KEY = VALUE")]
+    engine_options: Vec<String>,
     /// Most sequences one engine call takes from the queue.
     #[arg(long, default_value_t = 256)]
     max_running_requests: usize,
@@ -55,6 +58,19 @@ pub struct ServeArgs {
     /// smaller batch is dispatched (0: dispatch at once).
     #[arg(long, default_value_t = 5)]
     batch_wait_ms: u64,
+}
+
+/// `--engine-option` lines as one options object.
+fn engine_options(
+    lines: &[String],
+) -> Result<serde_json::Map<String, serde_json::Value>, CliError> {
+    toml::from_str(&lines.join("\n")).map_err(|e| {
+        CliError::usage(format!(
+            "--engine-option: {}",
+            e.message().split_whitespace().collect::<Vec<_>>().join(" ")
+        ))
+        .with_help("give one TOML `key = value` per flag, e.g. --engine-option 'max_batch = 32'")
+    })
 }
 
 fn serve_error(e: ServeError) -> CliError {
@@ -93,15 +109,15 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: ServeArgs) -> Result<(), CliError>
         lora: args.enable_lora,
         weight_version: args.weight_version,
         served_model_name: args.served_model_name,
-        max_batch: args.max_batch.max(1),
-        context_length: args.context_length,
+        engine: args.engine,
+        engine_options: engine_options(&args.engine_options)?,
         max_running_requests: args.max_running_requests.max(1),
         batch_wait: std::time::Duration::from_millis(args.batch_wait_ms),
         signals: true,
     };
     let registry = super::load_registry(cli_dirs, &[])?;
-    let engine = tandem_serve::construct(&registry, &opts).map_err(serve_error)?;
-    let running = tandem_serve::start(engine, &opts).map_err(serve_error)?;
+    let (engine, max_seq_len) = tandem_serve::construct(&registry, &opts).map_err(serve_error)?;
+    let running = tandem_serve::start(engine, max_seq_len, &opts).map_err(serve_error)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "tandem serve: listening on {}", running.url())
         .and_then(|()| out.flush())

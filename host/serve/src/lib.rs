@@ -1,7 +1,9 @@
-//! `tandem-serve`: the `native` engine (or any engine plugin) as a long-running HTTP server
-//! speaking SGLang's native API and OpenAI's `/v1` API — what `tandem serve` runs.
+//! `tandem-serve`: any engine component that declares it can serve (its plugin's
+//! `describe_config` answers `serves`) as a long-running HTTP server speaking SGLang's native
+//! API and OpenAI's `/v1` API — what `tandem serve` runs.
 //!
-//! - [`construct`] builds the engine through the plugin registry, in process, exactly as
+//! - [`construct`] picks the engine ([`pick_engine`]) and builds it through the plugin
+//!   registry, in process, exactly as
 //!   `tandem generate` does (memory services attached with `--enable-memory-saver`, so
 //!   releasing a tag really frees its pages);
 //! - [`start`] binds the socket, starts the batcher thread ([`sched`]) and the HTTP server
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use axum::serve::ListenerExt;
 use serde_json::json;
 use tandem_memory::{ManagerConfig, MemoryManager};
-use tandem_plugin_api::{ComponentConfig, EngineBox, RString};
+use tandem_plugin_api::{ComponentConfig, ComponentKind, EngineBox, RString};
 use tandem_runtime::registry::Registry;
 use tandem_runtime::services::Services;
 
@@ -52,10 +54,10 @@ pub struct ServeOptions {
     pub weight_version: Option<String>,
     /// The model's name in responses.
     pub served_model_name: Option<String>,
-    /// Engine KV slots (sequences decoded together).
-    pub max_batch: usize,
-    /// Longest prompt + completion.
-    pub context_length: usize,
+    /// The engine component (`None`: the first loaded engine that declares it serves).
+    pub engine: Option<String>,
+    /// The engine's options, as the JSON object its plugin receives.
+    pub engine_options: serde_json::Map<String, serde_json::Value>,
     /// Most sequences one engine call takes.
     pub max_running_requests: usize,
     /// Longest wait for the previous engine call's clients to send again before dispatching
@@ -73,25 +75,90 @@ pub fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Constructs the `native` engine of `opts.model` through `registry`.
-pub fn construct(registry: &Registry, opts: &ServeOptions) -> Result<EngineBox, ServeError> {
-    let config = ComponentConfig {
-        component: "native".into(),
+/// The engine config of `component` for `opts`.
+fn engine_config(component: &str, opts: &ServeOptions) -> ComponentConfig {
+    ComponentConfig {
+        component: component.into(),
         model_path: opts.model.display().to_string().into(),
-        options_json: json!({"max_batch": opts.max_batch, "max_seq_len": opts.context_length})
+        options_json: serde_json::Value::Object(opts.engine_options.clone())
             .to_string()
             .into(),
         rank: 0,
         world_size: 1,
         device: "cpu".into(),
         run_dir: RString::new(),
+    }
+}
+
+/// The engine `tandem serve` runs: `opts.engine`, which must declare it serves with these
+/// options, or the first loaded engine that does; with the longest sequence it holds (its
+/// `max_seq_len`, 0 when it does not say).
+pub fn pick_engine(registry: &Registry, opts: &ServeOptions) -> Result<(String, u32), ServeError> {
+    let candidates = match &opts.engine {
+        Some(name) => vec![name.clone()],
+        None => registry.component_names(ComponentKind::Engine),
     };
+    let mut refused = Vec::new();
+    for name in candidates {
+        if registry.component(ComponentKind::Engine, &name).is_none() {
+            let known = registry.component_names(ComponentKind::Engine).join(", ");
+            return Err(ServeError::usage(format!(
+                "--engine {name}: no loaded plugin provides it (engines: {known})"
+            )));
+        }
+        if let Some(problems) = registry
+            .validate_config(ComponentKind::Engine, engine_config(&name, opts))?
+            .filter(|p| !p.is_empty())
+        {
+            let lines: Vec<String> = problems
+                .iter()
+                .map(|p| format!("--engine-option {p}"))
+                .collect();
+            return Err(ServeError::usage(format!(
+                "engine `{name}`: {}",
+                lines.join("; ")
+            )));
+        }
+        match registry.describe_config(ComponentKind::Engine, engine_config(&name, opts))? {
+            Some(caps) if caps.serves => return Ok((name, caps.max_seq_len)),
+            Some(_) => refused.push(format!("`{name}` does not declare it serves")),
+            None => refused.push(format!(
+                "`{name}` is below plugin API level 5 (it cannot say whether it serves)"
+            )),
+        }
+        if opts.engine.is_some() {
+            break;
+        }
+    }
+    Err(ServeError::usage(format!(
+        "no engine to serve: {}",
+        if refused.is_empty() {
+            "no engine is loaded".to_owned()
+        } else {
+            refused.join("; ")
+        }
+    )))
+}
+
+/// The chosen engine of `opts.model` through `registry`, with the longest sequence it holds.
+pub fn construct(registry: &Registry, opts: &ServeOptions) -> Result<(EngineBox, u32), ServeError> {
+    let (name, max_seq_len) = pick_engine(registry, opts)?;
+    let config = engine_config(&name, opts);
     let services = if opts.memory_saver {
         Services::with_memory(MemoryManager::new(ManagerConfig::cpu("serve")))
     } else {
         Services::new()
     };
-    Ok(registry.new_engine(config, services.handle())?)
+    Ok((registry.new_engine(config, services.handle())?, max_seq_len))
+}
+
+/// The model's `max_position_embeddings` (`config.json`), or 2048 when it has none.
+fn model_positions(model: &std::path::Path) -> usize {
+    std::fs::read_to_string(model.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|c| c["max_position_embeddings"].as_u64())
+        .map_or(2048, |n| n as usize)
 }
 
 /// A started server.
@@ -134,7 +201,11 @@ fn engine_error(what: &str, e: tandem_plugin_api::PluginError) -> ServeError {
 }
 
 /// Serves `engine` as `opts` says; returns once the socket accepts connections.
-pub fn start(engine: EngineBox, opts: &ServeOptions) -> Result<Running, ServeError> {
+pub fn start(
+    engine: EngineBox,
+    max_seq_len: u32,
+    opts: &ServeOptions,
+) -> Result<Running, ServeError> {
     let text = text::ModelText::load(&opts.model)?;
     let health = engine
         .health()
@@ -148,17 +219,12 @@ pub fn start(engine: EngineBox, opts: &ServeOptions) -> Result<Running, ServeErr
             version.to_string()
         }
     });
-    let context_len = engine
-        .stats()
-        .into_result()
-        .ok()
-        .and_then(|s| {
-            s.metrics
-                .iter()
-                .find(|m| m.name.as_str() == "max_seq_len")
-                .map(|m| m.value as usize)
-        })
-        .unwrap_or(opts.context_length);
+    // What the engine holds; when it does not say, what the model's positions allow.
+    let context_len = if max_seq_len > 0 {
+        max_seq_len as usize
+    } else {
+        model_positions(&opts.model)
+    };
     let server = sched::Server::new(
         engine,
         version,

@@ -26,6 +26,30 @@ fn serve_exits_cleanly_on_sigterm() {
     assert!(status.success(), "{status:?}");
 }
 
+/// `tandem serve` serves an engine that declares it can: naming one that does not say so (a
+/// plugin that does not describe its options) is one line, exit 2, naming why.
+#[test]
+fn an_engine_that_does_not_declare_it_serves_is_refused() {
+    let plugins = common::plugin_dir(&[(
+        &common::cdylib("fixture_alpha"),
+        "libtandem_fixture_alpha.so",
+    )]);
+    let o = common::run(
+        common::tandem()
+            .arg("serve")
+            .arg(&models().0)
+            .args(["--port", "0", "--engine", "fixture-alpha", "--plugin-dir"])
+            .arg(plugins.path()),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    let err = common::stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("`fixture-alpha`") && err.contains("serves"),
+        "{err}"
+    );
+}
+
 #[test]
 fn non_loopback_host_needs_a_key() {
     let o = common::run(
