@@ -261,6 +261,20 @@ fn plugins_built_against_other_api_versions_or_levels_are_refused_in_one_line() 
     assert!(stderr(&out).contains("full report"), "{}", stderr(&out));
 }
 
+/// A job in `dir` whose engine is `fixture-alpha` beside the native trainer, through the
+/// `checkpoint` bridge.
+fn fixture_engine_job(dir: &Path) -> PathBuf {
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
+         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
+    )
+    .unwrap();
+    job
+}
+
 #[test]
 fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
     let out_dir = tempfile::tempdir().unwrap();
@@ -284,14 +298,7 @@ fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
     // Its options are not checked up front (it cannot be asked): the job validates, and the
     // host says at debug level why it skipped the plugin.
     let jobs = tempfile::tempdir().unwrap();
-    let job = jobs.path().join("job.toml");
-    std::fs::write(
-        &job,
-        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
-         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
-         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
-    )
-    .unwrap();
+    let job = fixture_engine_job(jobs.path());
     let out = run(tandem()
         .args(["check", "-vv", "--plugin-dir"])
         .arg(plugins.path())
@@ -328,14 +335,7 @@ fn a_plugin_built_before_describe_config_still_loads_and_is_described_by_its_man
     let old = build_fixture("0.1.0", None, 4, out_dir.path());
     let plugins = plugin_dir(&[(&old, "libtandem_fixture_alpha.so")]);
     let jobs = tempfile::tempdir().unwrap();
-    let job = jobs.path().join("job.toml");
-    std::fs::write(
-        &job,
-        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
-         [engine]\nplugin = \"fixture-alpha\"\n\n[engine.options]\nbehaviour = \"ok\"\n\n\
-         [trainer]\nplugin = \"native\"\n\n[bridge]\nmode = \"checkpoint\"\n",
-    )
-    .unwrap();
+    let job = fixture_engine_job(jobs.path());
     let out = run(tandem()
         .args(["check", "--json", "--plugin-dir"])
         .arg(plugins.path())
