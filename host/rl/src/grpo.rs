@@ -1,13 +1,20 @@
 //! GRPO: group-relative advantages and the train batch built from a rollout.
 //!
 //! Each prompt is sampled `group_size` times; a completion's advantage is its reward minus
-//! the group's mean, divided by the group's standard deviation (plus a small epsilon). A
-//! group whose rewards are all equal carries no signal: its advantages are zero, and it is
-//! left out of the batch unless a KL penalty needs every sequence. The loss itself (PPO-clip
-//! with optional k3 KL to the reference) is the trainer's; its definition is shared by every
-//! trainer (see the native plugin's `loss.rs`).
+//! the group's mean, divided by a scale ([`ScaleRewards`]: the group's standard deviation by
+//! default, plus a small epsilon). A group whose rewards are all equal carries no signal:
+//! its advantages are zero, and it is left out of the batch unless a KL penalty needs every
+//! sequence; with DAPO's dynamic sampling ([`Sampling`]) the step samples more prompts in
+//! its place. A KL penalty goes into the loss, or into the rewards before the advantages
+//! ([`kl_penalised`]). The loss itself (PPO-clip with optional KL to the reference) is the
+//! trainer's; its definition is shared by every trainer (see the native plugin's `loss.rs`).
 
+use crate::config::{KlEstimator, ScaleRewards};
+use crate::rollout::Rollout;
 use tandem_plugin_api::{LossConfig, LossKind, RVec, TrainBatch, TrainSequence};
+
+/// The epsilon added to the scale of the advantages.
+const EPS: f32 = 1e-4;
 
 /// One sampled completion with its reward.
 #[derive(Debug, Clone)]
@@ -26,30 +33,182 @@ pub struct Sample {
 
 /// Advantage of every sample: `(r - mean(group)) / (std(group) + eps)`.
 pub fn advantages(samples: &[Sample]) -> Vec<f32> {
-    const EPS: f32 = 1e-4;
+    let rewards: Vec<f32> = samples.iter().map(|s| s.reward).collect();
+    scaled_advantages(samples, &rewards, ScaleRewards::Group)
+}
+
+/// Mean and (population) standard deviation of `values`, summed in `f32` in their order.
+fn mean_std(values: impl Iterator<Item = f32>) -> (f32, f32) {
+    let (mut sum, mut sq, mut n) = (0f32, 0f32, 0f32);
+    for r in values {
+        sum += r;
+        sq += r * r;
+        n += 1.0;
+    }
+    let mean = sum / n;
+    let var = (sq / n - mean * mean).max(0.0);
+    (mean, var.sqrt())
+}
+
+/// Advantage of every sample from `rewards` (one per sample): `r − mean(group)`, divided by
+/// `std(group) + eps` ([`ScaleRewards::Group`]), by the standard deviation of all the
+/// rewards `+ eps` (`Batch`), or by nothing (`None`). A group whose rewards are all equal
+/// (standard deviation below 1e-6) gets 0 whatever the scale.
+pub fn scaled_advantages(samples: &[Sample], rewards: &[f32], scale: ScaleRewards) -> Vec<f32> {
     let groups = samples.iter().map(|s| s.group + 1).max().unwrap_or(0);
     let mut sum = vec![0f32; groups];
     let mut sq = vec![0f32; groups];
     let mut n = vec![0f32; groups];
-    for s in samples {
-        sum[s.group] += s.reward;
-        sq[s.group] += s.reward * s.reward;
+    for (s, &r) in samples.iter().zip(rewards) {
+        sum[s.group] += r;
+        sq[s.group] += r * r;
         n[s.group] += 1.0;
     }
+    let (_, batch_std) = mean_std(rewards.iter().copied());
     samples
         .iter()
-        .map(|s| {
+        .zip(rewards)
+        .map(|(s, &r)| {
             let g = s.group;
             let mean = sum[g] / n[g];
             let var = (sq[g] / n[g] - mean * mean).max(0.0);
             let std = var.sqrt();
             if std < 1e-6 {
-                0.0
-            } else {
-                (s.reward - mean) / (std + EPS)
+                return 0.0;
+            }
+            match scale {
+                ScaleRewards::Group => (r - mean) / (std + EPS),
+                ScaleRewards::Batch => (r - mean) / (batch_std + EPS),
+                ScaleRewards::None => r - mean,
             }
         })
         .collect()
+}
+
+/// A completion's KL to the reference, summed over its tokens: `logprobs` under the policy
+/// that sampled it, `refs` under the reference; per token `d = ref − lp`, `k1 = −d`,
+/// `k3 = exp(d) − d − 1`.
+pub fn sequence_kl(logprobs: &[f32], refs: &[f32], estimator: KlEstimator) -> f32 {
+    logprobs
+        .iter()
+        .zip(refs)
+        .map(|(&lp, &r)| {
+            let d = r - lp;
+            match estimator {
+                KlEstimator::K1 => -d,
+                KlEstimator::K3 => d.exp() - d - 1.0,
+            }
+        })
+        .sum()
+}
+
+/// The rewards with the KL penalty in them: `reward − coef · Σ_t kl_t` per sample, with the
+/// sample's reference logprobs in `refs` (one row per sample; an empty row: no KL).
+pub fn kl_penalised(
+    samples: &[Sample],
+    refs: &[Vec<f32>],
+    coef: f32,
+    estimator: KlEstimator,
+) -> Vec<f32> {
+    samples
+        .iter()
+        .zip(refs)
+        .map(|(s, r)| s.reward - coef * sequence_kl(&s.logprobs, r, estimator))
+        .collect()
+}
+
+/// The rollout rounds of one step with DAPO's dynamic sampling: each round's groups whose
+/// rewards are all equal are dropped, and the next round samples as many new prompts as
+/// groups are still missing, until `target` groups carry signal or `max_rounds` rounds were
+/// generated. Without dynamic sampling (`max_rounds = 0`) the one round is kept whole.
+#[derive(Debug, Default)]
+pub struct Sampling {
+    target: usize,
+    max_rounds: u32,
+    /// Rounds generated so far.
+    pub rounds: u32,
+    /// Every sample of every round, groups numbered across the rounds.
+    samples: Vec<Sample>,
+    exact: usize,
+    /// Groups generated so far (the next round's first group number).
+    groups: usize,
+    /// Groups with signal, by number, in order.
+    kept: Vec<usize>,
+    /// Groups dropped for want of signal.
+    pub dropped: usize,
+}
+
+impl Sampling {
+    /// Rounds of `target` groups, at most `max_rounds` of them (0: no dynamic sampling).
+    pub fn new(target: u32, max_rounds: u32) -> Sampling {
+        Sampling {
+            target: target as usize,
+            max_rounds,
+            ..Sampling::default()
+        }
+    }
+
+    /// Whether groups without signal are dropped (and replaced).
+    pub fn dynamic(&self) -> bool {
+        self.max_rounds > 0
+    }
+
+    /// Adds a round's rollout: its groups follow those of the rounds before.
+    pub fn add(&mut self, round: Rollout) {
+        self.rounds += 1;
+        self.exact += round.exact;
+        let first = self.groups;
+        let count = round.samples.iter().map(|s| s.group + 1).max().unwrap_or(0);
+        for g in 0..count {
+            let rewards = round.samples.iter().filter(|s| s.group == g);
+            let mut it = rewards.map(|s| s.reward);
+            let head = it.next();
+            let signal = head.is_some_and(|h| it.any(|r| r != h));
+            if head.is_none() {
+                continue;
+            }
+            if signal && self.kept.len() < self.target {
+                self.kept.push(first + g);
+            } else {
+                self.dropped += 1;
+            }
+        }
+        self.groups += count;
+        self.samples.extend(round.samples.into_iter().map(|mut s| {
+            s.group += first;
+            s
+        }));
+    }
+
+    /// Prompts of the next round, `None` when the step has sampled enough.
+    pub fn next_round(&self) -> Option<u32> {
+        let missing = self.target.saturating_sub(self.kept.len());
+        (self.dynamic() && self.rounds < self.max_rounds && missing > 0).then_some(missing as u32)
+    }
+
+    /// Groups with signal kept for training.
+    pub fn kept(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Every sample generated (what the step's reward figures are of), and the samples
+    /// trained on: every sample without dynamic sampling, else those of the kept groups.
+    pub fn finish(self) -> (Rollout, Vec<Sample>) {
+        let train = if self.dynamic() {
+            self.samples
+                .iter()
+                .filter(|s| self.kept.contains(&s.group))
+                .cloned()
+                .collect()
+        } else {
+            self.samples.clone()
+        };
+        let all = Rollout {
+            samples: self.samples,
+            exact: self.exact,
+        };
+        (all, train)
+    }
 }
 
 /// The train batch of a rollout; sequences without signal are dropped unless `keep_all`.
@@ -83,10 +242,20 @@ pub fn batch(
 
 /// The loss settings of a GRPO step.
 pub fn loss(learning_rate: f32, clip_eps: f32, kl_coef: f32, grad_clip: f32) -> LossConfig {
+    loss_clipped(learning_rate, (clip_eps, clip_eps), kl_coef, grad_clip)
+}
+
+/// The loss settings of a GRPO step whose ratio is clipped to `[1 − low, 1 + high]`.
+pub fn loss_clipped(
+    learning_rate: f32,
+    (low, high): (f32, f32),
+    kl_coef: f32,
+    grad_clip: f32,
+) -> LossConfig {
     LossConfig {
         kind: LossKind::Grpo,
-        clip_eps_low: clip_eps,
-        clip_eps_high: clip_eps,
+        clip_eps_low: low,
+        clip_eps_high: high,
         kl_coef,
         learning_rate,
         grad_clip,
@@ -122,5 +291,93 @@ mod tests {
         assert_eq!(b.sequences[0].prompt_len, 2);
         let all = batch(&samples, &a, loss(1e-3, 0.2, 0.1, 1.0), true);
         assert_eq!(all.sequences.len(), 4);
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-4, "{got:?} vs {want:?}");
+        }
+    }
+
+    /// Group 0 has rewards 1, 0, 0, 0 (mean 0.25, std √0.1875 = 0.43301), group 1 has 0.5
+    /// twice (no signal); all six rewards have std √(0.25 − 1/9) = 0.37268.
+    #[test]
+    fn advantages_scale_by_group_batch_or_nothing() {
+        let samples = [
+            s(0, 1.0),
+            s(0, 0.0),
+            s(0, 0.0),
+            s(0, 0.0),
+            s(1, 0.5),
+            s(1, 0.5),
+        ];
+        let rewards: Vec<f32> = samples.iter().map(|s| s.reward).collect();
+        let group = scaled_advantages(&samples, &rewards, ScaleRewards::Group);
+        let (hi, lo) = (0.75 / (0.433_012_7 + 1e-4), -0.25 / (0.433_012_7 + 1e-4));
+        close(&group, &[hi, lo, lo, lo, 0.0, 0.0]);
+        // Bit for bit what the loop has always computed.
+        assert_eq!(group, advantages(&samples));
+        let batch = scaled_advantages(&samples, &rewards, ScaleRewards::Batch);
+        let (hi, lo) = (0.75 / (0.372_678 + 1e-4), -0.25 / (0.372_678 + 1e-4));
+        close(&batch, &[hi, lo, lo, lo, 0.0, 0.0]);
+        let none = scaled_advantages(&samples, &rewards, ScaleRewards::None);
+        close(&none, &[0.75, -0.25, -0.25, -0.25, 0.0, 0.0]);
+    }
+
+    /// Logprobs −0.5, −0.1 against reference −0.7, −0.1: d = −0.2, 0, so k1 = 0.2 and
+    /// k3 = e^−0.2 + 0.2 − 1 = 0.0187308.
+    #[test]
+    fn kl_in_the_reward_subtracts_the_summed_estimate() {
+        let refs = [-0.7, -0.1];
+        let k1 = sequence_kl(&[-0.5, -0.1], &refs, KlEstimator::K1);
+        let k3 = sequence_kl(&[-0.5, -0.1], &refs, KlEstimator::K3);
+        close(&[k1, k3], &[0.2, 0.018_730_75]);
+        let samples = [s(0, 1.0), s(0, 0.0)];
+        let rows = vec![refs.to_vec(), Vec::new()];
+        let shaped = kl_penalised(&samples, &rows, 0.5, KlEstimator::K1);
+        close(&shaped, &[0.9, 0.0]);
+        let shaped = kl_penalised(&samples, &rows, 0.5, KlEstimator::K3);
+        close(&shaped, &[1.0 - 0.5 * 0.018_730_75, 0.0]);
+    }
+
+    fn round(rewards: &[&[f32]]) -> Rollout {
+        let samples: Vec<Sample> = rewards
+            .iter()
+            .enumerate()
+            .flat_map(|(g, rs)| rs.iter().map(move |&r| s(g, r)))
+            .collect();
+        let exact = samples.iter().filter(|s| s.reward >= 1.0).count();
+        Rollout { samples, exact }
+    }
+
+    #[test]
+    fn dynamic_sampling_replaces_groups_without_signal_within_its_rounds() {
+        let mut d = Sampling::new(2, 3);
+        assert!(d.dynamic());
+        d.add(round(&[&[1.0, 1.0], &[1.0, 0.0]]));
+        assert_eq!((d.kept(), d.dropped, d.next_round()), (1, 1, Some(1)));
+        d.add(round(&[&[0.0, 0.0]]));
+        assert_eq!((d.kept(), d.dropped, d.next_round()), (1, 2, Some(1)));
+        d.add(round(&[&[0.0, 1.0]]));
+        assert_eq!(
+            (d.rounds, d.kept(), d.dropped, d.next_round()),
+            (3, 2, 2, None)
+        );
+        let (all, train) = d.finish();
+        assert_eq!((all.samples.len(), all.exact), (8, 4));
+        let groups: Vec<usize> = train.iter().map(|s| s.group).collect();
+        assert_eq!(groups, [1, 1, 3, 3]);
+        // The bound: two rounds, one group with signal.
+        let mut d = Sampling::new(2, 2);
+        d.add(round(&[&[1.0, 1.0], &[1.0, 0.0]]));
+        d.add(round(&[&[0.0, 0.0]]));
+        assert_eq!((d.rounds, d.kept(), d.next_round()), (2, 1, None));
+        assert_eq!(d.finish().1.len(), 2);
+        // Without dynamic sampling: one round, kept whole.
+        let mut d = Sampling::new(2, 0);
+        d.add(round(&[&[1.0, 1.0], &[1.0, 0.0]]));
+        assert_eq!(d.next_round(), None);
+        assert_eq!(d.finish().1.len(), 4);
     }
 }

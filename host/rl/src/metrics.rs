@@ -74,6 +74,16 @@ pub struct StepMetrics {
     /// Whether the engines speculate after the step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculating: Option<bool>,
+    /// Rollout rounds the step generated (`[algorithm] dynamic_sampling` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling_rounds: Option<u32>,
+    /// Groups with signal it trained on (`dynamic_sampling` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups_kept: Option<u32>,
+    /// Groups it dropped: all rewards equal, or more than `prompts_per_step` with signal
+    /// (`dynamic_sampling` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups_dropped: Option<u32>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

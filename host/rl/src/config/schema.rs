@@ -1,6 +1,10 @@
 //! The job-file schema. Every table denies unknown keys; free-form plugin options live in
 //! `[engine.options]` / `[trainer.options]` / `[bridge.options]` and are handed to the plugin as JSON.
 
+mod algorithm;
+
+pub use algorithm::*;
+
 use super::launcher::LauncherSection;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -204,50 +208,6 @@ pub struct BridgeSection {
     /// Free-form options for the bridge.
     #[serde(default)]
     pub options: toml::Table,
-}
-
-/// `[algorithm]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AlgorithmSection {
-    /// Algorithm name: `grpo`, or `drafter` (train a drafter for the fixed model, see
-    /// `[drafter]`).
-    pub name: String,
-    /// Prompts per step.
-    pub prompts_per_step: u32,
-    /// Completions per prompt (the GRPO group).
-    pub group_size: u32,
-    /// Max new tokens per completion.
-    pub max_tokens: u32,
-    /// Sampling temperature during rollouts.
-    pub temperature: f32,
-    /// Learning rate.
-    pub learning_rate: f32,
-    /// PPO clip range.
-    pub clip_eps: f32,
-    /// KL penalty to the reference policy (0: no reference snapshot).
-    pub kl_coef: f32,
-    /// Optimiser steps per RL step.
-    pub train_steps_per_rollout: u32,
-    /// Global gradient-norm clip.
-    pub grad_clip: f32,
-}
-
-impl Default for AlgorithmSection {
-    fn default() -> Self {
-        AlgorithmSection {
-            name: "grpo".into(),
-            prompts_per_step: 8,
-            group_size: 8,
-            max_tokens: 8,
-            temperature: 1.0,
-            learning_rate: 1e-3,
-            clip_eps: 0.2,
-            kl_coef: 0.0,
-            train_steps_per_rollout: 1,
-            grad_clip: 1.0,
-        }
-    }
 }
 
 /// `[task]`.

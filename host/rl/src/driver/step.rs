@@ -1,8 +1,12 @@
-//! One RL step as a sequence of phases: rollout → drained offload → train → save → staged
-//! onload with the sync (`onload.rs`) → eval on the steps `[eval]` names (`eval.rs`) →
-//! record (`record.rs`). Each phase is a method of [`Loop`]; what a step measures on the way
+//! One RL step as a sequence of phases: rollout (with `[algorithm] dynamic_sampling`, more
+//! rounds after the first until enough groups carry signal) → drained offload → batch (with
+//! `kl_in = "reward"`, the `ref` logprobs first: the KL goes into the rewards before the
+//! advantages) → train → save → staged onload with the sync (`onload.rs`) → eval on the
+//! steps `[eval]` names (`eval.rs`) → record (`record.rs`). Each phase is a method of [`Loop`]; what a step measures on the way
 //! travels in a [`StepLog`], how far it got in a [`StepState`]: after a worker's death and
 //! its recovery (`recover/`) the step runs again from there.
+
+mod samples;
 
 use super::chaos::Point;
 use super::draft::{BubbleCtx, BubbleReport, Finished};
@@ -14,7 +18,7 @@ use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
 use crate::checkpoint::{self, LoopState};
 use crate::config::TrainIn;
 use crate::error::RlError;
-use crate::grpo;
+use crate::grpo::{Sample, Sampling};
 use crate::metrics::{StepMetrics, resident};
 use crate::phases::name as engine_name;
 use crate::rollout::{self, Rollout, RolloutSpec};
@@ -35,8 +39,12 @@ pub(super) struct StepState {
     times: BubbleTimes,
     /// What speculative decoding did in the rollout so far.
     speculated: SpecFigures,
-    /// The rollout once every engine returned its share.
-    rollout: Option<Rollout>,
+    /// The rollout's rounds so far (one without dynamic sampling).
+    sampling: Sampling,
+    /// The step's seed (the first round's; later rounds derive theirs from it).
+    seed: u64,
+    /// The rollout once every round is in: every sample, and the samples trained on.
+    rollout: Option<(Rollout, Vec<Sample>)>,
     /// The train batch made of it (made once: `rollouts.jsonl` gets it once).
     batch: Option<TrainBatch>,
     /// The training of this step is done (or had nothing to train on).
@@ -81,6 +89,12 @@ impl Loop<'_> {
             seed: seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ u64::from(step),
             adapter: None,
         };
+        let seed = spec.seed;
+        let rounds = if a.dynamic_sampling {
+            a.max_sampling_rounds
+        } else {
+            0
+        };
         let pending = rollout::Pending::new(
             &spec,
             self.engines.remotes.len(),
@@ -99,6 +113,8 @@ impl Loop<'_> {
             bubble: Coordinator::new(ranks, min_ranks),
             times: BubbleTimes::new(ranks),
             speculated: SpecFigures::default(),
+            sampling: Sampling::new(a.prompts_per_step, rounds),
+            seed,
             rollout: None,
             batch: None,
             trained: false,
@@ -127,17 +143,20 @@ impl Loop<'_> {
                 self.force_sync = false;
             }
             self.chaos.at(step, Point::Rollout, &self.workers());
-            self.rollout(s)?;
+            if s.sampling.rounds == 0 {
+                self.rollout(s)?;
+            }
+            self.more_rounds(s)?;
         }
         self.chaos.at(step, Point::Offload, &self.workers());
         self.drained_offload(&mut s.log)?;
         if !s.trained {
             if s.batch.is_none() {
-                let rollout = s
+                let (rollout, train) = s
                     .rollout
                     .as_ref()
                     .ok_or_else(|| RlError::failed("no rollout"))?;
-                s.batch = Some(self.batch(rollout, &mut s.log));
+                s.batch = Some(self.batch(rollout, train, &mut s.log)?);
             }
             if !s.bubble.policy_may_train() {
                 return Err(RlError::failed(format!(
@@ -327,8 +346,9 @@ impl Loop<'_> {
             .pending
             .take()
             .ok_or_else(|| RlError::failed("no pending rollout"))?;
-        s.rollout = Some(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
-        self.cursor.data_position += u64::from(self.plan.algorithm.prompts_per_step);
+        s.sampling
+            .add(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
+        self.cursor.data_position += u64::from(s.spec.prompts);
         Ok(())
     }
 
@@ -386,21 +406,6 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Group-relative advantages → the train batch (written to `rollouts.jsonl` too with
-    /// `[run] dump_rollouts`); the rollout's figures go to the step's metrics.
-    fn batch(&self, rollout: &Rollout, log: &mut StepLog) -> TrainBatch {
-        let a = &self.plan.algorithm;
-        let adv = grpo::advantages(&rollout.samples);
-        if self.plan.run.dump_rollouts {
-            super::dump::append(&self.files.rollouts, log.step, rollout, &adv, &self.codec);
-        }
-        let loss = grpo::loss(a.learning_rate, a.clip_eps, a.kl_coef, a.grad_clip);
-        let batch = grpo::batch(&rollout.samples, &adv, loss, a.kl_coef > 0.0);
-        log.rollout_figures(rollout);
-        log.metrics.train_sequences = batch.sequences.len() as u64;
-        batch
-    }
-
     /// Onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps → snapshot
     /// `actor`; nothing but the onload when no sequence carries signal. A trained batch is
     /// kept until the next checkpoint: a restarted trainer replays it.
@@ -427,7 +432,8 @@ impl Loop<'_> {
     ) -> Result<(), RlError> {
         let a = &self.plan.algorithm;
         let trainer = &self.trainer.remote;
-        if a.kl_coef > 0.0 {
+        // The batch's own KL weight: 0 when the KL went into the rewards.
+        if batch.loss.kl_coef > 0.0 {
             let refs =
                 trainer.compute_logprobs(batch.clone(), WhichWeights::Snapshot("ref".into()))?;
             for (s, r) in batch.sequences.iter_mut().zip(refs) {

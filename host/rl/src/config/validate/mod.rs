@@ -85,7 +85,7 @@ pub fn validate_with(
     task::check(&mut issues, j);
     task::check_chat(&mut issues, j, &model_path);
     eval::check(&mut issues, j);
-    algorithm::check(&mut issues, &j.algorithm);
+    algorithm::check(&mut issues, j);
     drafter::check(&mut issues, registry, j);
     let drafter_trainer = drafter::check_rl(&mut issues, registry, j);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
@@ -139,6 +139,9 @@ pub fn validate_with(
         roles::plan(&mut issues, &site, role)
     });
     let bridge = bridge::check(&mut issues, j, registry, engine.as_ref(), trainer.as_ref());
+    if let Some(t) = &trainer {
+        algorithm::check_trainer(&mut issues, &j.algorithm, t);
+    }
     let eval = j.eval.enabled().then(|| EvalPlan {
         every: j.eval.every,
         problems: j.eval.problems,

@@ -1,0 +1,142 @@
+//! GRPO's part of a step: dynamic sampling's later rounds (`[algorithm] dynamic_sampling`),
+//! the `ref` logprobs of the samples when the KL goes into the rewards (`kl_in =
+//! "reward"`), the advantages and the train batch.
+
+use super::StepState;
+use crate::config::KlIn;
+use crate::driver::record::StepLog;
+use crate::driver::{Loop, dump, spec, timed};
+use crate::error::RlError;
+use crate::grpo::{self, Sample};
+use crate::rollout::{self, Rollout};
+use tandem_plugin_api::{TrainBatch, WhichWeights};
+
+impl Loop<'_> {
+    /// Dynamic sampling's later rounds: as many of the task's next problems as groups with
+    /// signal are still missing, whole groups per engine, until enough carry signal or the
+    /// rounds are spent. Each round moves the data position on by its problems once it is
+    /// in; a round an engine failed is asked again of the missing engines only. Then the
+    /// step's rollout: every sample, and those trained on.
+    pub(super) fn more_rounds(&mut self, s: &mut StepState) -> Result<(), RlError> {
+        while let Some(prompts) = s.sampling.next_round() {
+            if s.pending.is_none() {
+                s.spec.first_problem = self.cursor.data_position;
+                s.spec.prompts = prompts;
+                s.spec.seed = round_seed(s.seed, s.sampling.rounds);
+                s.spec.adapter = self.bridge.request_adapter();
+                s.pending = Some(rollout::Pending::new(
+                    &s.spec,
+                    self.engines.remotes.len(),
+                    self.task.as_ref(),
+                    &self.codec,
+                )?);
+            }
+            let pending = s
+                .pending
+                .as_mut()
+                .ok_or_else(|| RlError::failed("no pending rollout"))?;
+            let engines = &self.engines.remotes;
+            let before = spec::read(engines);
+            let generated = timed(&mut s.log.phases, "generate", || {
+                pending
+                    .generate(&s.spec, engines, &self.codec, &|_, _, _| {})
+                    .map_err(|(_, e)| e)
+            });
+            s.speculated.add(&before, &spec::read(engines));
+            generated?;
+            let done = s
+                .pending
+                .take()
+                .ok_or_else(|| RlError::failed("no pending rollout"))?;
+            s.sampling
+                .add(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
+            self.cursor.data_position += u64::from(prompts);
+        }
+        if let Some((tokens, len)) = s.speculated.figures() {
+            s.log.metrics.spec_tokens = Some(tokens);
+            s.log.metrics.acceptance_length = len;
+        }
+        let sampling = std::mem::take(&mut s.sampling);
+        if sampling.dynamic() {
+            let m = &mut s.log.metrics;
+            m.sampling_rounds = Some(sampling.rounds);
+            m.groups_kept = Some(sampling.kept() as u32);
+            m.groups_dropped = Some(sampling.dropped as u32);
+        }
+        s.rollout = Some(sampling.finish());
+        Ok(())
+    }
+
+    /// Group-relative advantages of the samples trained on (`train`: with `kl_in =
+    /// "reward"`, of their rewards less the KL to `ref`) → the train batch (every sample
+    /// written to `rollouts.jsonl` too with `[run] dump_rollouts`, 0 the advantage of a
+    /// dropped group's); the rollout's figures, of every sample, go to the step's metrics.
+    pub(super) fn batch(
+        &mut self,
+        rollout: &Rollout,
+        train: &[Sample],
+        log: &mut StepLog,
+    ) -> Result<TrainBatch, RlError> {
+        let plan = self.plan;
+        let a = &plan.algorithm;
+        let kl_in_reward = a.kl_in == KlIn::Reward && a.kl_coef > 0.0;
+        // No sample left to score (every group dropped): nothing asks the reference.
+        let rewards = if kl_in_reward && !train.is_empty() {
+            let step = log.step;
+            let refs = timed(&mut log.phases, "train", || self.reward_refs(train, step))?;
+            grpo::kl_penalised(train, &refs, a.kl_coef, a.kl_estimator)
+        } else {
+            train.iter().map(|s| s.reward).collect()
+        };
+        let adv = grpo::scaled_advantages(train, &rewards, a.scale_rewards);
+        if self.plan.run.dump_rollouts {
+            let kept: std::collections::BTreeSet<usize> = train.iter().map(|s| s.group).collect();
+            let mut trained = adv.iter();
+            let all: Vec<f32> = rollout
+                .samples
+                .iter()
+                .map(|s| match kept.contains(&s.group) {
+                    true => trained.next().copied().unwrap_or(0.0),
+                    false => 0.0,
+                })
+                .collect();
+            dump::append(&self.files.rollouts, log.step, rollout, &all, &self.codec);
+        }
+        let kl_coef = if kl_in_reward { 0.0 } else { a.kl_coef };
+        let loss = grpo::loss_clipped(a.learning_rate, a.clip_range(), kl_coef, a.grad_clip);
+        let batch = grpo::batch(train, &adv, loss, kl_coef > 0.0);
+        log.rollout_figures(rollout);
+        log.metrics.train_sequences = batch.sequences.len() as u64;
+        Ok(batch)
+    }
+
+    /// The `ref` logprobs of every sample's completion (empty for an empty completion),
+    /// with the trainer onloaded.
+    fn reward_refs(&mut self, samples: &[Sample], step: u32) -> Result<Vec<Vec<f32>>, RlError> {
+        self.trainer.onload(step, &self.events)?;
+        let zeros = vec![0.0; samples.len()];
+        let loss = grpo::loss(0.0, 0.0, 0.0, 0.0);
+        // Every sample with a completion, in order (the batch leaves out empty ones).
+        let batch = grpo::batch(samples, &zeros, loss, true);
+        let which = WhichWeights::Snapshot("ref".into());
+        let mut rows = self
+            .trainer
+            .remote
+            .compute_logprobs(batch, which)?
+            .into_iter();
+        self.events
+            .record(step, "trainer", "ref_logprobs", "reward");
+        Ok(samples
+            .iter()
+            .map(|s| match s.completion.is_empty() {
+                true => Vec::new(),
+                false => rows.next().unwrap_or_default(),
+            })
+            .collect())
+    }
+}
+
+/// The seed of a step's rollout round `round` (0 is the first, whose seed is `seed`).
+fn round_seed(seed: u64, round: u32) -> u64 {
+    seed ^ u64::from(round).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
