@@ -158,6 +158,84 @@ const CASES: &[Case] = &[
         line_of: "clip_eps = -0.2",
     },
     Case {
+        name: "clip_high beside clip_eps",
+        edits: &[("clip_eps = 0.2", "clip_eps = 0.2\nclip_high = 0.28")],
+        key: "algorithm.clip_high",
+        line_of: "clip_high = 0.28",
+    },
+    Case {
+        name: "clip_low = 1",
+        edits: &[("clip_eps = 0.2", "clip_low = 1.0")],
+        key: "algorithm.clip_low",
+        line_of: "clip_low = 1.0",
+    },
+    Case {
+        name: "negative clip_high",
+        edits: &[("clip_eps = 0.2", "clip_high = -0.1")],
+        key: "algorithm.clip_high",
+        line_of: "clip_high = -0.1",
+    },
+    Case {
+        name: "unknown loss_agg",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\nloss_agg = \"sum\"")],
+        key: "algorithm.loss_agg",
+        line_of: "loss_agg = ",
+    },
+    Case {
+        name: "unknown ratio",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\nratio = \"group\"")],
+        key: "algorithm.ratio",
+        line_of: "ratio = ",
+    },
+    Case {
+        name: "unknown kl_estimator",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\nkl_estimator = \"k2\"")],
+        key: "algorithm.kl_estimator",
+        line_of: "kl_estimator = ",
+    },
+    Case {
+        name: "unknown kl_in",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.1\nkl_in = \"advantage\"")],
+        key: "algorithm.kl_in",
+        line_of: "kl_in = ",
+    },
+    Case {
+        name: "kl_in = reward without a KL coefficient",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\nkl_in = \"reward\"")],
+        key: "algorithm.kl_in",
+        line_of: "kl_in = ",
+    },
+    Case {
+        name: "unknown scale_rewards",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\nscale_rewards = \"std\"")],
+        key: "algorithm.scale_rewards",
+        line_of: "scale_rewards = ",
+    },
+    Case {
+        name: "dynamic_sampling not a bool",
+        edits: &[("kl_coef = 0.0", "kl_coef = 0.0\ndynamic_sampling = \"yes\"")],
+        key: "algorithm.dynamic_sampling",
+        line_of: "dynamic_sampling = ",
+    },
+    Case {
+        name: "max_sampling_rounds = 0",
+        edits: &[(
+            "kl_coef = 0.0",
+            "kl_coef = 0.0\ndynamic_sampling = true\nmax_sampling_rounds = 0",
+        )],
+        key: "algorithm.max_sampling_rounds",
+        line_of: "max_sampling_rounds = 0",
+    },
+    Case {
+        name: "dynamic sampling beside the bubble's drafter",
+        edits: &[(
+            "kl_coef = 0.0",
+            "kl_coef = 0.0\ndynamic_sampling = true\n\n[drafter]\nenabled = true",
+        )],
+        key: "algorithm.dynamic_sampling",
+        line_of: "dynamic_sampling = true",
+    },
+    Case {
         name: "train_steps_per_rollout = 0",
         edits: &[(
             "kl_coef = 0.0",
