@@ -266,6 +266,28 @@ fn evaluation(plan: &RunPlan, codec: &PromptCodec) -> Result<Option<Evaluation>,
     }))
 }
 
+/// Starts every spawned engine and checks it is ready (one `start` event each); the state
+/// machine of each, at the weight version it serves.
+pub(super) fn start_engines(
+    remotes: &[RemoteEngine],
+    events: &EventLog,
+) -> Result<Vec<EngineMachine>, RlError> {
+    let mut machines = Vec::with_capacity(remotes.len());
+    for (rank, e) in remotes.iter().enumerate() {
+        e.start()?;
+        let h = e.health()?;
+        if !h.ready {
+            return Err(RlError::failed(format!(
+                "engine rank {rank} is not ready after start: {}",
+                h.detail
+            )));
+        }
+        events.record(0, &format!("engine-{rank}"), "start", "");
+        machines.push(EngineMachine::new(h.weight_version));
+    }
+    Ok(machines)
+}
+
 impl Launch<'_> {
     /// Spawns the engine ranks and the trainer and starts every engine.
     pub(super) fn spawn(
@@ -289,19 +311,7 @@ impl Launch<'_> {
             .spawn_trainers(&[trainer_spec])?
             .pop()
             .ok_or_else(|| RlError::failed("the trainer worker did not start"))?;
-        let mut machines = Vec::with_capacity(remotes.len());
-        for (rank, e) in remotes.iter().enumerate() {
-            e.start()?;
-            let h = e.health()?;
-            if !h.ready {
-                return Err(RlError::failed(format!(
-                    "engine rank {rank} is not ready after start: {}",
-                    h.detail
-                )));
-            }
-            events.record(0, &format!("engine-{rank}"), "start", "");
-            machines.push(EngineMachine::new(h.weight_version));
-        }
+        let machines = start_engines(&remotes, events)?;
         let engines = Engines {
             remotes,
             machines,

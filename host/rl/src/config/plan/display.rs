@@ -1,6 +1,6 @@
 //! `tandem check`'s printout of a [`RunPlan`]: one line per part, indented detail under it.
 
-use super::{RolePlan, RunPlan};
+use super::{CapsSource, RolePlan, RunPlan};
 use crate::config::{FeatureRouteKind, TrainIn};
 use std::fmt;
 
@@ -119,5 +119,9 @@ fn role(f: &mut fmt::Formatter<'_>, name: &str, r: &RolePlan) -> fmt::Result {
     if c.reports_digest {
         what.push("digests".into());
     }
-    writeln!(f, "             {} ({:?})", what.join(", "), c.source)
+    let source = match c.source {
+        CapsSource::Options => "with these options",
+        CapsSource::Manifest => "as its manifest declares",
+    };
+    writeln!(f, "             {} ({source})", what.join(", "))
 }

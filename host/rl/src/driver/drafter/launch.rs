@@ -82,17 +82,7 @@ impl<'a> DrafterLoop<'a> {
             .spawn_trainers(&[trainer_spec])?
             .pop()
             .ok_or_else(|| RlError::failed("the trainer worker did not start"))?;
-        for (rank, e) in engines.iter().enumerate() {
-            e.start()?;
-            let h = e.health()?;
-            if !h.ready {
-                return Err(RlError::failed(format!(
-                    "engine rank {rank} is not ready after start: {}",
-                    h.detail
-                )));
-            }
-            events.record(0, &format!("engine-{rank}"), "start", "");
-        }
+        crate::driver::launch::start_engines(&engines, &events)?;
         let info = trainer.init()?;
         events.record(
             0,
