@@ -63,7 +63,11 @@ fn the_delta_bridge_builds_out_of_tree_and_is_listed() {
     let out = run(tandem().args(["plugins", "--plugin-dir"]).arg(dir.path()));
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(text.contains("example-delta 0.1.0 (API level 4"), "{text}");
+    let level = format!(
+        "example-delta 0.1.0 (API level {}",
+        tandem_plugin_api::API_LEVEL
+    );
+    assert!(text.contains(&level), "{text}");
     assert!(text.contains("bridge  delta "), "{text}");
     assert!(
         text.contains("updates: shared_region, tensor_buckets"),
