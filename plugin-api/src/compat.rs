@@ -1,14 +1,15 @@
-//! The role traits as API levels 2 and 3 declared them (before the appended hidden-state
-//! methods, before the appended bridge methods) and the root module as level 4 declared it
-//! (before `describe_config`), for the loader's layout check of older plugins only.
+//! The role traits as API levels 2 to 4 declared them (before the appended hidden-state
+//! methods, before the appended bridge methods, before the appended `train_step_policy`) and
+//! the root modules of those levels (level 4: before `describe_config`), for the loader's
+//! layout check of older plugins only.
 //!
 //! abi_stable refuses a library whose prefix types (root module, trait vtables) have *fewer*
 //! fields than the host's, so a plugin built before a method was appended to a role trait
 //! fails the check against the current traits. [`crate::module::init_root_module`] then
-//! checks it against the root module of [`level3`], [`level2`] (constructors returning these
-//! traits' objects) or [`crate::module::level1`], and reads it through the current types: a
-//! trait object's vtable records its own method count, and an appended method the library
-//! lacks runs the trait's default body (a `NotSupported` error) instead.
+//! checks it against the root module of [`level4`], [`level3`], [`level2`] (constructors
+//! returning these traits' objects) or [`crate::module::level1`], and reads it through the
+//! current types: a trait object's vtable records its own method count, and an appended
+//! method the library lacks runs the trait's default body (a `NotSupported` error) instead.
 //!
 //! Names and signatures here must stay exactly those of [`crate::traits`] minus the
 //! appended methods: abi_stable compares type names and layouts, not module paths.
@@ -105,9 +106,10 @@ pub mod level2 {
 /// The level-3 bridge trait (engines and trainers are the current ones) and the root module
 /// whose bridge constructor returns it.
 pub mod level3 {
+    use super::level4::TrainerBox;
     use crate::caps::{ComponentKind, PluginManifest};
     use crate::error::PResult;
-    use crate::traits::{EngineBox, HostBox, TrainerBox};
+    use crate::traits::{EngineBox, HostBox};
     use crate::types::{ComponentConfig, ConfigProblem, WeightUpdate};
     use abi_stable::library::RootModule;
     use abi_stable::sabi_trait;
@@ -149,17 +151,58 @@ pub mod level3 {
     }
 }
 
-/// The root module at API level 4: the current role traits, `validate_config`, no
+/// The trainer trait at API level 4 (engines and bridges are the current ones) and the root
+/// module at API level 4, whose trainer constructor returns it: no `train_step_policy`, no
 /// `describe_config`.
 pub mod level4 {
     use crate::caps::{ComponentKind, PluginManifest};
-    use crate::error::PResult;
-    use crate::traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
-    use crate::types::{ComponentConfig, ConfigProblem};
+    use crate::error::{PResult, PluginError};
+    use crate::traits::{BridgeBox, EngineBox, HostBox};
+    use crate::types::{
+        CheckpointInfo, ComponentConfig, ComponentStats, ConfigProblem, FeatureBatch, Metric,
+        TrainBatch, TrainerInfo, UpdateKind, WeightUpdate, WhichWeights,
+    };
     use abi_stable::library::RootModule;
+    use abi_stable::sabi_trait;
     use abi_stable::sabi_types::VersionStrings;
-    use abi_stable::std_types::RVec;
+    use abi_stable::std_types::{RBox, RString, RVec};
     use abi_stable::{StableAbi, declare_root_module_statics, package_version_strings};
+
+    /// [`crate::traits::Trainer`] at API levels 3 and 4.
+    #[sabi_trait]
+    pub trait Trainer: Send {
+        fn init(&mut self) -> PResult<TrainerInfo>;
+        fn compute_logprobs(
+            &mut self,
+            batch: TrainBatch,
+            which: WhichWeights,
+        ) -> PResult<RVec<RVec<f32>>>;
+        fn train_step(&mut self, batch: TrainBatch) -> PResult<RVec<Metric>>;
+        fn snapshot(&mut self, name: RString) -> PResult<()>;
+        fn restore(&mut self, name: RString) -> PResult<()>;
+        fn save_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo>;
+        fn load_checkpoint(&mut self, dir: RString) -> PResult<CheckpointInfo>;
+        fn export_weight_update(&mut self, kind: UpdateKind) -> PResult<WeightUpdate>;
+        fn offload(&mut self, tags: RVec<RString>) -> PResult<()>;
+        fn onload(&mut self, tags: RVec<RString>) -> PResult<()>;
+        #[sabi(last_prefix_field)]
+        fn stats(&self) -> PResult<ComponentStats>;
+        fn train_step_features(
+            &mut self,
+            batch: TrainBatch,
+            features: FeatureBatch,
+        ) -> PResult<RVec<Metric>> {
+            let _ = (batch, features);
+            Err(PluginError::not_supported(
+                "train_step_features",
+                "this trainer",
+            ))
+            .into()
+        }
+    }
+
+    /// A level-4 trainer object.
+    pub type TrainerBox = Trainer_TO<'static, RBox<()>>;
 
     /// [`crate::PluginModule`] at API level 4 (same name: abi_stable compares type names).
     #[repr(C)]

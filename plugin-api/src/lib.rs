@@ -68,7 +68,9 @@ pub mod api_level {
     /// The root module's `describe_config`: what a component can do *with the options a job
     /// gives it* (the update kinds a trainer exports with or without LoRA, an engine's draft
     /// tokens and longest sequence, digests, whether it serves). Plugins below this level
-    /// are described by their manifest.
+    /// are described by their manifest. Also `Trainer::train_step_policy`: a step with a
+    /// policy-loss variant ([`crate::types::PolicyLoss`]); trainers below this level answer
+    /// `NotSupported` to it.
     pub const PLAN: u32 = 5;
 }
 

@@ -24,6 +24,9 @@ use crate::types::{FeatureBatch, HiddenStatesReport, HiddenStatesRequest};
 // abi-append:bridge:begin
 use crate::types::BridgePlan;
 // abi-append:bridge:end
+// abi-append:policy_loss:begin
+use crate::types::PolicyLoss;
+// abi-append:policy_loss:end
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
 
@@ -128,6 +131,21 @@ pub trait Trainer: Send {
         .into()
     }
     // abi-append:hidden_states:end
+    // abi-append:policy_loss:begin (API level 5; app/tests/it/abi_versions.rs cuts it out)
+    /// One optimiser step on `batch` minimising the policy-loss variant `loss` (API level
+    /// [`PLAN`](crate::api_level::PLAN); the definitions are in
+    /// `plugins/native/core/src/loss.rs`). With [`PolicyLoss::default`] it is exactly
+    /// `train_step`. A trainer that implements it says so (`loss_variants` of its
+    /// `describe_config`); one built before this method answers `NotSupported`.
+    fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> PResult<RVec<Metric>> {
+        let _ = (batch, loss);
+        Err(PluginError::not_supported(
+            "train_step_policy",
+            "this trainer",
+        ))
+        .into()
+    }
+    // abi-append:policy_loss:end
 }
 
 /// A weight bridge: the halves of a sync, each in the process it concerns.

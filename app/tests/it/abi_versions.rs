@@ -89,7 +89,8 @@ impl Fixture {
 }
 
 /// A fixture against the API as it was at `api` (1 to 5): level 4 lacks the root module's
-/// appended `describe_config`, level 3 also the bridge's appended
+/// appended `describe_config` and the trainer's appended `train_step_policy`, level 3 also
+/// the bridge's appended
 /// `plan` / `send`, level 2 also the role traits' appended `hidden_states` / `load_drafter` /
 /// `train_step_features` (and their SDK shims), level 1 also the root module's
 /// `validate_config`.
@@ -128,6 +129,9 @@ fn build(
     if api < 5 {
         cut_appended(&src.join("module.rs"), "describe_config");
         cut_appended(&src.join("sdk.rs"), "describe_config");
+        for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
+            cut_appended(&src.join(file), "policy_loss");
+        }
     }
     if api < 4 {
         for file in ["traits.rs", "sdk/traits.rs", "sdk/adapters.rs"] {
@@ -327,8 +331,10 @@ fn a_plugin_without_validate_config_still_loads_and_its_job_validates() {
     );
 }
 
-/// Built before the root module's `describe_config` (API level 4): it loads, its job checks,
-/// and the plan describes its engine by its manifest.
+/// Built before the root module's `describe_config` and the trainer's `train_step_policy`
+/// (API level 4): it loads, its job checks, the plan describes its engine by its manifest,
+/// and its trainer, served by a real worker, answers `train_step_policy` with the trait's
+/// default (`NotSupported`) and keeps serving.
 #[test]
 fn a_plugin_built_before_describe_config_still_loads_and_is_described_by_its_manifest() {
     let out_dir = tempfile::tempdir().unwrap();
@@ -347,6 +353,47 @@ fn a_plugin_built_before_describe_config_still_loads_and_is_described_by_its_man
     assert_eq!(plan["engine"]["caps"]["update_kinds"][0], "checkpoint_dir");
     // The built-in trainer answers for its options.
     assert_eq!(plan["trainer"]["caps"]["source"], "options", "{plan}");
+
+    let run_dir = tempfile::tempdir().unwrap();
+    let mut opts = tandem_runtime::launch::LaunchOptions::new(run_dir.path());
+    opts.exe = Some(env!("CARGO_BIN_EXE_tandem").into());
+    let mut launcher = tandem_runtime::launch::LocalLauncher::new(opts).unwrap();
+    let spec = tandem_runtime::worker::WorkerSpec::single_cpu(
+        tandem_control::Role::Trainer,
+        "fixture-alpha",
+        Path::new(""),
+        r#"{"behaviour": "ok"}"#,
+        run_dir.path(),
+        vec![plugins.path().to_path_buf()],
+    );
+    let trainer = launcher.spawn_trainers(&[spec]).unwrap().pop().unwrap();
+    assert!(trainer.init().is_ok(), "the level-4 trainer initialises");
+    let batch = tandem_plugin_api::TrainBatch {
+        sequences: tandem_plugin_api::RVec::new(),
+        loss: tandem_plugin_api::LossConfig {
+            kind: tandem_plugin_api::LossKind::Grpo,
+            clip_eps_low: 0.2,
+            clip_eps_high: 0.2,
+            kl_coef: 0.0,
+            learning_rate: 1e-3,
+            grad_clip: 1.0,
+        },
+    };
+    match trainer.train_step_policy(batch, tandem_plugin_api::PolicyLoss::default()) {
+        Err(tandem_runtime::RuntimeError::Plugin { source, .. }) => {
+            assert_eq!(
+                source.code,
+                tandem_plugin_api::ErrorCode::NotSupported,
+                "{source:?}"
+            );
+            assert!(source.message.contains("train_step_policy"), "{source:?}");
+        }
+        other => panic!("expected a NotSupported plugin error, got {other:?}"),
+    }
+    assert!(trainer.stats().is_ok(), "the trainer keeps serving");
+    launcher
+        .shutdown(std::time::Duration::from_secs(10))
+        .unwrap();
 }
 
 #[test]

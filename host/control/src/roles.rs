@@ -37,8 +37,8 @@ pub mod vocabulary {
     pub use crate::packed::Rows;
     pub use tandem_plugin_api::{
         CheckpointInfo, ComponentStats, EngineBox, EngineHealth, FeatureBatch, GenerateRequest,
-        GenerateResponse, HiddenStatesReport, HiddenStatesRequest, Metric, PauseMode, RString,
-        RVec, TrainBatch, TrainerBox, TrainerInfo, UpdateKind, UpdateReport, WeightUpdate,
+        GenerateResponse, HiddenStatesReport, HiddenStatesRequest, Metric, PauseMode, PolicyLoss,
+        RString, RVec, TrainBatch, TrainerBox, TrainerInfo, UpdateKind, UpdateReport, WeightUpdate,
         WhichWeights,
     };
 }
@@ -126,6 +126,10 @@ macro_rules! role_table {
                 /// One optimiser step on `batch` with its features arriving as `features`
                 /// says (API level 3).
                 TrainStepFeatures train_step_features(batch: TrainBatch, features: FeatureBatch)
+                    -> RVec<Metric> as Vec<Metric>;
+                /// One optimiser step on `batch` minimising the policy-loss variant `loss`
+                /// (API level 5; `PolicyLoss::default()` is `train_step`).
+                TrainStepPolicy train_step_policy(batch: TrainBatch, loss: PolicyLoss)
                     -> RVec<Metric> as Vec<Metric>;
             }
         }

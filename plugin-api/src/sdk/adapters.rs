@@ -119,6 +119,11 @@ impl<T: TrainerImpl> Trainer for Guarded<T> {
         guard(|| self.0.train_step_features(batch, features).map(RVec::from))
     }
     // abi-append:hidden_states:end
+    // abi-append:policy_loss:begin
+    fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> PResult<RVec<Metric>> {
+        guard(|| self.0.train_step_policy(batch, loss).map(RVec::from))
+    }
+    // abi-append:policy_loss:end
 }
 
 impl<B: BridgeImpl> WeightBridge for Guarded<B> {

@@ -150,6 +150,14 @@ pub trait TrainerImpl: Send + 'static {
         unsupported("train_step_features", self.component())
     }
     // abi-append:hidden_states:end
+    // abi-append:policy_loss:begin
+    /// See [`Trainer::train_step_policy`]. Implement it (and answer `loss_variants` in
+    /// [`Plugin::describe_config`]) so that `train_step_policy(batch, PolicyLoss::default())`
+    /// is `train_step(batch)` exactly.
+    fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> Result<Vec<Metric>> {
+        unsupported("train_step_policy", self.component())
+    }
+    // abi-append:policy_loss:end
 }
 
 /// A weight bridge, as a plugin author writes it.

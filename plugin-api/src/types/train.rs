@@ -95,3 +95,70 @@ pub struct CheckpointInfo {
     /// Bytes written or read.
     pub bytes: u64,
 }
+
+/// How a policy loss sums its per-token terms into one number (see the written definition in
+/// `plugins/native/core/src/loss.rs`). Every normaliser is taken over the whole batch of the
+/// step, whatever micro-batches or data-parallel ranks a trainer splits it into.
+#[repr(u8)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LossAggregation {
+    /// `Σ mask·ℓ / Σ mask`: every completion token of the batch weighs the same (DAPO).
+    #[default]
+    TokenMean,
+    /// The mean over sequences of each sequence's token mean (GRPO's paper, GSPO).
+    SequenceMean,
+    /// `Σ mask·ℓ / (B · constant_length)` (Dr. GRPO): no length bias.
+    ConstantLength,
+}
+
+/// The level the importance ratio is taken at.
+#[repr(u8)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RatioLevel {
+    /// `r_t = exp(lp_t − old_t)`, clipped per token (PPO, GRPO).
+    #[default]
+    Token,
+    /// `s_b = exp(mean over the completion of (lp − old))`, clipped per sequence (GSPO).
+    Sequence,
+}
+
+/// The estimator of the KL to the reference policy in the loss.
+#[repr(u8)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum KlEstimator {
+    /// `lp − ref`.
+    K1,
+    /// `exp(ref − lp) − (ref − lp) − 1` (≥ 0).
+    #[default]
+    K3,
+}
+
+/// The policy-loss variant of one `train_step_policy` (API level
+/// [`PLAN`](crate::api_level::PLAN)); the clip range and KL weight stay in the batch's
+/// [`LossConfig`]. [`PolicyLoss::default`] is exactly the loss `train_step` minimises.
+#[repr(C)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PolicyLoss {
+    /// How per-token terms are summed.
+    pub aggregation: LossAggregation,
+    /// Dr. GRPO's normaliser per sequence (the generation budget, `max_tokens`); read by
+    /// [`LossAggregation::ConstantLength`] only, which needs it > 0.
+    pub constant_length: u32,
+    /// Token or sequence (GSPO) importance ratio.
+    pub ratio: RatioLevel,
+    /// KL estimator of the penalty to the reference.
+    pub kl_estimator: KlEstimator,
+}
+
+impl PolicyLoss {
+    /// `true` for the loss `train_step` minimises (token mean, token ratio, k3), whatever
+    /// `constant_length` says (only the constant-length aggregation reads it).
+    pub fn is_default(&self) -> bool {
+        self.aggregation == LossAggregation::TokenMean
+            && self.ratio == RatioLevel::Token
+            && self.kl_estimator == KlEstimator::K3
+    }
+}
