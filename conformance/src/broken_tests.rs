@@ -1,5 +1,5 @@
 //! The suite catches broken plugins: a small, correct fixture engine + trainer passes every
-//! check, and three copies of it, each broken in one way, fail the rule they break (and only
+//! check, and four copies of it, each broken in one way, fail the rule they break (and only
 //! through the plugin interface, as any plugin would be driven).
 //!
 //! The fixture "model" is one number `w`: every token's logprob is `-(1 + w) / 10`, a train
@@ -22,6 +22,8 @@ const LOWER_VERSION: u8 = 1;
 const GENERATES_PAUSED: u8 = 2;
 /// Declares `kv_cache` releasable but cannot release it.
 const FALSE_CAPABILITY: u8 = 3;
+/// Declares the policy-loss variants, and its default variant steps twice as far.
+const POLICY_DIFFERS: u8 = 4;
 
 fn lp(w: u64) -> f32 {
     -(1.0 + w as f32) / 10.0
@@ -169,6 +171,8 @@ struct ToyTrainer {
     w: u64,
     run_dir: String,
     snapshots: Vec<(String, u64)>,
+    /// `train_step_policy(default)` differs from `train_step` ([`POLICY_DIFFERS`]).
+    policy_bug: bool,
 }
 
 impl TrainerImpl for ToyTrainer {
@@ -192,6 +196,12 @@ impl TrainerImpl for ToyTrainer {
     fn train_step(&mut self, _: TrainBatch) -> sdk::Result<Vec<Metric>> {
         self.w += 1;
         Ok(vec![Metric::new("loss", 1.0)])
+    }
+    fn train_step_policy(&mut self, b: TrainBatch, _: PolicyLoss) -> sdk::Result<Vec<Metric>> {
+        if self.policy_bug {
+            self.w += 1;
+        }
+        self.train_step(b)
     }
     fn snapshot(&mut self, name: String) -> sdk::Result<()> {
         self.snapshots.push((name, self.w));
@@ -275,8 +285,16 @@ impl<const BUG: u8> Plugin for Toy<BUG> {
     fn new_trainer(config: ComponentConfig, _: HostBox) -> sdk::Result<TrainerBox> {
         Ok(sdk::trainer_box(ToyTrainer {
             run_dir: config.run_dir.into(),
+            policy_bug: BUG == POLICY_DIFFERS,
             ..ToyTrainer::default()
         }))
+    }
+    fn describe_config(kind: ComponentKind, _: &ComponentConfig) -> Option<ConfigCaps> {
+        (kind == ComponentKind::Trainer).then(|| ConfigCaps {
+            update_kinds: vec![UpdateKind::CheckpointDir].into(),
+            loss_variants: true,
+            ..ConfigCaps::default()
+        })
     }
 }
 
@@ -285,8 +303,8 @@ fn engine<const BUG: u8>(model: &Path) -> EngineHarness {
     EngineHarness::new(EngineSetup::new(source, "toy", model)).unwrap()
 }
 
-fn trainer(model: &Path) -> TrainerHarness {
-    let source = Source::Module(sdk::module_of::<Toy<CORRECT>>());
+fn trainer<const BUG: u8>(model: &Path) -> TrainerHarness {
+    let source = Source::Module(sdk::module_of::<Toy<BUG>>());
     TrainerHarness::new(TrainerSetup::new(source, "toy", model)).unwrap()
 }
 
@@ -333,18 +351,22 @@ fn failures<const BUG: u8>() -> Vec<(&'static str, &'static str, String)> {
         }
     }
     for (name, check) in PAIR_CHECKS {
-        let (mut e, mut t) = (engine::<BUG>(model.path()), trainer(model.path()));
+        let (mut e, mut t) = (
+            engine::<BUG>(model.path()),
+            trainer::<CORRECT>(model.path()),
+        );
         if let Err(f) = check(&mut e, &mut t) {
             out.push((name, f.rule, f.detail));
         }
     }
-    let mut t = trainer(model.path());
+    let mut t = trainer::<BUG>(model.path());
     for check in [
         checks::trainer::init_twice,
         checks::trainer::snapshot_restore_round_trip,
         checks::trainer::save_load_keeps_version,
         checks::trainer::offload_onload,
         checks::trainer::undeclared_exports,
+        checks::trainer::policy_loss_default_is_train_step,
     ] {
         if let Err(f) = check(&mut t) {
             out.push(("trainer", f.rule, f.detail));
@@ -405,4 +427,16 @@ fn a_declared_capability_that_does_not_work_fails_its_check() {
             && d.contains("allows `release(kv_cache)`")),
         "{f:#?}"
     );
+}
+
+#[test]
+fn a_default_policy_step_unlike_train_step_fails_the_policy_rule() {
+    let f = failures::<POLICY_DIFFERS>();
+    assert!(
+        f.iter().any(|(c, r, d)| *c == "trainer"
+            && *r == "train_step_policy(default) is train_step"
+            && d.contains("logprobs differ")),
+        "{f:#?}"
+    );
+    assert!(f.iter().all(|(c, ..)| *c == "trainer"), "{f:#?}");
 }

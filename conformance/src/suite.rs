@@ -86,6 +86,7 @@ macro_rules! __tandem_group {
             trainer_save_load_keeps_version = save_load_keeps_version,
             trainer_offload_onload = offload_onload,
             trainer_undeclared_exports = undeclared_exports,
+            trainer_policy_loss_default_is_train_step = policy_loss_default_is_train_step,
         );
         $crate::__tandem_trainer_tests!(
             $why

@@ -4,8 +4,9 @@ use crate::expect::{not_supported, ok, refused};
 use crate::harness::{Failure, Outcome};
 use crate::setup::{Groups, Parts, TrainerSetup, parts};
 use tandem_plugin_api::{
-    ComponentDecl, ComponentKind, ErrorCode, LossConfig, LossKind, RResult, RString, RVec,
-    TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind, WhichWeights,
+    ComponentDecl, ComponentKind, ConfigCaps, ErrorCode, LossConfig, LossKind, Metric, PolicyLoss,
+    RResult, RString, RVec, TrainBatch, TrainSequence, TrainerBox, TrainerInfo, UpdateKind,
+    WhichWeights,
 };
 use tandem_services::Services;
 
@@ -17,6 +18,9 @@ pub struct TrainerHarness {
     pub decl: ComponentDecl,
     /// What `init` reported.
     pub info: TrainerInfo,
+    /// What the plugin's `describe_config` answered for the setup's options (API level 5;
+    /// `None`: the plugin does not say).
+    pub config_caps: Option<ConfigCaps>,
     /// The services it was constructed with.
     pub services: Services,
     /// The setup it was built from.
@@ -52,6 +56,15 @@ impl TrainerHarness {
             &setup.options_json,
             transport,
         )?;
+        let config_caps = match module.describe_config() {
+            Some(describe) => ok(
+                describe(ComponentKind::Trainer, config.clone()),
+                "describe_config answers",
+                "describe_config",
+            )?
+            .into_option(),
+            None => None,
+        };
         let mut trainer = ok(
             (module.new_trainer())(config, services.handle()),
             "the trainer constructs",
@@ -62,6 +75,7 @@ impl TrainerHarness {
             trainer,
             decl,
             info,
+            config_caps,
             services,
             setup,
             dir,
@@ -276,6 +290,67 @@ pub mod checks {
             )?;
         }
         Ok(())
+    }
+
+    /// A trainer whose `describe_config` answers `loss_variants` steps with
+    /// `train_step_policy(batch, PolicyLoss::default())` exactly as with `train_step(batch)`:
+    /// the same metrics and, from the same snapshot, the same weights after, bit for bit. One
+    /// that does not say so answers `NotSupported`.
+    pub fn policy_loss_default_is_train_step(h: &mut TrainerHarness) -> Outcome {
+        let rule = "train_step_policy(default) is train_step";
+        let old = ok(
+            h.trainer
+                .compute_logprobs(h.batch(None), WhichWeights::Current),
+            rule,
+            "compute_logprobs",
+        )?;
+        let batch = h.batch(Some(&old));
+        if !h.config_caps.as_ref().is_some_and(|c| c.loss_variants) {
+            return not_supported(
+                h.trainer.train_step_policy(batch, PolicyLoss::default()),
+                "train_step_policy (loss_variants not declared)",
+            );
+        }
+        ok(
+            h.trainer.snapshot("conformance-policy".into()),
+            rule,
+            "snapshot",
+        )?;
+        let plain = ok(h.trainer.train_step(batch.clone()), rule, "train_step")?;
+        let after_plain = h.logprobs(rule)?;
+        ok(
+            h.trainer.restore("conformance-policy".into()),
+            rule,
+            "restore",
+        )?;
+        let policy = ok(
+            h.trainer.train_step_policy(batch, PolicyLoss::default()),
+            rule,
+            "train_step_policy",
+        )?;
+        let after_policy = h.logprobs(rule)?;
+        let sorted = |m: RVec<Metric>| {
+            let mut v: Vec<(String, u64)> = m
+                .iter()
+                .map(|m| (m.name.to_string(), m.value.to_bits()))
+                .collect();
+            v.sort();
+            v
+        };
+        let (plain, policy) = (sorted(plain), sorted(policy));
+        if plain != policy {
+            return Err(Failure::new(
+                rule,
+                format!("train_step reported {plain:?}, train_step_policy(default) {policy:?}"),
+            ));
+        }
+        unchanged(
+            rule,
+            &after_plain,
+            &after_policy,
+            0.0,
+            "train_step_policy(default) vs train_step from one snapshot",
+        )
     }
 
     /// Update kinds the trainer does not declare answer `NotSupported`.

@@ -31,6 +31,8 @@ pub fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<
                 update_kinds: kinds.into(),
                 presets: presets().into(),
                 reports_digest: opts.digest,
+                // `train_step_policy`: every variant of `tandem_native_core::loss`.
+                loss_variants: true,
                 ..ConfigCaps::default()
             })
         }
@@ -92,6 +94,7 @@ mod tests {
         assert!(!full.update_kinds.contains(&UpdateKind::Adapter));
         assert!(full.update_kinds.contains(&UpdateKind::SharedRegion));
         assert!(full.reports_digest);
+        assert!(lora.loss_variants && full.loss_variants);
         let quiet = describe_config(
             ComponentKind::Trainer,
             &config("native", r#"{"digest": false}"#),

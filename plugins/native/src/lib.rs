@@ -22,6 +22,9 @@ mod conformance_tests;
 /// `init_preset` / `init_seed` through the root module.
 #[cfg(test)]
 mod init_preset_tests;
+/// `train_step_policy` (the policy-loss variants) through the root module.
+#[cfg(test)]
+mod policy_loss_tests;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
 use tandem_plugin_api::{

@@ -6,35 +6,89 @@
 //! prediction and is ignored (its mask is treated as 0). `mask[b, j] ∈ {0, 1}` (any
 //! non-negative weight works) selects the tokens that count: typically response tokens.
 //!
-//! # The policy loss (GRPO / PPO-clip with optional k3 KL) — the one shared definition
-//! For every counted token `i` with new logprob `lp_i = log π_θ(token_i | prefix)`, behaviour
-//! logprob `old_i`, advantage `A_i` and (optionally) reference logprob `ref_i`:
+//! # The policy loss — the one shared definition
+//! Every trainer (this crate; `plugins/support/python/tandem_torchrun/loss.py` for the `fsdp`
+//! and `megatron` workers) implements exactly what this section says; the host chooses the
+//! variant per step (`PolicyLoss` of `tandem-plugin-api`, `[algorithm]` in a job file).
+//!
+//! For every counted token `i` of sequence `b` with new logprob `lp_i = log π_θ(token_i |
+//! prefix)`, behaviour logprob `old_i`, advantage `A_i` and (optionally) reference logprob
+//! `ref_i`, with `n_b = Σ_{i∈b} mask_i` the counted tokens of `b` and `B` the sequences of the
+//! batch:
 //!
 //! ```text
-//! r_i     = exp(lp_i − old_i)
-//! pg_i    = −min(r_i · A_i, clip(r_i, 1 − ε_low, 1 + ε_high) · A_i)
-//! kl_i    = exp(ref_i − lp_i) − (ref_i − lp_i) − 1          (k3 estimator, ≥ 0)
-//! L       = Σ_i mask_i · (pg_i + β · kl_i) / Z
+//! ratio = token (PPO, GRPO; the default):
+//!   r_i  = exp(lp_i − old_i)
+//!   pg_i = −min(r_i · A_i, clip(r_i, 1 − ε_low, 1 + ε_high) · A_i)
+//! ratio = sequence (GSPO, Zheng et al. 2025):
+//!   s_b  = exp(Σ_{i∈b} mask_i · (lp_i − old_i) / n_b)      the length-normalised ratio
+//!   A_b  = Σ_{i∈b} mask_i · A_i / n_b                     (= the sequence's advantage)
+//!   pg_i = −min(s_b · A_b, clip(s_b, 1 − ε_low, 1 + ε_high) · A_b)   for every i of b
+//! kl_estimator = k3 (the default):  kl_i = exp(ref_i − lp_i) − (ref_i − lp_i) − 1   (≥ 0)
+//! kl_estimator = k1:                kl_i = lp_i − ref_i
+//! ℓ_i = pg_i + β · kl_i
+//! aggregation = token-mean (the default; DAPO):  L = Σ_i mask_i · ℓ_i / Σ_i mask_i
+//! aggregation = sequence-mean (GRPO's paper, GSPO): L = (1/B) Σ_b (Σ_{i∈b} mask_i · ℓ_i / n_b)
+//! aggregation = constant-length (Dr. GRPO):      L = Σ_i mask_i · ℓ_i / (B · C)
 //! ```
 //!
-//! with `Z = Σ_i mask_i` over the whole batch (token-level mean, as in DAPO), unless the
-//! caller passes an explicit normaliser (e.g. the token count of the global batch when a
-//! step is accumulated over micro-batches). `β = 0` or no reference disables the KL term.
-//! The gradient flows through `lp_i` only (`old_i`, `A_i`, `ref_i` are constants):
-//! `∂pg/∂lp = −A·r` when the unclipped term is the minimum, else 0;
-//! `∂kl/∂lp = 1 − exp(ref − lp)`.
+//! `C` is the constant length, the generation budget (`max_tokens`). Every normaliser
+//! (`Σ mask`, `B`, `B · C`) is that of the **whole batch of the step**: a trainer that splits
+//! the batch over micro-batches or data-parallel ranks divides each part by the global
+//! normaliser (the caller passes it here as `normalizer`), and a sequence is never split, so
+//! `n_b` and `s_b` are always whole-sequence figures. `B` counts every sequence of the batch,
+//! also one without completion tokens (it adds nothing to the sum). `ε_low ≠ ε_high` is
+//! DAPO's clip-higher. `β = 0` or no reference disables the KL term.
 //!
-//! # Advantages (GRPO)
-//! [`grpo_advantages`]: for each group of `G` samples of one prompt with rewards `R_1..R_G`,
-//! `A_i = (R_i − mean(R)) / (std(R) + 1e-6)` (population std; `scale_by_std = false` gives
-//! `A_i = R_i − mean(R)`). Every response token of sample i gets `A_i`.
+//! How the two ratio levels combine with the aggregations: with the sequence ratio every token
+//! of `b` carries the same `pg_b`, so sequence-mean gives GSPO's objective exactly
+//! (`(1/B) Σ_b pg_b` + the KL term), token-mean weighs each sequence's `pg_b` by its length
+//! `n_b / Σ mask`, and constant-length by `n_b / (B · C)`.
 //!
-//! # SFT
-//! `L = Σ_i mask_i · (−lp_i) / Z`, same alignment and normaliser.
-
+//! The gradient flows through `lp` only (`old`, `A`, `ref` are constants). With
+//! `w_i = ∂L/∂ℓ_i` (`mask_i / Σ mask`, `mask_i / (n_b · B)` or `mask_i / (B · C)`):
+//! `∂L/∂lp_i = w_i · (g_i + β · ∂kl_i/∂lp_i)` where `∂kl/∂lp = 1 − exp(ref − lp)` (k3) or `1`
+//! (k1), and `g_i = −A_i · r_i` (token ratio) or `g_i = −A_b · s_b` (sequence ratio: the
+//! sequence's term `Σ_{j∈b} w_j · ∂pg_b/∂lp_i` with `∂s_b/∂lp_i = s_b · mask_i / n_b`, and
+//! `Σ_{j∈b} w_j = n_b · w_i / mask_i`) when the unclipped term is the minimum, else `0`. A
+//! token (every token of a sequence, with the sequence ratio) whose gradient is clipped away
+//! counts in `clip_frac`; the `kl` statistic is the masked mean of the estimator in use.
+//!
 use rayon::prelude::*;
 
 use crate::error::{NativeError, Result};
+
+/// How the per-token terms are summed into `L` (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Aggregation {
+    /// `Σ mask·ℓ / Σ mask`.
+    #[default]
+    TokenMean,
+    /// The mean over sequences of each sequence's token mean.
+    SequenceMean,
+    /// `Σ mask·ℓ / (B · C)` with `C` the constant length (> 0).
+    ConstantLength(f32),
+}
+
+/// The level of the importance ratio (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RatioLevel {
+    /// One ratio per token.
+    #[default]
+    Token,
+    /// One length-normalised ratio per sequence (GSPO).
+    Sequence,
+}
+
+/// The KL estimator (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KlEstimator {
+    /// `lp − ref`.
+    K1,
+    /// `exp(ref − lp) − (ref − lp) − 1`.
+    #[default]
+    K3,
+}
 
 /// Hyper-parameters of the policy loss.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,8 +97,14 @@ pub struct PolicyLossConfig {
     pub clip_low: f32,
     /// ε_high: upper clip is `1 + clip_high`.
     pub clip_high: f32,
-    /// β: weight of the k3 KL to the reference policy.
+    /// β: weight of the KL to the reference policy.
     pub kl_coef: f32,
+    /// How the terms are summed.
+    pub aggregation: Aggregation,
+    /// Token or sequence ratio.
+    pub ratio: RatioLevel,
+    /// KL estimator.
+    pub kl: KlEstimator,
 }
 
 impl Default for PolicyLossConfig {
@@ -53,6 +113,9 @@ impl Default for PolicyLossConfig {
             clip_low: 0.2,
             clip_high: 0.2,
             kl_coef: 0.0,
+            aggregation: Aggregation::TokenMean,
+            ratio: RatioLevel::Token,
+            kl: KlEstimator::K3,
         }
     }
 }
@@ -82,7 +145,7 @@ pub struct LossStats {
     pub loss: f64,
     /// Σ mask.
     pub tokens: f64,
-    /// Masked mean of k3 KL (0 without reference).
+    /// Masked mean of the KL estimator in use (0 without reference).
     pub kl: f64,
     /// Fraction of counted tokens whose gradient was clipped away.
     pub clip_frac: f64,
@@ -90,8 +153,96 @@ pub struct LossStats {
     pub nll: f64,
 }
 
+/// The sequence-level ratio of one sequence (GSPO): its policy term and `g` (see the module
+/// doc), shared by all its tokens.
+#[derive(Debug, Clone, Copy, Default)]
+struct SeqRatio {
+    pg: f32,
+    g: f32,
+    clipped: f32,
+}
+
+/// PPO-clip of one ratio `r` with advantage `a`: `(pg, ∂pg/∂log r, clipped)`.
+fn clipped_term(r: f32, a: f32, cfg: &PolicyLossConfig) -> (f32, f32, f32) {
+    let rc = r.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
+    let (s1, s2) = (r * a, rc * a);
+    if s1 <= s2 {
+        (-s1, -a * r, 0.0)
+    } else {
+        (-s2, 0.0, 1.0)
+    }
+}
+
+/// The sequence ratio of every sequence (rows of `t` tokens), from the new logprobs.
+fn sequence_ratios(
+    lp: &[f32],
+    t: usize,
+    counted: &dyn Fn(usize) -> f32,
+    advantages: &[f32],
+    old: &[f32],
+    cfg: &PolicyLossConfig,
+) -> Vec<SeqRatio> {
+    (0..lp.len() / t)
+        .map(|b| {
+            let (mut n, mut dl, mut a) = (0f64, 0f64, 0f64);
+            for i in b * t..(b + 1) * t {
+                let m = f64::from(counted(i));
+                n += m;
+                dl += m * f64::from(lp[i] - old[i]);
+                a += m * f64::from(advantages[i]);
+            }
+            if n == 0.0 {
+                return SeqRatio::default();
+            }
+            let s = (dl / n).exp() as f32;
+            let (pg, g, clipped) = clipped_term(s, (a / n) as f32, cfg);
+            SeqRatio { pg, g, clipped }
+        })
+        .collect()
+}
+
+/// The per-sequence denominator `w_i = mask_i / den_b` of each sequence, given the batch's
+/// normaliser `z` of the aggregation (see [`apply_loss`]).
+fn denominators(
+    n: usize,
+    t: usize,
+    counted: &dyn Fn(usize) -> f32,
+    aggregation: Aggregation,
+    z: f32,
+) -> Vec<f32> {
+    (0..n / t)
+        .map(|b| match aggregation {
+            Aggregation::SequenceMean => {
+                let nb: f32 = (b * t..(b + 1) * t).map(counted).sum();
+                if nb > 0.0 { nb * z } else { 1.0 }
+            }
+            Aggregation::TokenMean | Aggregation::ConstantLength(_) => z,
+        })
+        .collect()
+}
+
+/// Row-wise log-probabilities of the target tokens (token-aligned, entry 0 of each row = 0).
+fn target_logprobs(logits: &[f32], vocab: usize, tokens: &[u32], t: usize) -> Vec<f32> {
+    let n = tokens.len();
+    let mut out = vec![0.0f32; n];
+    out.par_iter_mut().enumerate().for_each(|(i, lp)| {
+        if i % t != 0 {
+            *lp = crate::sampling::logprob_of(
+                &logits[(i - 1) * vocab..i * vocab],
+                tokens[i] as usize,
+            );
+        }
+    });
+    out
+}
+
 /// Applies `loss` to `logits [B·T, V]`, overwriting them with `∂L/∂logits`; also writes the
 /// new per-token logprobs into `logprobs_out` (token-aligned; entry 0 of each row = 0).
+///
+/// `normalizer` is the normaliser of the loss's aggregation over the **whole batch of the
+/// step** when `logits` hold only a part of it: `Σ mask` (SFT, token-mean), the number of
+/// sequences `B` (sequence-mean) or `B · C` (constant-length). `None`: this batch is the
+/// whole batch.
 #[allow(clippy::too_many_arguments)]
 pub fn apply_loss(
     logits: &mut [f32],
@@ -122,6 +273,7 @@ pub fn apply_loss(
             "token id {bad_tok} is out of range for vocab {vocab}"
         ));
     }
+    let mut aggregation = Aggregation::TokenMean;
     if let Loss::Policy {
         cfg,
         advantages,
@@ -140,11 +292,44 @@ pub fn apply_loss(
         if cfg.kl_coef > 0.0 && ref_logprobs.is_none() {
             return bad("kl_coef > 0 needs ref_logprobs".into());
         }
+        if let Aggregation::ConstantLength(c) = cfg.aggregation
+            && !(c > 0.0 && c.is_finite())
+        {
+            return bad(format!(
+                "the constant-length aggregation needs a length > 0 (got {c})"
+            ));
+        }
+        aggregation = cfg.aggregation;
     }
     logprobs_out.fill(0.0);
     let counted = |i: usize| if i.is_multiple_of(t) { 0.0 } else { mask[i] };
-    let z: f32 = normalizer.unwrap_or_else(|| (0..n).map(counted).sum());
+    let z: f32 = normalizer.unwrap_or_else(|| match aggregation {
+        Aggregation::TokenMean => (0..n).map(counted).sum(),
+        Aggregation::SequenceMean => (n / t) as f32,
+        Aggregation::ConstantLength(c) => (n / t) as f32 * c,
+    });
     let z = if z > 0.0 { z } else { 1.0 };
+    let den = denominators(n, t, &counted, aggregation, z);
+    // The sequence ratio needs every logprob of a sequence before any of its gradients.
+    let seq_ratios = match loss {
+        Loss::Policy {
+            cfg,
+            advantages,
+            old_logprobs,
+            ..
+        } if cfg.ratio == RatioLevel::Sequence => {
+            let lp = target_logprobs(logits, vocab, tokens, t);
+            Some(sequence_ratios(
+                &lp,
+                t,
+                &counted,
+                advantages,
+                old_logprobs,
+                cfg,
+            ))
+        }
+        _ => None,
+    };
     // Row r predicts token r + 1 (same sequence); row t−1 of each sequence predicts nothing.
     let per_row: Vec<[f64; 5]> = logits[..n * vocab]
         .par_chunks_mut(vocab)
@@ -179,30 +364,32 @@ pub fn apply_loss(
                     old_logprobs,
                     ref_logprobs,
                 } => {
-                    let a = advantages[i];
-                    let r = (lp - old_logprobs[i]).exp();
-                    let rc = r.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high);
-                    let (s1, s2) = (r * a, rc * a);
-                    let (pg, mut g, clipped) = if s1 <= s2 {
-                        (-s1, -a * r, 0.0)
-                    } else {
-                        (-s2, 0.0, 1.0)
+                    let (pg, mut g, clipped) = match &seq_ratios {
+                        Some(sr) => {
+                            let s = sr[i / t];
+                            (s.pg, s.g, s.clipped)
+                        }
+                        None => clipped_term((lp - old_logprobs[i]).exp(), advantages[i], cfg),
                     };
                     let mut val = pg;
                     let mut kl = 0.0;
                     if let Some(rf) = ref_logprobs {
                         let dlt = rf[i] - lp;
-                        kl = dlt.exp() - dlt - 1.0;
+                        let (k, dk) = match cfg.kl {
+                            KlEstimator::K3 => (dlt.exp() - dlt - 1.0, 1.0 - dlt.exp()),
+                            KlEstimator::K1 => (-dlt, 1.0),
+                        };
+                        kl = k;
                         if cfg.kl_coef > 0.0 {
-                            val += cfg.kl_coef * kl;
-                            g += cfg.kl_coef * (1.0 - dlt.exp());
+                            val += cfg.kl_coef * k;
+                            g += cfg.kl_coef * dk;
                         }
                     }
                     (val, g, kl, clipped)
                 }
             };
-            // ∂L/∂logit_v = (m/Z) · dlp · (onehot_v − softmax_v)
-            let coef = m / z * dlp;
+            // ∂L/∂logit_v = (m/den) · dlp · (onehot_v − softmax_v)
+            let coef = m / den[i / t] * dlp;
             for x in lg.iter_mut() {
                 *x = -coef * (*x - lse).exp();
             }
@@ -222,9 +409,17 @@ pub fn apply_loss(
             *a += b;
         }
     }
+    let loss = match aggregation {
+        Aggregation::SequenceMean => per_row
+            .chunks(t)
+            .zip(&den)
+            .map(|(rows, &d)| rows.iter().map(|r| r[0]).sum::<f64>() / f64::from(d))
+            .sum(),
+        Aggregation::TokenMean | Aggregation::ConstantLength(_) => acc[0] / z as f64,
+    };
     let tok = acc[1].max(1e-12);
     Ok(LossStats {
-        loss: acc[0] / z as f64,
+        loss,
         tokens: acc[1],
         kl: acc[2] / tok,
         clip_frac: acc[3] / tok,
@@ -252,48 +447,4 @@ pub fn grpo_advantages(rewards: &[f32], group: usize, scale_by_std: bool) -> Res
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn grpo_advantages_are_group_normalised() {
-        let a = grpo_advantages(&[1.0, 0.0, 0.0, 1.0, 5.0, 5.0], 2, true).unwrap();
-        assert!(
-            (a[0] - 1.0).abs() < 1e-4 && (a[1] + 1.0).abs() < 1e-4,
-            "{a:?}"
-        );
-        assert!((a[2] + 1.0).abs() < 1e-4 && (a[3] - 1.0).abs() < 1e-4);
-        assert_eq!(&a[4..], &[0.0, 0.0], "equal rewards carry no signal");
-        let b = grpo_advantages(&[3.0, 1.0], 2, false).unwrap();
-        assert_eq!(b, vec![1.0, -1.0]);
-        assert!(grpo_advantages(&[1.0, 2.0, 3.0], 2, true).is_err());
-    }
-
-    #[test]
-    fn policy_loss_value_matches_the_documented_formula() {
-        // One sequence of 2 tokens, vocab 3: only token 1 counts.
-        let mut logits = vec![0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
-        let tokens = [0u32, 2];
-        let mask = [0.0, 1.0];
-        let lp = (1.0f32 / 3.0).ln();
-        let (adv, old, rf) = ([0.0, 2.0], [0.0, lp - 0.5], [0.0, lp + 0.3]);
-        let cfg = PolicyLossConfig {
-            clip_low: 0.2,
-            clip_high: 0.2,
-            kl_coef: 0.1,
-        };
-        let loss = Loss::Policy {
-            cfg,
-            advantages: &adv,
-            old_logprobs: &old,
-            ref_logprobs: Some(&rf),
-        };
-        let mut out = [0.0; 2];
-        let st = apply_loss(&mut logits, 3, &tokens, 2, &mask, &loss, None, &mut out).unwrap();
-        // r = e^0.5 > 1.2 with A > 0: clipped term 1.2·A is the min; k3 with Δ = 0.3.
-        let want = -(1.2 * 2.0) + 0.1 * (0.3f64.exp() - 0.3 - 1.0);
-        assert!((st.loss - want).abs() < 1e-5, "{} vs {want}", st.loss);
-        assert_eq!(st.clip_frac, 1.0);
-        assert!((out[1] - lp).abs() < 1e-6);
-    }
-}
+mod tests;

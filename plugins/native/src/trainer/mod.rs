@@ -10,14 +10,15 @@ use std::path::{Path, PathBuf};
 
 use tandem_native_core::buffer::BufferTag;
 use tandem_native_core::lora::{LoraAdapter, LoraConfig};
-use tandem_native_core::loss::{Loss, PolicyLossConfig};
+use tandem_native_core::loss::{Aggregation, KlEstimator, Loss, PolicyLossConfig, RatioLevel};
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
 use tandem_native_core::trainer::Trainer;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
-    PluginError, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, WeightUpdate, WhichWeights,
+    PluginError, PolicyLoss, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, WeightUpdate,
+    WhichWeights,
 };
 
 pub(crate) mod create;
@@ -125,8 +126,9 @@ impl NativeTrainer {
         Ok(pad.completions(&lp).into_iter().map(RVec::from).collect())
     }
 
-    fn train(&mut self, batch: &TrainBatch) -> Result<Vec<Metric>> {
+    fn train(&mut self, batch: &TrainBatch, policy: PolicyLoss) -> Result<Vec<Metric>> {
         let lc = batch.loss.clone();
+        let variant = policy_variant(&lc, policy)?;
         if !(lc.learning_rate > 0.0 && lc.learning_rate.is_finite()) {
             return Err(PluginError::invalid_input(format!(
                 "train_step: learning_rate must be > 0 (got {})",
@@ -162,6 +164,7 @@ impl NativeTrainer {
                         clip_low: lc.clip_eps_low,
                         clip_high: lc.clip_eps_high,
                         kl_coef: lc.kl_coef,
+                        ..variant
                     },
                     advantages: &adv,
                     old_logprobs: &old,
@@ -184,6 +187,41 @@ impl NativeTrainer {
             Metric::new("weight_version", self.version as f64),
         ])
     }
+}
+
+/// The core's loss settings of a policy-loss variant (clip and KL weight come from the
+/// batch's `LossConfig`); a variant on an SFT batch or a constant length of 0 is refused.
+fn policy_variant(lc: &tandem_plugin_api::LossConfig, p: PolicyLoss) -> Result<PolicyLossConfig> {
+    use tandem_plugin_api::{KlEstimator as K, LossAggregation as A, RatioLevel as R};
+    if lc.kind == LossKind::Sft && !p.is_default() {
+        return Err(PluginError::invalid_input(format!(
+            "train_step_policy: the policy-loss variant {p:?} applies to the GRPO loss, this batch is SFT"
+        )));
+    }
+    let aggregation = match p.aggregation {
+        A::TokenMean => Aggregation::TokenMean,
+        A::SequenceMean => Aggregation::SequenceMean,
+        A::ConstantLength if p.constant_length > 0 => {
+            Aggregation::ConstantLength(p.constant_length as f32)
+        }
+        A::ConstantLength => {
+            return Err(PluginError::invalid_input(
+                "train_step_policy: the constant-length aggregation needs constant_length > 0 (the generation budget, max_tokens)",
+            ));
+        }
+    };
+    Ok(PolicyLossConfig {
+        aggregation,
+        ratio: match p.ratio {
+            R::Token => RatioLevel::Token,
+            R::Sequence => RatioLevel::Sequence,
+        },
+        kl: match p.kl_estimator {
+            K::K1 => KlEstimator::K1,
+            K::K3 => KlEstimator::K3,
+        },
+        ..PolicyLossConfig::default()
+    })
 }
 
 fn tags_of(tags: &[String]) -> RVec<RString> {
@@ -288,7 +326,11 @@ impl TrainerImpl for NativeTrainer {
     }
 
     fn train_step(&mut self, batch: TrainBatch) -> Result<Vec<Metric>> {
-        self.train(&batch)
+        self.train(&batch, PolicyLoss::default())
+    }
+
+    fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> Result<Vec<Metric>> {
+        self.train(&batch, loss)
     }
 
     fn snapshot(&mut self, name: String) -> Result<()> {

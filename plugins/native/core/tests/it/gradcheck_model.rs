@@ -115,6 +115,7 @@ fn check_full(arch: Arch, tie: bool, policy: bool) {
                 clip_low: 0.2,
                 clip_high: 0.28,
                 kl_coef: 0.3,
+                ..PolicyLossConfig::default()
             },
             advantages: &adv,
             old_logprobs: &old,

@@ -145,6 +145,7 @@ fn policy_loss_moves_logprobs_with_the_advantage_sign() {
         clip_low: 0.2,
         clip_high: 0.2,
         kl_coef: 0.0,
+        ..PolicyLossConfig::default()
     };
     let loss = Loss::Policy {
         cfg,
