@@ -9,9 +9,11 @@
 //! ([`kl_penalised`]). The loss itself (PPO-clip with optional KL to the reference) is the
 //! trainer's; its definition is shared by every trainer (see the native plugin's `loss.rs`).
 
-use crate::config::{KlEstimator, ScaleRewards};
+use crate::config::{AlgorithmSection, KlEstimator, KlIn, LossAgg, Ratio, ScaleRewards};
 use crate::rollout::Rollout;
-use tandem_plugin_api::{LossConfig, LossKind, RVec, TrainBatch, TrainSequence};
+use tandem_plugin_api::{
+    LossAggregation, LossConfig, LossKind, PolicyLoss, RVec, RatioLevel, TrainBatch, TrainSequence,
+};
 
 /// The epsilon added to the scale of the advantages.
 const EPS: f32 = 1e-4;
@@ -262,6 +264,30 @@ pub fn loss_clipped(
     }
 }
 
+/// The policy-loss variant `[algorithm]` names: Dr. GRPO's constant normaliser is
+/// `max_tokens`; the estimator is the loss's only with the KL in the loss (else the
+/// default, k3, which the loss does not read: its KL weight is 0). The defaults make
+/// [`PolicyLoss::default`], the loss `train_step` minimises.
+pub fn policy_loss(a: &AlgorithmSection) -> PolicyLoss {
+    let kl_in_loss = a.kl_in == KlIn::Loss;
+    PolicyLoss {
+        aggregation: match a.loss_agg {
+            LossAgg::TokenMean => LossAggregation::TokenMean,
+            LossAgg::SeqMean => LossAggregation::SequenceMean,
+            LossAgg::DrGrpo => LossAggregation::ConstantLength,
+        },
+        constant_length: a.max_tokens,
+        ratio: match a.ratio {
+            Ratio::Token => RatioLevel::Token,
+            Ratio::Sequence => RatioLevel::Sequence,
+        },
+        kl_estimator: match a.kl_estimator {
+            KlEstimator::K1 if kl_in_loss => tandem_plugin_api::KlEstimator::K1,
+            _ => tandem_plugin_api::KlEstimator::K3,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,6 +317,30 @@ mod tests {
         assert_eq!(b.sequences[0].prompt_len, 2);
         let all = batch(&samples, &a, loss(1e-3, 0.2, 0.1, 1.0), true);
         assert_eq!(all.sequences.len(), 4);
+    }
+
+    #[test]
+    fn the_policy_loss_is_the_default_unless_a_variant_is_named() {
+        let mut a = AlgorithmSection::default();
+        assert!(policy_loss(&a).is_default());
+        a.kl_estimator = KlEstimator::K1;
+        a.kl_in = KlIn::Reward;
+        // The k1 estimate went into the rewards: the loss has no KL to estimate.
+        assert!(policy_loss(&a).is_default());
+        a.kl_in = KlIn::Loss;
+        assert_eq!(
+            policy_loss(&a).kl_estimator,
+            tandem_plugin_api::KlEstimator::K1
+        );
+        a.loss_agg = LossAgg::DrGrpo;
+        a.ratio = Ratio::Sequence;
+        a.max_tokens = 6;
+        let p = policy_loss(&a);
+        assert_eq!(
+            (p.aggregation, p.constant_length, p.ratio),
+            (LossAggregation::ConstantLength, 6, RatioLevel::Sequence)
+        );
+        assert!(!p.is_default());
     }
 
     fn close(got: &[f32], want: &[f32]) {

@@ -24,7 +24,7 @@ use crate::phases::name as engine_name;
 use crate::rollout::{self, Rollout, RolloutSpec};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
-use tandem_plugin_api::{Completion, Metric, RVec, TrainBatch, WhichWeights};
+use tandem_plugin_api::{Completion, RVec, TrainBatch};
 
 /// A step under way: what it measured and how far it got. A worker's death sends the step
 /// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's
@@ -423,42 +423,6 @@ impl Loop<'_> {
         })
     }
 
-    /// `ref` logprobs (with a KL penalty) → the GRPO steps → snapshot `actor`.
-    pub(super) fn optimise(
-        &mut self,
-        mut batch: TrainBatch,
-        step: u32,
-        m: &mut StepMetrics,
-    ) -> Result<(), RlError> {
-        let a = &self.plan.algorithm;
-        let trainer = &self.trainer.remote;
-        // The batch's own KL weight: 0 when the KL went into the rewards.
-        if batch.loss.kl_coef > 0.0 {
-            let refs =
-                trainer.compute_logprobs(batch.clone(), WhichWeights::Snapshot("ref".into()))?;
-            for (s, r) in batch.sequences.iter_mut().zip(refs) {
-                s.ref_logprobs = r.into();
-            }
-            self.events.record(step, "trainer", "ref_logprobs", "");
-        }
-        for _ in 0..a.train_steps_per_rollout.max(1) {
-            let out = trainer.train_step(batch.clone())?;
-            m.loss = metric(&out, "loss");
-            m.kl = metric(&out, "kl");
-            m.grad_norm = metric(&out, "grad_norm");
-            m.clip_frac = metric(&out, "clip_frac");
-            let v = metric(&out, "weight_version");
-            if v.is_finite() {
-                self.cursor.weight_version = v as u64;
-            }
-        }
-        let version = format!("version {}", self.cursor.weight_version);
-        self.events.record(step, "trainer", "train", &version);
-        trainer.snapshot("actor")?;
-        self.events.record(step, "trainer", "snapshot", "actor");
-        Ok(())
-    }
-
     /// A checkpoint every `save_every` steps and at the last step, with the loop state and
     /// what the step measured so far.
     fn save(&mut self, log: &mut StepLog) -> Result<(), RlError> {
@@ -487,12 +451,4 @@ impl Loop<'_> {
         self.replay.clear();
         Ok(())
     }
-}
-
-/// A named figure of a train step's output (NaN when absent).
-fn metric(m: &[Metric], name: &str) -> f64 {
-    m.iter()
-        .find(|x| x.name.as_str() == name)
-        .map(|x| x.value)
-        .unwrap_or(f64::NAN)
 }

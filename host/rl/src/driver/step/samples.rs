@@ -1,6 +1,7 @@
 //! GRPO's part of a step: dynamic sampling's later rounds (`[algorithm] dynamic_sampling`),
 //! the `ref` logprobs of the samples when the KL goes into the rewards (`kl_in =
-//! "reward"`), the advantages and the train batch.
+//! "reward"`), the advantages and the train batch, and the optimiser steps on it (the
+//! loss variant `[algorithm]` names through `train_step_policy`).
 
 use super::StepState;
 use crate::config::KlIn;
@@ -8,8 +9,9 @@ use crate::driver::record::StepLog;
 use crate::driver::{Loop, dump, spec, timed};
 use crate::error::RlError;
 use crate::grpo::{self, Sample};
+use crate::metrics::StepMetrics;
 use crate::rollout::{self, Rollout};
-use tandem_plugin_api::{TrainBatch, WhichWeights};
+use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
 
 impl Loop<'_> {
     /// Dynamic sampling's later rounds: as many of the task's next problems as groups with
@@ -134,9 +136,59 @@ impl Loop<'_> {
             })
             .collect())
     }
+
+    /// `ref` logprobs (with a KL penalty) → the GRPO steps → snapshot `actor`.
+    pub(in crate::driver) fn optimise(
+        &mut self,
+        mut batch: TrainBatch,
+        step: u32,
+        m: &mut StepMetrics,
+    ) -> Result<(), RlError> {
+        let a = &self.plan.algorithm;
+        let trainer = &self.trainer.remote;
+        // The batch's own KL weight: 0 when the KL went into the rewards.
+        if batch.loss.kl_coef > 0.0 {
+            let refs =
+                trainer.compute_logprobs(batch.clone(), WhichWeights::Snapshot("ref".into()))?;
+            for (s, r) in batch.sequences.iter_mut().zip(refs) {
+                s.ref_logprobs = r.into();
+            }
+            self.events.record(step, "trainer", "ref_logprobs", "");
+        }
+        // A named variant through `train_step_policy` (check made sure the trainer has it);
+        // the default loss through `train_step`, as always.
+        let policy = grpo::policy_loss(a);
+        for _ in 0..a.train_steps_per_rollout.max(1) {
+            let out = match policy.is_default() {
+                true => trainer.train_step(batch.clone())?,
+                false => trainer.train_step_policy(batch.clone(), policy)?,
+            };
+            m.loss = metric(&out, "loss");
+            m.kl = metric(&out, "kl");
+            m.grad_norm = metric(&out, "grad_norm");
+            m.clip_frac = metric(&out, "clip_frac");
+            let v = metric(&out, "weight_version");
+            if v.is_finite() {
+                self.cursor.weight_version = v as u64;
+            }
+        }
+        let version = format!("version {}", self.cursor.weight_version);
+        self.events.record(step, "trainer", "train", &version);
+        trainer.snapshot("actor")?;
+        self.events.record(step, "trainer", "snapshot", "actor");
+        Ok(())
+    }
 }
 
 /// The seed of a step's rollout round `round` (0 is the first, whose seed is `seed`).
 fn round_seed(seed: u64, round: u32) -> u64 {
     seed ^ u64::from(round).wrapping_mul(0xD6E8_FEB8_6659_FD93)
+}
+
+/// A named figure of a train step's output (NaN when absent).
+fn metric(m: &[Metric], name: &str) -> f64 {
+    m.iter()
+        .find(|x| x.name.as_str() == name)
+        .map(|x| x.value)
+        .unwrap_or(f64::NAN)
 }
