@@ -1,5 +1,6 @@
 //! The GRPO variants of `[algorithm]` through `tandem run`: DAPO's dynamic sampling with
-//! Dr. GRPO's unscaled advantages and the KL in the reward — the rounds, kept and dropped
+//! Dr. GRPO's unscaled advantages and constant-length loss (the trainer's
+//! `train_step_policy`) and the KL in the reward — the rounds, kept and dropped
 //! groups each step reports, every sample of every round in `rollouts.jsonl`, the `ref`
 //! logprobs scored before the batch — and the same run again, stopped half-way and
 //! resumed, step for step equal (the data position counts every prompt sampled).
@@ -43,6 +44,7 @@ fn dynamic_sampling_with_kl_in_the_reward_reports_its_rounds_and_resumes_exactly
         extra_run: "dump_rollouts = true\n".into(),
         extra_algorithm: format!(
             "kl_coef = 0.05\nkl_in = \"reward\"\nkl_estimator = \"k1\"\nscale_rewards = \"none\"\n\
+             loss_agg = \"dr-grpo\"\n\
              dynamic_sampling = true\nmax_sampling_rounds = {ROUNDS}\n"
         ),
         // Exact match only: whole groups of the warm-started model miss, so groups drop.
