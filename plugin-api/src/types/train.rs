@@ -161,4 +161,22 @@ impl PolicyLoss {
             && self.ratio == RatioLevel::Token
             && self.kl_estimator == KlEstimator::K3
     }
+
+    /// Why a trainer cannot apply this variant to a batch whose loss is `kind`, in one line
+    /// (a variant on an SFT batch; the constant-length aggregation without a length); `None`
+    /// when it can.
+    pub fn problem(&self, kind: LossKind) -> Option<String> {
+        if kind == LossKind::Sft && !self.is_default() {
+            return Some(format!(
+                "the policy-loss variant {self:?} applies to the GRPO loss, this batch is SFT"
+            ));
+        }
+        (self.aggregation == LossAggregation::ConstantLength && self.constant_length == 0).then(
+            || {
+                "the constant-length aggregation needs constant_length > 0 (the generation \
+                 budget, max_tokens)"
+                    .to_owned()
+            },
+        )
+    }
 }

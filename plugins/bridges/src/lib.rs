@@ -23,8 +23,8 @@ mod passthrough;
 use options::Options;
 use tandem_plugin_api::sdk::{self, Plugin, Result, bridge_box};
 use tandem_plugin_api::{
-    BridgeBox, Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, HostBox,
-    PluginError, PluginManifest, RString, RVec, UpdateKind,
+    BridgeBox, Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps,
+    ConfigProblem, HostBox, PluginError, PluginManifest, RString, RVec, UpdateKind,
 };
 
 /// The `bridges` plugin.
@@ -92,6 +92,28 @@ impl Plugin for BridgesPlugin {
         })
     }
 
+    /// A bridge's kinds are its manifest's whatever the options; the `checkpoint` bridge's
+    /// `restart` option says whether engines restart on its checkpoints.
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        if kind != ComponentKind::Bridge {
+            return None;
+        }
+        let restarts = match Options::parse(config).ok()? {
+            Options::Checkpoint { restart } => restart,
+            Options::Ipc | Options::Lora | Options::Broadcast { .. } => false,
+        };
+        let manifest = Self::manifest();
+        let decl = manifest
+            .components
+            .iter()
+            .find(|c| c.name.as_str() == config.component.as_str())?;
+        Some(ConfigCaps {
+            update_kinds: decl.caps.update_kinds.clone(),
+            restarts_on_checkpoint: restarts,
+            ..ConfigCaps::default()
+        })
+    }
+
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         if kind != ComponentKind::Bridge {
             return vec![ConfigProblem::new(
@@ -107,3 +129,42 @@ impl Plugin for BridgesPlugin {
 }
 
 tandem_plugin_api::register_builtin!(BridgesPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(component: &str, options: &str) -> ComponentConfig {
+        ComponentConfig {
+            component: component.into(),
+            model_path: "".into(),
+            options_json: options.into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: "".into(),
+        }
+    }
+
+    #[test]
+    fn a_bridge_answers_its_manifest_kinds_and_the_checkpoint_bridge_its_restart() {
+        let d = |c, o| BridgesPlugin::describe_config(ComponentKind::Bridge, &config(c, o));
+        let restart = d("checkpoint", "{}").expect("parses");
+        assert_eq!(
+            restart.update_kinds.as_slice(),
+            &[UpdateKind::CheckpointDir]
+        );
+        assert!(restart.restarts_on_checkpoint);
+        assert!(
+            !d("checkpoint", r#"{"restart": false}"#)
+                .expect("parses")
+                .restarts_on_checkpoint
+        );
+        let broadcast = d("broadcast", "{}").expect("parses");
+        assert_eq!(
+            broadcast.update_kinds.as_slice(),
+            &[UpdateKind::SharedRegion, UpdateKind::TensorBuckets]
+        );
+        assert!(d("lora", r#"{"x": 1}"#).is_none());
+    }
+}

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 use tandem_plugin_api::sdk::{self, Plugin, Result, trainer_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, HostBox,
-    PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    HostBox, PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
 };
 use tandem_plugin_support::torchrun::{Job, Launch, PackageFile, TorchrunTrainer};
 
@@ -121,6 +121,12 @@ impl Plugin for FsdpPlugin {
         Ok(trainer_box(trainer(&config)?))
     }
 
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        (kind == ComponentKind::Trainer && config.component.as_str() == "fsdp")
+            .then(|| describe(&config.options_json))
+            .flatten()
+    }
+
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         if kind != ComponentKind::Trainer || config.component.as_str() != "fsdp" {
             return vec![ConfigProblem::new(
@@ -145,4 +151,37 @@ impl Plugin for FsdpPlugin {
     }
 }
 
+/// What the `fsdp` trainer does with `options_json`; `None` when they do not parse
+/// (`validate_config` says why).
+pub fn describe(options_json: &str) -> Option<ConfigCaps> {
+    let o = FsdpOptions::parse(options_json).ok()?;
+    // The worker's export: the adapter with LoRA, the whole checkpoint without, never both.
+    let kind = if o.own.lora.is_some() {
+        UpdateKind::Adapter
+    } else {
+        UpdateKind::CheckpointDir
+    };
+    Some(ConfigCaps {
+        update_kinds: vec![kind].into(),
+        // Every variant of tandem_torchrun/loss.py (train_step_policy).
+        loss_variants: true,
+        ..ConfigCaps::default()
+    })
+}
+
 tandem_plugin_api::export_plugin!(FsdpPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lora_trainer_exports_its_adapter_only_and_a_full_one_its_checkpoint() {
+        let lora = describe(r#"{"lora": {"rank": 4, "alpha": 8}}"#).expect("parses");
+        assert_eq!(lora.update_kinds.as_slice(), &[UpdateKind::Adapter]);
+        let full = describe("{}").expect("parses");
+        assert_eq!(full.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
+        assert!(full.loss_variants && !full.reports_digest && !full.value_model);
+        assert!(describe(r#"{"ranks": "two"}"#).is_none());
+    }
+}

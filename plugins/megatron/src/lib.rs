@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, trainer_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, HostBox,
-    PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    HostBox, PluginError, PluginManifest, RString, RVec, TrainerBox, UpdateKind,
 };
 use tandem_plugin_support::torchrun::{Job, Launch, PackageFile, TorchrunTrainer};
 
@@ -143,6 +143,12 @@ impl Plugin for MegatronPlugin {
         Ok(trainer_box(trainer(&config)?))
     }
 
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        (kind == ComponentKind::Trainer && config.component.as_str() == "megatron")
+            .then(|| describe(&config.options_json))
+            .flatten()
+    }
+
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         if kind != ComponentKind::Trainer || config.component.as_str() != "megatron" {
             return vec![ConfigProblem::new(
@@ -173,4 +179,33 @@ impl Plugin for MegatronPlugin {
     }
 }
 
+/// What the `megatron` trainer does with `options_json`; `None` when they do not parse
+/// (`validate_config` says why).
+pub fn describe(options_json: &str) -> Option<ConfigCaps> {
+    let o = MegatronOptions::parse(options_json).ok()?;
+    Some(ConfigCaps {
+        update_kinds: vec![UpdateKind::CheckpointDir].into(),
+        // The worker refuses a longer sequence; RoPE's table has this length.
+        max_seq_len: o.own.seq_length,
+        // Every variant of tandem_torchrun/loss.py (train_step_policy).
+        loss_variants: true,
+        ..ConfigCaps::default()
+    })
+}
+
 tandem_plugin_api::export_plugin!(MegatronPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_says_its_sequence_length_and_checkpoint_exports() {
+        let c = describe(r#"{"seq_length": 256}"#).expect("parses");
+        assert_eq!(c.max_seq_len, 256);
+        assert_eq!(c.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
+        assert!(c.loss_variants && !c.reports_digest);
+        assert_eq!(describe("{}").expect("defaults").max_seq_len, 1024);
+        assert!(describe(r#"{"tp": 0}"#).is_none());
+    }
+}

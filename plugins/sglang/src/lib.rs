@@ -16,8 +16,8 @@ use std::path::Path;
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
 use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
-    PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    EngineBox, HostBox, PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
 };
 
 pub use engine::SglangEngine;
@@ -79,6 +79,12 @@ impl Plugin for SglangPlugin {
         Ok(engine_box(SglangEngine::new(&config, host)?))
     }
 
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        (kind == ComponentKind::Engine && config.component.as_str() == "sglang")
+            .then(|| describe(config))
+            .flatten()
+    }
+
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         if kind != ComponentKind::Engine || config.component.as_str() != "sglang" {
             return vec![ConfigProblem::new(
@@ -124,4 +130,89 @@ impl Plugin for SglangPlugin {
     }
 }
 
+/// What the `sglang` engine does with the options of `config`; `None` when they do not parse
+/// (`validate_config` says why).
+pub fn describe(config: &ComponentConfig) -> Option<ConfigCaps> {
+    let o = SglangOptions::parse(&config.options_json, config.world_size.max(1)).ok()?;
+    // Adapter updates only with `--enable-lora`.
+    let kinds = if o.enable_lora {
+        vec![UpdateKind::Adapter, UpdateKind::CheckpointDir]
+    } else {
+        vec![UpdateKind::CheckpointDir]
+    };
+    // A launched server's context is the model's (unless `--context-length` is passed
+    // through); an attached one's is its own, unknown here.
+    let launched = !o.attach()
+        && !o
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--context-length"));
+    let max_seq_len = if launched {
+        tandem_plugin_support::model::max_positions(Path::new(config.model_path.as_str()))
+    } else {
+        None
+    };
+    Some(ConfigCaps {
+        update_kinds: kinds.into(),
+        max_seq_len: max_seq_len.unwrap_or(0),
+        // Checkpoints reload in place (`/update_weights_from_disk`). Digests come from the
+        // server's `/weights_checker`: an attached `tandem serve` has it, a launched SGLang
+        // reports none.
+        reports_digest: o.attach(),
+        ..ConfigCaps::default()
+    })
+}
+
 tandem_plugin_api::export_plugin!(SglangPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
+        ComponentConfig {
+            component: component.into(),
+            model_path: model.display().to_string().into(),
+            options_json: options.into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: "".into(),
+        }
+    }
+
+    /// A model directory whose position table holds 128 tokens (a `config.json` only).
+    fn model() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tandem-describe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("model dir");
+        let config = r#"{"max_position_embeddings": 128}"#;
+        std::fs::write(dir.join("config.json"), config).expect("config.json");
+        dir
+    }
+
+    #[test]
+    fn it_says_lora_digests_and_its_longest_sequence_as_its_options_do() {
+        let m = model();
+        let launched = describe(&config("sglang", &m, "{}")).expect("parses");
+        assert_eq!(
+            launched.update_kinds.as_slice(),
+            &[UpdateKind::CheckpointDir]
+        );
+        assert_eq!(launched.max_seq_len, 128, "the model's positions");
+        assert!(!launched.reports_digest && !launched.restarts_on_checkpoint);
+        let opts = r#"{"url": "http://127.0.0.1:30000", "enable_lora": true}"#;
+        let attached = describe(&config("sglang", &m, opts)).expect("parses");
+        assert_eq!(
+            attached.update_kinds.as_slice(),
+            &[UpdateKind::Adapter, UpdateKind::CheckpointDir]
+        );
+        assert!(
+            attached.reports_digest,
+            "an attached tandem serve checksums its weights"
+        );
+        assert_eq!(
+            attached.max_seq_len, 0,
+            "an attached server's context is its own"
+        );
+    }
+}

@@ -4,6 +4,7 @@
 //! - [`process`]: a child started in its own process group with `PR_SET_PDEATHSIG`, owned
 //!   by a supervisor thread that records its exit and stops the whole group on request.
 //! - [`log`]: the last meaningful lines of a child's log, on one line, for error messages.
+//! - [`model`]: what a server reads of a model directory before serving it (its positions).
 //! - [`python`]: which Python interpreter to drive (the `python` option, `$TANDEM_PYTHON`,
 //!   or the venv `scripts/setup-python.sh` recorded), or one error saying how to get one.
 //! - [`torchrun`]: a trainer that is a torchrun job of Python ranks driven over a control
@@ -12,6 +13,7 @@
 //! This crate is linked into each plugin library; nothing of it crosses the plugin ABI.
 
 pub mod log;
+pub mod model;
 pub mod process;
 pub mod python;
 pub mod quote;

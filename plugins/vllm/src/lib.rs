@@ -16,8 +16,8 @@ pub mod server;
 use std::path::Path;
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigProblem, EngineBox, HostBox,
-    PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    EngineBox, HostBox, PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
 };
 
 pub use engine::VllmEngine;
@@ -73,6 +73,12 @@ impl Plugin for VllmPlugin {
         Ok(engine_box(VllmEngine::new(&config, host)?))
     }
 
+    fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
+        (kind == ComponentKind::Engine && config.component.as_str() == "vllm")
+            .then(|| describe(config))
+            .flatten()
+    }
+
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
         if kind != ComponentKind::Engine || config.component.as_str() != "vllm" {
             return vec![ConfigProblem::new(
@@ -116,4 +122,73 @@ impl Plugin for VllmPlugin {
     }
 }
 
+/// What the `vllm` engine does with the options of `config`; `None` when they do not parse
+/// (`validate_config` says why).
+pub fn describe(config: &ComponentConfig) -> Option<ConfigCaps> {
+    let o = VllmOptions::parse(&config.options_json).ok()?;
+    // Adapters only with `--enable-lora` (`require_lora` refuses them otherwise).
+    let kinds = if o.enable_lora {
+        vec![UpdateKind::Adapter, UpdateKind::CheckpointDir]
+    } else {
+        vec![UpdateKind::CheckpointDir]
+    };
+    // `--max-model-len`, else vLLM takes the model's position table.
+    let max_seq_len = o.max_model_len.or_else(|| {
+        tandem_plugin_support::model::max_positions(Path::new(config.model_path.as_str()))
+    });
+    Some(ConfigCaps {
+        update_kinds: kinds.into(),
+        max_seq_len: max_seq_len.unwrap_or(0),
+        // `checkpoint_apply = "restart"` starts a new server on the directory.
+        restarts_on_checkpoint: o.checkpoint_apply == options::CheckpointApply::Restart,
+        // No weight digests; no speculation it manages (no `load_drafter`); `tandem serve`
+        // in front of vLLM's own server is untried, so it does not claim to serve.
+        ..ConfigCaps::default()
+    })
+}
+
 tandem_plugin_api::export_plugin!(VllmPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(component: &str, model: &Path, options: &str) -> ComponentConfig {
+        ComponentConfig {
+            component: component.into(),
+            model_path: model.display().to_string().into(),
+            options_json: options.into(),
+            rank: 0,
+            world_size: 1,
+            device: "cpu".into(),
+            run_dir: "".into(),
+        }
+    }
+
+    /// A model directory whose position table holds 128 tokens (a `config.json` only).
+    fn model() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tandem-describe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("model dir");
+        let config = r#"{"max_position_embeddings": 128}"#;
+        std::fs::write(dir.join("config.json"), config).expect("config.json");
+        dir
+    }
+
+    #[test]
+    fn it_says_lora_restarts_and_its_longest_sequence_as_its_options_do() {
+        let m = model();
+        let plain = describe(&config("vllm", &m, "{}")).expect("parses");
+        assert_eq!(plain.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
+        assert_eq!(plain.max_seq_len, 128, "the model's positions");
+        assert!(!plain.restarts_on_checkpoint && !plain.reports_digest && !plain.serves);
+        let opts = r#"{"enable_lora": true, "checkpoint_apply": "restart", "max_model_len": 96}"#;
+        let c = describe(&config("vllm", &m, opts)).expect("parses");
+        assert_eq!(
+            c.update_kinds.as_slice(),
+            &[UpdateKind::Adapter, UpdateKind::CheckpointDir]
+        );
+        assert!(c.restarts_on_checkpoint);
+        assert_eq!(c.max_seq_len, 96);
+        assert!(describe(&config("vllm", &m, r#"{"port": "x"}"#)).is_none());
+    }
+}

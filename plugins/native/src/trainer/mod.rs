@@ -190,28 +190,20 @@ impl NativeTrainer {
 }
 
 /// The core's loss settings of a policy-loss variant (clip and KL weight come from the
-/// batch's `LossConfig`); a variant on an SFT batch or a constant length of 0 is refused.
+/// batch's `LossConfig`); a variant the batch cannot take is refused in one line.
 fn policy_variant(lc: &tandem_plugin_api::LossConfig, p: PolicyLoss) -> Result<PolicyLossConfig> {
     use tandem_plugin_api::{KlEstimator as K, LossAggregation as A, RatioLevel as R};
-    if lc.kind == LossKind::Sft && !p.is_default() {
+    if let Some(problem) = p.problem(lc.kind) {
         return Err(PluginError::invalid_input(format!(
-            "train_step_policy: the policy-loss variant {p:?} applies to the GRPO loss, this batch is SFT"
+            "train_step_policy: {problem}"
         )));
     }
-    let aggregation = match p.aggregation {
-        A::TokenMean => Aggregation::TokenMean,
-        A::SequenceMean => Aggregation::SequenceMean,
-        A::ConstantLength if p.constant_length > 0 => {
-            Aggregation::ConstantLength(p.constant_length as f32)
-        }
-        A::ConstantLength => {
-            return Err(PluginError::invalid_input(
-                "train_step_policy: the constant-length aggregation needs constant_length > 0 (the generation budget, max_tokens)",
-            ));
-        }
-    };
     Ok(PolicyLossConfig {
-        aggregation,
+        aggregation: match p.aggregation {
+            A::TokenMean => Aggregation::TokenMean,
+            A::SequenceMean => Aggregation::SequenceMean,
+            A::ConstantLength => Aggregation::ConstantLength(p.constant_length as f32),
+        },
         ratio: match p.ratio {
             R::Token => RatioLevel::Token,
             R::Sequence => RatioLevel::Sequence,
