@@ -1,6 +1,7 @@
 //! The `megatron` trainer plugin against real torchrun + Megatron-Core 0.16.1 (gloo, CPU),
 //! loaded from `libtandem_megatron.so` through the registry like any dynamic plugin, checked
-//! against the native trainer (HF-exact) and the `fsdp` trainer, and its checkpoints served
+//! against the native trainer (HF-exact) and the `fsdp` trainer (the loss and each policy-loss
+//! variant, `variants.rs`), and its checkpoints served
 //! by the native engine and a real vLLM server.
 //!
 //! Needs the venv of `scripts/setup-python.sh`: the tests that drive Python are `#[ignore]`d
@@ -18,6 +19,7 @@
 mod bench;
 use crate::torchrun_fixture as fixture;
 mod parity;
+mod variants;
 
 use crate::common::*;
 use fixture::*;
@@ -183,28 +185,55 @@ fn b_one_grpo_step_equals_the_native_and_fsdp_trainers() {
         .map(|r| r.to_vec())
         .collect();
     let b = grpo_batch(&current);
-    let want = step_figures(&ok(native.train_step(b.clone())));
+    // The default loss (train_step), then every policy-loss variant, each from the same weights.
+    let want = variants::figures(&mut native, &b);
     drop(native);
     let mut fsdp = fsdp("", "grpo-fsdp");
-    let theirs = step_figures(&ok(fsdp.train_step(b.clone())));
+    let theirs = variants::figures(&mut fsdp, &b);
     drop(fsdp);
     let mut t = megatron(2, 1, "", "grpo-megatron");
-    let ours = step_figures(&ok(t.train_step(b)));
-    eprintln!(
-        "GRPO step [loss, grad_norm, kl, clip_frac]: native {want:?}, fsdp {theirs:?}, megatron tp=2 {ours:?}"
+    let ours = variants::figures(&mut t, &b);
+    let names: Vec<&str> = std::iter::once("train_step")
+        .chain(variants::variants().iter().map(|v| v.0))
+        .collect();
+    for (i, name) in names.iter().enumerate() {
+        eprintln!(
+            "GRPO step {name} [loss, grad_norm, kl, clip_frac]: native {:?}, fsdp {:?}, megatron tp=2 {:?}",
+            want[i], theirs[i], ours[i]
+        );
+    }
+    assert!(
+        want[0][3] > 0.0,
+        "the batch should clip some tokens: {want:?}"
     );
-    assert!(want[3] > 0.0, "the batch should clip some tokens: {want:?}");
-    for (who, got) in [("fsdp", theirs), ("megatron", ours)] {
-        for (k, (a, b)) in ["loss", "grad_norm", "kl", "clip_frac"]
-            .iter()
-            .zip(got.iter().zip(want))
-        {
-            let rel = (a - b).abs() / b.abs().max(1e-12);
-            assert!(
-                rel <= 1e-4,
-                "{who} {k} {a} vs native {b}: relative {rel:.1e}"
-            );
+    for (who, got) in [("native", &want), ("fsdp", &theirs), ("megatron", &ours)] {
+        assert_eq!(
+            got[1], got[0],
+            "{who}: train_step_policy(default) is train_step, bit for bit"
+        );
+    }
+    let mut worst = vec![0f64; names.len()];
+    for (who, got) in [("fsdp", &theirs), ("megatron", &ours)] {
+        for (i, name) in names.iter().enumerate() {
+            for (k, (a, b)) in ["loss", "grad_norm", "kl", "clip_frac"]
+                .iter()
+                .zip(got[i].iter().zip(want[i]))
+            {
+                let rel = (a - b).abs() / b.abs().max(1e-12);
+                worst[i] = worst[i].max(rel);
+                assert!(
+                    rel <= 1e-4,
+                    "{who} {name} {k} {a} vs native {b}: relative {rel:.1e}"
+                );
+            }
         }
+    }
+    for (name, w) in names.iter().zip(&worst) {
+        eprintln!("GRPO step {name}: largest relative difference to native {w:.1e}");
+    }
+    // Each variant is its own loss on this batch.
+    for i in 2..names.len() {
+        assert_ne!(want[i][0], want[0][0], "{} gave the default loss", names[i]);
     }
 }
 

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from tandem_torchrun.batch import Padded
 from tandem_torchrun.files import dir_bytes, publish, saved_version, write_state
-from tandem_torchrun.loss import policy_terms
+from tandem_torchrun.loss import normaliser, policy_terms
 from tandem_torchrun.state import TrainerState
 
 
@@ -171,7 +171,7 @@ class FsdpTrainer(TrainerState):
             p, n = int(s["prompt_len"]), len(s["tokens"])
             if not 1 <= p <= n:
                 raise ValueError(f"sequence {i}: prompt_len {p} must be in 1..={n}")
-        z = float(sum(len(s["tokens"]) - int(s["prompt_len"]) for s in seqs))
+        norm = normaliser(seqs, loss_cfg)
         local = self._local(seqs)
         pad = Padded(local, self.model.config.vocab_size, self.device)
         self.model.train()
@@ -183,10 +183,9 @@ class FsdpTrainer(TrainerState):
         ref = pad.aligned(local, "ref_logprobs")
         if loss_cfg["kind"] != "sft" and loss_cfg["kl_coef"] > 0 and ref is None and not pad.dummy:
             raise ValueError("train_step: kl_coef > 0 needs ref_logprobs on every sequence")
-        per_tok, sums = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
-        norm = max(z, 1.0)
+        weighted, sums = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
         # FSDP2 averages gradients over ranks: scale so the result is Σ over all ranks / Z.
-        local_loss = (per_tok * pad.mask).sum() / norm
+        local_loss = weighted.sum() / norm
         (local_loss * self.world).backward()
         dist.all_reduce(sums)
         params = self._trainable()

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from tandem_torchrun.batch import Padded
 from tandem_torchrun.files import saved_version
-from tandem_torchrun.loss import policy_terms
+from tandem_torchrun.loss import normaliser, policy_terms
 from tandem_torchrun.state import TrainerState
 
 from . import convert
@@ -211,7 +211,7 @@ class MegatronTrainer(TrainerState, CheckpointOps):
         kl_needed = loss_cfg["kind"] != "sft" and loss_cfg["kl_coef"] > 0
         if kl_needed and any(len(s.get("ref_logprobs") or []) == 0 and len(s["tokens"]) > int(s["prompt_len"]) for s in seqs):
             raise ValueError("train_step: kl_coef > 0 needs ref_logprobs on every sequence")
-        z = max(float(sum(len(s["tokens"]) - int(s["prompt_len"]) for s in seqs)), 1.0)
+        z = normaliser(seqs, loss_cfg)
         self.model.train()
         sums = torch.zeros(5, dtype=torch.float64)
         # A DP rank without sequences runs one all-masked dummy so every parameter has a
@@ -224,9 +224,9 @@ class MegatronTrainer(TrainerState, CheckpointOps):
             ref = pad.aligned(chunk, "ref_logprobs")
             if ref is None and kl_needed:
                 ref = lp.detach()  # the dummy, or completions without tokens: KL term 0
-            per_tok, part = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
+            weighted, part = policy_terms(lp, pad.mask, adv, old, ref, loss_cfg)
             # Each rank's share of the global sum / Z; the DP all-reduce (SUM) completes it.
-            ((per_tok * pad.mask).sum() / z).backward()
+            (weighted.sum() / z).backward()
             sums += part.cpu()
         self._sum_grads_over_dp()
         if self.dp > 1:

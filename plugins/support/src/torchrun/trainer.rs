@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
-    CheckpointInfo, ComponentStats, LossKind, Metric, PluginError, RString, RVec, TrainBatch,
-    TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
+    CheckpointInfo, ComponentStats, LossKind, Metric, PluginError, PolicyLoss, RString, RVec,
+    TrainBatch, TrainerInfo, UpdateKind, UpdatePayload, WeightUpdate, WhichWeights,
 };
 
 use super::Job;
@@ -52,8 +52,9 @@ impl TorchrunTrainer {
     }
 }
 
-/// The batch as the worker reads it.
-fn batch_json(batch: &TrainBatch) -> Value {
+/// The batch as the worker reads it, its loss with the policy-loss variant (see
+/// `tandem_torchrun/loss.py`).
+fn batch_json(batch: &TrainBatch, policy: PolicyLoss) -> Value {
     let seqs: Vec<Value> = batch
         .sequences
         .iter()
@@ -77,6 +78,10 @@ fn batch_json(batch: &TrainBatch) -> Value {
             "kl_coef": l.kl_coef,
             "learning_rate": l.learning_rate,
             "grad_clip": l.grad_clip,
+            "aggregation": policy.aggregation,
+            "constant_length": policy.constant_length,
+            "ratio": policy.ratio,
+            "kl_estimator": policy.kl_estimator,
         },
     })
 }
@@ -144,7 +149,7 @@ impl TrainerImpl for TorchrunTrainer {
         let n = batch.sequences.len();
         let v = self.call(
             "compute_logprobs",
-            json!({"batch": batch_json(&batch), "snapshot": snapshot}),
+            json!({"batch": batch_json(&batch, PolicyLoss::default()), "snapshot": snapshot}),
         )?;
         let rows = v
             .as_array()
@@ -164,7 +169,16 @@ impl TrainerImpl for TorchrunTrainer {
     }
 
     fn train_step(&mut self, batch: TrainBatch) -> Result<Vec<Metric>> {
-        let v = self.call("train_step", json!({"batch": batch_json(&batch)}))?;
+        self.train_step_policy(batch, PolicyLoss::default())
+    }
+
+    fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> Result<Vec<Metric>> {
+        if let Some(problem) = loss.problem(batch.loss.kind) {
+            return Err(PluginError::invalid_input(format!(
+                "train_step_policy: {problem}"
+            )));
+        }
+        let v = self.call("train_step", json!({"batch": batch_json(&batch, loss)}))?;
         let obj = v.as_object().ok_or_else(|| bad_reply("train_step", &v))?;
         if let Some(w) = obj.get("weight_version").and_then(Value::as_f64) {
             self.version = w as u64;
