@@ -25,7 +25,7 @@ use crate::types::{FeatureBatch, HiddenStatesReport, HiddenStatesRequest};
 use crate::types::BridgePlan;
 // abi-append:bridge:end
 // abi-append:policy_loss:begin
-use crate::types::PolicyLoss;
+use crate::types::{PolicyLoss, TokenAdvantages, ValueTargets};
 // abi-append:policy_loss:end
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
@@ -141,6 +141,44 @@ pub trait Trainer: Send {
         let _ = (batch, loss);
         Err(PluginError::not_supported(
             "train_step_policy",
+            "this trainer",
+        ))
+        .into()
+    }
+    /// One optimiser step of the policy loss `loss` with a per-token advantage (PPO with a
+    /// critic; each sequence's `advantage` is ignored). A trainer that implements it says so
+    /// with `loss_variants`; one that does not answers `NotSupported`.
+    fn train_step_advantages(
+        &mut self,
+        batch: TrainBatch,
+        loss: PolicyLoss,
+        advantages: TokenAdvantages,
+    ) -> PResult<RVec<Metric>> {
+        let _ = (batch, loss, advantages);
+        Err(PluginError::not_supported(
+            "train_step_advantages",
+            "this trainer",
+        ))
+        .into()
+    }
+    /// A value model's value of every completion token's state (see [`ValueTargets`]), one
+    /// row per sequence. A trainer that can be a value model says so (`value_model` of its
+    /// `describe_config`).
+    fn compute_values(&mut self, batch: TrainBatch) -> PResult<RVec<RVec<f32>>> {
+        let _ = batch;
+        Err(PluginError::not_supported("compute_values", "this trainer")).into()
+    }
+    /// One optimiser step of a value model on the value loss of `targets` (learning rate and
+    /// gradient clip from the batch's [`LossConfig`]); metrics `value_loss`, `value_clip_frac`,
+    /// `grad_norm`.
+    fn train_step_value(
+        &mut self,
+        batch: TrainBatch,
+        targets: ValueTargets,
+    ) -> PResult<RVec<Metric>> {
+        let _ = (batch, targets);
+        Err(PluginError::not_supported(
+            "train_step_value",
             "this trainer",
         ))
         .into()

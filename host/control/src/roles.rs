@@ -38,8 +38,8 @@ pub mod vocabulary {
     pub use tandem_plugin_api::{
         CheckpointInfo, ComponentStats, EngineBox, EngineHealth, FeatureBatch, GenerateRequest,
         GenerateResponse, HiddenStatesReport, HiddenStatesRequest, Metric, PauseMode, PolicyLoss,
-        RString, RVec, TrainBatch, TrainerBox, TrainerInfo, UpdateKind, UpdateReport, WeightUpdate,
-        WhichWeights,
+        RString, RVec, TokenAdvantages, TrainBatch, TrainerBox, TrainerInfo, UpdateKind,
+        UpdateReport, ValueTargets, WeightUpdate, WhichWeights,
     };
 }
 
@@ -130,6 +130,17 @@ macro_rules! role_table {
                 /// One optimiser step on `batch` minimising the policy-loss variant `loss`
                 /// (API level 5; `PolicyLoss::default()` is `train_step`).
                 TrainStepPolicy train_step_policy(batch: TrainBatch, loss: PolicyLoss)
+                    -> RVec<Metric> as Vec<Metric>;
+                /// One policy step with per-token advantages (API level 5; PPO).
+                TrainStepAdvantages train_step_advantages(
+                    batch: TrainBatch,
+                    loss: PolicyLoss,
+                    advantages: TokenAdvantages,
+                ) -> RVec<Metric> as Vec<Metric>;
+                /// A value model's value of every completion token's state (API level 5).
+                ComputeValues compute_values(batch: TrainBatch) -> Rows<f32> as Vec<Vec<f32>>;
+                /// One value-model step on `targets` (API level 5).
+                TrainStepValue train_step_value(batch: TrainBatch, targets: ValueTargets)
                     -> RVec<Metric> as Vec<Metric>;
             }
         }

@@ -123,6 +123,28 @@ impl<T: TrainerImpl> Trainer for Guarded<T> {
     fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> PResult<RVec<Metric>> {
         guard(|| self.0.train_step_policy(batch, loss).map(RVec::from))
     }
+    fn train_step_advantages(
+        &mut self,
+        batch: TrainBatch,
+        loss: PolicyLoss,
+        advantages: TokenAdvantages,
+    ) -> PResult<RVec<Metric>> {
+        guard(|| {
+            self.0
+                .train_step_advantages(batch, loss, advantages)
+                .map(RVec::from)
+        })
+    }
+    fn compute_values(&mut self, batch: TrainBatch) -> PResult<RVec<RVec<f32>>> {
+        guard(|| self.0.compute_values(batch).map(RVec::from))
+    }
+    fn train_step_value(
+        &mut self,
+        batch: TrainBatch,
+        targets: ValueTargets,
+    ) -> PResult<RVec<Metric>> {
+        guard(|| self.0.train_step_value(batch, targets).map(RVec::from))
+    }
     // abi-append:policy_loss:end
 }
 

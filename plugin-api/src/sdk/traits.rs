@@ -157,6 +157,30 @@ pub trait TrainerImpl: Send + 'static {
     fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> Result<Vec<Metric>> {
         unsupported("train_step_policy", self.component())
     }
+    /// See [`Trainer::train_step_advantages`].
+    fn train_step_advantages(
+        &mut self,
+        batch: TrainBatch,
+        loss: PolicyLoss,
+        advantages: TokenAdvantages,
+    ) -> Result<Vec<Metric>> {
+        unsupported("train_step_advantages", self.component())
+    }
+    /// See [`Trainer::compute_values`]. Implement it and [`train_step_value`] (and answer
+    /// `value_model` in [`Plugin::describe_config`]) for a trainer that can be a PPO critic.
+    ///
+    /// [`train_step_value`]: TrainerImpl::train_step_value
+    fn compute_values(&mut self, batch: TrainBatch) -> Result<Vec<RVec<f32>>> {
+        unsupported("compute_values", self.component())
+    }
+    /// See [`Trainer::train_step_value`].
+    fn train_step_value(
+        &mut self,
+        batch: TrainBatch,
+        targets: ValueTargets,
+    ) -> Result<Vec<Metric>> {
+        unsupported("train_step_value", self.component())
+    }
     // abi-append:policy_loss:end
 }
 

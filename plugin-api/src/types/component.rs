@@ -86,6 +86,9 @@ pub struct ConfigCaps {
     pub value_model: bool,
     /// Trainer: it implements the policy-loss variants.
     pub loss_variants: bool,
+    /// Trainer: it implements `train_step_advantages` (a policy step with per-token
+    /// advantages: the actor of PPO with a critic).
+    pub token_advantages: bool,
 }
 
 /// One problem a plugin found in a component's options, reported by

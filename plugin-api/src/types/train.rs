@@ -180,3 +180,37 @@ impl PolicyLoss {
         )
     }
 }
+
+/// Per-token advantages of a batch for [`Trainer::train_step_advantages`]
+/// (API level [`PLAN`](crate::api_level::PLAN)): one row per sequence of the batch, one entry
+/// per completion token (PPO's advantages from a critic, GAE).
+///
+/// [`Trainer::train_step_advantages`]: crate::traits::Trainer::train_step_advantages
+#[repr(C)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct TokenAdvantages {
+    /// Row `i` holds the advantage of each completion token of sequence `i`.
+    #[serde(with = "crate::wire::packed::nested")]
+    pub rows: RVec<RVec<f32>>,
+}
+
+/// The targets of a value model's step, [`Trainer::train_step_value`] (API level
+/// [`PLAN`](crate::api_level::PLAN)). A value row has one entry per completion token: entry `j`
+/// of sequence `i` is the value of the state that emits completion token `j` (the prefix
+/// `tokens[..prompt_len + j]`). The loss, written once in `plugins/native/core/src/value.rs`,
+/// is `½ · mean over the batch's completion tokens of max((v − R)², (clip(v, v_old − c, v_old
+/// + c) − R)²)`, the second term only with `clip > 0`.
+///
+/// [`Trainer::train_step_value`]: crate::traits::Trainer::train_step_value
+#[repr(C)]
+#[derive(StableAbi, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct ValueTargets {
+    /// The return `R` of each completion token (GAE's λ-return).
+    #[serde(with = "crate::wire::packed::nested")]
+    pub returns: RVec<RVec<f32>>,
+    /// The values the rollout was valued with (`v_old`); empty rows when `clip` is 0.
+    #[serde(with = "crate::wire::packed::nested")]
+    pub old_values: RVec<RVec<f32>>,
+    /// Value clip range `c` (0: no clipping).
+    pub clip: f32,
+}

@@ -46,6 +46,8 @@ pub struct ComponentCaps {
     pub value_model: bool,
     /// Trainer: implements the policy-loss variants (`train_step_policy`).
     pub loss_variants: bool,
+    /// Trainer: steps with per-token advantages (`train_step_advantages`: PPO's actor).
+    pub token_advantages: bool,
 }
 
 /// An update kind as its name (`checkpoint_dir`).
@@ -75,6 +77,7 @@ impl ComponentCaps {
             serves: false,
             value_model: false,
             loss_variants: false,
+            token_advantages: false,
         }
     }
 
@@ -96,6 +99,7 @@ impl ComponentCaps {
             serves: answer.serves,
             value_model: answer.value_model,
             loss_variants: answer.loss_variants,
+            token_advantages: answer.token_advantages,
         }
     }
 
