@@ -17,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod algorithm;
 pub mod bridge;
 pub mod bubble;
 pub mod checkpoint;
@@ -25,7 +26,6 @@ pub mod driver;
 pub mod error;
 pub mod eval;
 pub mod events;
-pub mod grpo;
 pub mod metrics;
 pub mod phases;
 pub mod placement;

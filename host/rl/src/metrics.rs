@@ -84,6 +84,18 @@ pub struct StepMetrics {
     /// (`dynamic_sampling` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups_dropped: Option<u32>,
+    /// PPO: the critic's mean value of the step's completion tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_mean: Option<f64>,
+    /// PPO: the mean λ-return (the critic's target) of those tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub return_mean: Option<f64>,
+    /// PPO: the critic's value loss at its last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_loss: Option<f64>,
+    /// PPO: the fraction of tokens whose value the clip held at its last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_clip_frac: Option<f64>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

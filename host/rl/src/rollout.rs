@@ -2,8 +2,8 @@
 //! engines (whole groups per engine, engines in parallel), decoded and rewarded; an engine
 //! that failed is asked again for its own groups only ([`Pending`]).
 
-use super::grpo::Sample;
 use super::prompt::PromptCodec;
+use crate::algorithm::grpo::Sample;
 use crate::error::RlError;
 use crate::task::{Problem, Task};
 use tandem_plugin_api::{Completion, GenerateRequest, ROption, RString, RVec, SamplingParams};

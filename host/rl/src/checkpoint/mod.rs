@@ -45,13 +45,15 @@ pub fn dir(run_dir: &Path) -> PathBuf {
 }
 
 /// Writes a complete checkpoint of `state` (companion files from `source_model`, the job's
-/// model); returns its directory.
+/// model; `also` writes what else the run trains into it, e.g. PPO's critic, before the
+/// manifest covers it); returns its directory.
 pub fn save(
     run_dir: &Path,
     trainer: &RemoteTrainer,
     source_model: &Path,
     state: &LoopState,
     metrics: &StepMetrics,
+    also: &mut dyn FnMut(&Path) -> Result<(), RlError>,
 ) -> Result<PathBuf, RlError> {
     let root = dir(run_dir);
     std::fs::create_dir_all(&root).map_err(RlError::io(format!("creating {}", root.display())))?;
@@ -60,6 +62,7 @@ pub fn save(
     let done = root.join(&name);
     let _ = std::fs::remove_dir_all(&tmp);
     trainer.save_checkpoint(&tmp.display().to_string())?;
+    also(&tmp)?;
     let text = serde_json::to_string_pretty(state)
         .map_err(|e| RlError::failed(format!("encoding the loop state: {e}")))?;
     let path = tmp.join(LOOP_STATE);

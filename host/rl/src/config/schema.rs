@@ -31,6 +31,9 @@ pub struct JobFile {
     pub trainer: TrainerSection,
     /// The weight bridge.
     pub bridge: BridgeSection,
+    /// The value model of PPO (`[algorithm] name = "ppo"`): a second trainer component.
+    #[serde(default)]
+    pub critic: Option<TrainerSection>,
     /// The RL algorithm.
     #[serde(default)]
     pub algorithm: AlgorithmSection,

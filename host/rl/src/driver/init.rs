@@ -32,6 +32,8 @@ pub(super) struct Parts {
     pub world: Option<super::world::World>,
     /// The drafter trainer (`[drafter] enabled`), spawned, not initialised.
     pub drafter: Option<RemoteTrainer>,
+    /// PPO's critic (`[critic]`), spawned, not initialised.
+    pub critic: Option<RemoteTrainer>,
 }
 
 /// The newest complete checkpoint to resume from, and the loop state saved with it.
@@ -71,6 +73,11 @@ impl<'a> Loop<'a> {
             }
             _ => None,
         };
+        let critic = match parts.critic {
+            Some(c) => Some(init_critic(c, events, &resume_from)?),
+            None => None,
+        };
+        let algorithm = crate::algorithm::for_plan(plan, critic);
         let metrics = open_metrics(&parts.files.metrics, opts.resume, &cursor, &resume_from)?;
         let offload = launch.trainer_offload(&parts.bridge);
         let chaos = super::chaos::Chaos::new(opts.chaos.as_deref(), cursor.total_steps)
@@ -95,6 +102,7 @@ impl<'a> Loop<'a> {
             eval: parts.eval,
             _world: parts.world,
             launch,
+            algorithm,
             replay: Vec::new(),
             force_sync: false,
             restarts: super::recover::Restarts::new(&plan.run),
@@ -166,6 +174,29 @@ pub(super) fn init_trainer(
         state.data_position,
         ck.weight_version,
     ))
+}
+
+/// PPO's critic initialised (a value model made from the policy's model) and, on
+/// `--resume`, loaded from the checkpoint's `critic/`.
+fn init_critic(
+    critic: RemoteTrainer,
+    events: &EventLog,
+    resume_from: &ResumeFrom,
+) -> Result<RemoteTrainer, RlError> {
+    let info = critic.init()?;
+    let name = crate::algorithm::ppo::CRITIC;
+    events.record(
+        0,
+        name,
+        "init",
+        &format!("{} parameters", info.trainable_params),
+    );
+    if let Some((dir, _)) = resume_from {
+        let dir = dir.join(crate::algorithm::ppo::CHECKPOINT_DIR);
+        critic.load_checkpoint(&dir.display().to_string())?;
+        events.record(0, name, "load_checkpoint", &dir.display().to_string());
+    }
+    Ok(critic)
 }
 
 fn cursor(first_step: u32, data_position: u64, weight_version: u64) -> Cursor {

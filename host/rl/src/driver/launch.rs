@@ -84,6 +84,7 @@ impl<'a> Loop<'a> {
         let world = bridge_world(&launcher, plan, &bridge)?;
         let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &events)?;
         let drafter = launch.spawn_drafter(&mut launcher)?;
+        let critic = launch.spawn_critic(&mut launcher)?;
         let parts = super::init::Parts {
             task,
             codec,
@@ -94,6 +95,7 @@ impl<'a> Loop<'a> {
             files,
             world,
             drafter,
+            critic,
         };
         Loop::init(launch, parts, engines, trainer, resume_from)
     }
@@ -345,6 +347,24 @@ impl Launch<'_> {
             .spawn_trainers(&[spec])?
             .pop()
             .ok_or_else(|| RlError::failed("the drafter trainer worker did not start"))?;
+        Ok(Some(remote))
+    }
+
+    /// PPO's critic (`[critic]`): trainer rank `N` after the policy's `N` ranks and the
+    /// drafter's, a worker of its own.
+    pub(super) fn spawn_critic(
+        &self,
+        launcher: &mut LocalLauncher,
+    ) -> Result<Option<RemoteTrainer>, RlError> {
+        let Some(c) = &self.plan.critic else {
+            return Ok(None);
+        };
+        let mut spec = self.spec_of(Role::Trainer, c, 0);
+        spec.rank = self.plan.trainer.world_size() + u32::from(self.plan.drafter.rl.is_some());
+        let remote = launcher
+            .spawn_trainers(&[spec])?
+            .pop()
+            .ok_or_else(|| RlError::failed("the critic worker did not start"))?;
         Ok(Some(remote))
     }
 

@@ -151,9 +151,11 @@ struct Loop<'a> {
     _world: Option<world::World>,
     /// What the run was launched from (a relaunch starts the workers the same way).
     launch: launch::Launch<'a>,
-    /// Batches trained since the newest checkpoint, by step: what a restarted trainer
-    /// replays.
-    replay: Vec<(u32, tandem_plugin_api::TrainBatch)>,
+    /// What a step trains (`crate::algorithm`): GRPO, or PPO with its critic.
+    algorithm: Box<dyn crate::algorithm::Algorithm>,
+    /// What the actor trained on since the newest checkpoint, by step: what a restarted
+    /// trainer replays.
+    replay: Vec<(u32, crate::algorithm::Trained)>,
     /// The engines must be synced before they generate again (a restarted trainer they
     /// served from, or a replaced engine behind the trainer).
     force_sync: bool,
@@ -209,7 +211,7 @@ mod tests {
             "task",
             "phases.rs",
             "rollout.rs",
-            "grpo.rs",
+            "algorithm",
             "bubble",
         ] {
             let p = root.join(sub);

@@ -1,6 +1,7 @@
 //! The staged onload that ends a step (and the init), around the bridge's sync:
 //!
-//! offload the trainer (all but its weights) → the engines' weights back → **sync** →
+//! offload the algorithm's other models (PPO's critic) and the trainer (all but its
+//! weights) → the engines' weights back → **sync** →
 //! offload the trainer's weights → the engines' KV cache back → `continue_generation`.
 //!
 //! The sync is one call, [`BridgeDriver::sync_staged`](crate::bridge::BridgeDriver::sync_staged):
@@ -27,6 +28,10 @@ impl Loop<'_> {
         sync: bool,
         phases: &mut Phases,
     ) -> Result<Option<SyncRecord>, RlError> {
+        // The algorithm's own models (PPO's critic) take no part in the sync: they go first.
+        timed(phases, "offload_trainer", || {
+            self.algorithm.offload(step, &self.events)
+        })?;
         let record = if sync {
             Some(self.sync(step, phases)?)
         } else {

@@ -134,6 +134,7 @@ impl Loop<'_> {
         if let Some(bytes) = self.draft.as_ref().and_then(|d| d.ledger()) {
             m.ledger.insert(super::draft::NAME.into(), bytes);
         }
+        m.ledger.extend(self.algorithm.ledger());
     }
 
     /// The run's summary after its last step.

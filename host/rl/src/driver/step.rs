@@ -13,18 +13,19 @@ use super::draft::{BubbleCtx, BubbleReport, Finished};
 use super::record::StepLog;
 use super::spec::SpecFigures;
 use super::{Loop, timed};
+use crate::algorithm::grpo::{Sample, Sampling};
+use crate::algorithm::{StepCx, Trained};
 use crate::bridge::SyncRecord;
 use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
 use crate::checkpoint::{self, LoopState};
 use crate::config::TrainIn;
 use crate::error::RlError;
-use crate::grpo::{Sample, Sampling};
 use crate::metrics::{StepMetrics, resident};
 use crate::phases::name as engine_name;
 use crate::rollout::{self, Rollout, RolloutSpec};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
-use tandem_plugin_api::{Completion, RVec, TrainBatch};
+use tandem_plugin_api::{Completion, RVec};
 
 /// A step under way: what it measured and how far it got. A worker's death sends the step
 /// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's
@@ -45,8 +46,8 @@ pub(super) struct StepState {
     seed: u64,
     /// The rollout once every round is in: every sample, and the samples trained on.
     rollout: Option<(Rollout, Vec<Sample>)>,
-    /// The train batch made of it (made once: `rollouts.jsonl` gets it once).
-    batch: Option<TrainBatch>,
+    /// What the actor trains on, made of it once (`rollouts.jsonl` gets it once).
+    batch: Option<Trained>,
     /// The training of this step is done (or had nothing to train on).
     trained: bool,
     /// The checkpoint of this step is written (or none is due).
@@ -164,9 +165,9 @@ impl Loop<'_> {
                     s.bubble.states()
                 )));
             }
-            let batch = s.batch.clone().ok_or_else(|| RlError::failed("no batch"))?;
+            let trained = s.batch.clone().ok_or_else(|| RlError::failed("no batch"))?;
             self.chaos.at(step, Point::Train, &self.workers());
-            self.train(batch, &mut s.log)?;
+            self.train(trained, &mut s.log)?;
             s.trained = true;
         }
         if !s.saved {
@@ -406,19 +407,26 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps → snapshot
-    /// `actor`; nothing but the onload when no sequence carries signal. A trained batch is
-    /// kept until the next checkpoint: a restarted trainer replays it.
-    fn train(&mut self, batch: TrainBatch, log: &mut StepLog) -> Result<(), RlError> {
+    /// The algorithm's other models (PPO's critic) → onload the trainer → `ref` logprobs
+    /// (with a KL penalty) → the actor's steps → snapshot `actor`; nothing but the onload
+    /// when no sequence carries signal. A trained batch is kept until the next checkpoint: a
+    /// restarted trainer replays it.
+    fn train(&mut self, trained: Trained, log: &mut StepLog) -> Result<(), RlError> {
         let step = log.step;
         let m = &mut log.metrics;
         timed(&mut log.phases, "train", || {
+            let mut cx = StepCx {
+                step,
+                events: &self.events,
+                metrics: m,
+            };
+            self.algorithm.train_others(&mut cx)?;
             self.trainer.onload(step, &self.events)?;
-            if batch.sequences.is_empty() {
+            if trained.batch.sequences.is_empty() {
                 return Ok(());
             }
-            self.optimise(batch.clone(), step, m)?;
-            self.replay.push((step, batch));
+            self.optimise(trained.clone(), step, m)?;
+            self.replay.push((step, trained));
             Ok(())
         })
     }
@@ -441,8 +449,16 @@ impl Loop<'_> {
             ..log.metrics.clone()
         };
         let dir = timed(&mut log.phases, "save", || {
-            let trainer = &self.trainer.remote;
-            checkpoint::save(&self.opts.run_dir, trainer, self.model, &state, &partial)
+            let (trainer, algorithm) = (&self.trainer.remote, &mut self.algorithm);
+            let mut also = |dir: &std::path::Path| algorithm.save(dir);
+            checkpoint::save(
+                &self.opts.run_dir,
+                trainer,
+                self.model,
+                &state,
+                &partial,
+                &mut also,
+            )
         })?;
         self.events
             .record(step, "trainer", "checkpoint", &dir.display().to_string());

@@ -15,6 +15,16 @@ pub enum CapsSource {
     Manifest,
 }
 
+impl CapsSource {
+    /// Where the capabilities came from, in words (`with these options`).
+    pub fn describe(&self) -> &'static str {
+        match self {
+            CapsSource::Options => "with these options",
+            CapsSource::Manifest => "as its manifest declares",
+        }
+    }
+}
+
 /// A component's capabilities with the job's options.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ComponentCaps {

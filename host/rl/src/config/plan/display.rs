@@ -1,6 +1,6 @@
 //! `tandem check`'s printout of a [`RunPlan`]: one line per part, indented detail under it.
 
-use super::{CapsSource, RolePlan, RunPlan};
+use super::{RolePlan, RunPlan};
 use crate::config::{FeatureRouteKind, TrainIn};
 use std::fmt;
 
@@ -26,6 +26,9 @@ impl fmt::Display for RunPlan {
         )?;
         role(f, "engine", &self.engine)?;
         role(f, "trainer", &self.trainer)?;
+        if let Some(c) = &self.critic {
+            role(f, "critic", c)?;
+        }
         let b = &self.bridge;
         writeln!(
             f,
@@ -119,9 +122,9 @@ fn role(f: &mut fmt::Formatter<'_>, name: &str, r: &RolePlan) -> fmt::Result {
     if c.reports_digest {
         what.push("digests".into());
     }
-    let source = match c.source {
-        CapsSource::Options => "with these options",
-        CapsSource::Manifest => "as its manifest declares",
-    };
+    if c.value_model {
+        what.push("value model".into());
+    }
+    let source = c.source.describe();
     writeln!(f, "             {} ({source})", what.join(", "))
 }

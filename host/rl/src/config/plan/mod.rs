@@ -42,6 +42,9 @@ pub struct RunPlan {
     pub engine: RolePlan,
     /// The trainer role.
     pub trainer: RolePlan,
+    /// PPO's value model (`[critic]`): trainer rank `N` after the policy's `N` ranks (and
+    /// the drafter's), on the trainer's first device.
+    pub critic: Option<RolePlan>,
     /// The weight bridge.
     pub bridge: BridgeSetup,
     /// `[algorithm]`.

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AlgorithmSection {
-    /// Algorithm name: `grpo`, or `drafter` (train a drafter for the fixed model, see
-    /// `[drafter]`).
+    /// Algorithm name: `grpo`, `ppo` (with a critic, `[critic]`), or `drafter` (train a
+    /// drafter for the fixed model, see `[drafter]`).
     pub name: String,
     /// Prompts per step.
     pub prompts_per_step: u32,
@@ -52,6 +52,18 @@ pub struct AlgorithmSection {
     pub train_steps_per_rollout: u32,
     /// Global gradient-norm clip.
     pub grad_clip: f32,
+    /// PPO: the discount of GAE (1: an episode's reward counts fully at every token).
+    pub gamma: f32,
+    /// PPO: GAE's λ (1: Monte-Carlo returns; 0: one-step TD).
+    pub lambda: f32,
+    /// PPO: the critic's value clip range around the values the rollout was valued with
+    /// (0: no clipping).
+    pub value_clip: f32,
+    /// PPO: the critic's learning rate (default: `learning_rate`).
+    pub critic_learning_rate: Option<f32>,
+    /// PPO: advantages are whitened over the batch's completion tokens (zero mean, unit
+    /// standard deviation).
+    pub whiten_advantages: bool,
 }
 
 /// The PPO clip range when neither `clip_eps` nor `clip_low` / `clip_high` is set.
@@ -62,6 +74,16 @@ impl AlgorithmSection {
     pub fn clip_range(&self) -> (f32, f32) {
         let eps = self.clip_eps.unwrap_or(DEFAULT_CLIP_EPS);
         (self.clip_low.unwrap_or(eps), self.clip_high.unwrap_or(eps))
+    }
+
+    /// PPO with a critic (`name = "ppo"`).
+    pub fn is_ppo(&self) -> bool {
+        self.name == "ppo"
+    }
+
+    /// The critic's learning rate.
+    pub fn critic_lr(&self) -> f32 {
+        self.critic_learning_rate.unwrap_or(self.learning_rate)
     }
 }
 
@@ -87,6 +109,11 @@ impl Default for AlgorithmSection {
             max_sampling_rounds: 4,
             train_steps_per_rollout: 1,
             grad_clip: 1.0,
+            gamma: 1.0,
+            lambda: 0.95,
+            value_clip: 0.2,
+            critic_learning_rate: None,
+            whiten_advantages: true,
         }
     }
 }

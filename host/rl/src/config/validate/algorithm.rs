@@ -8,11 +8,12 @@ use crate::config::{AlgorithmSection, JobFile, KlEstimator, KlIn, LossAgg, Ratio
 /// Values of `[algorithm]` the loop cannot run with.
 pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile) {
     let a = &j.algorithm;
-    if a.name != "grpo" && a.name != "drafter" {
+    if !["grpo", "ppo", "drafter"].contains(&a.name.as_str()) {
         issues.at(
             "algorithm.name",
             format!("unknown algorithm `{}`", a.name),
-            "use \"grpo\" (RL) or \"drafter\" (train a speculative-decoding drafter)",
+            "use \"grpo\" (RL), \"ppo\" (RL with a critic, [critic]) or \"drafter\" (train a \
+             speculative-decoding drafter)",
         );
     }
     for (key, v, what) in [
@@ -32,7 +33,7 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile) {
             );
         }
     }
-    if a.name == "drafter" {
+    if a.name == "drafter" || a.is_ppo() {
         if a.group_size == 0 {
             issues.at(
                 "algorithm.group_size",
@@ -102,7 +103,7 @@ fn variants(issues: &mut Issues<'_>, a: &AlgorithmSection) {
 /// `train_step_policy`) trains with: an aggregation other than the token mean, the
 /// sequence ratio, the k1 estimator in the loss.
 pub(super) fn check_trainer(issues: &mut Issues<'_>, a: &AlgorithmSection, trainer: &RolePlan) {
-    if trainer.caps.loss_variants || a.name != "grpo" {
+    if trainer.caps.loss_variants || a.name == "drafter" {
         return;
     }
     let kl_in_loss = a.kl_in == KlIn::Loss && a.kl_coef > 0.0;

@@ -7,11 +7,12 @@
 //! engine and trainer components and the trainer's ranks), `launcher` (what
 //! Slurm needs; what a placement across hosts rules out), `model`, `task` (with
 //! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
-//! components, bridge and held-out set), `transport` (plan, timeout,
+//! components, bridge and held-out set), `critic` (PPO's value model), `transport` (plan, timeout,
 //! `[memory]`), `roles` (each role's options made into JSON once, checked by its plugin's
 //! `validate_config` with rank 0's component config as the run builds it, and the
 //! capabilities the component has with them), then `bridge` (the bridge, its plan, and the
-//! update kinds and digests both sides must have with their options) and `fit` (what the
+//! update kinds and digests both sides must have with their options), the critic's and
+//! PPO actor's capabilities, and `fit` (what the
 //! components' capabilities rule out: sequences longer than the engine holds, a drafter job's
 //! bridge and draft tokens).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
@@ -19,6 +20,7 @@
 
 mod algorithm;
 mod bridge;
+mod critic;
 mod drafter;
 mod eval;
 mod fit;
@@ -88,6 +90,7 @@ pub fn validate_with(
     algorithm::check(&mut issues, j);
     drafter::check(&mut issues, registry, j);
     let drafter_trainer = drafter::check_rl(&mut issues, registry, j);
+    let critic = critic::check(&mut issues, registry, j);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
     let output_dir = overrides
         .output_dir
@@ -138,9 +141,22 @@ pub fn validate_with(
         };
         roles::plan(&mut issues, &site, role)
     });
+    let critic = critic.zip(j.critic.as_ref()).and_then(|(found, c)| {
+        let role = Role {
+            kind: ComponentKind::Trainer,
+            section: "critic",
+            found,
+            table: &c.options,
+            ranks: 1,
+            first_device: 0,
+            needs_offload: false,
+        };
+        roles::plan(&mut issues, &site, role)
+    });
     let bridge = bridge::check(&mut issues, j, registry, engine.as_ref(), trainer.as_ref());
     if let Some(t) = &trainer {
         algorithm::check_trainer(&mut issues, &j.algorithm, t);
+        critic::check_caps(&mut issues, j, critic.as_ref(), t);
     }
     let eval = j.eval.enabled().then(|| EvalPlan {
         every: j.eval.every,
@@ -202,6 +218,7 @@ pub fn validate_with(
         },
         engine,
         trainer,
+        critic,
         bridge,
         algorithm: j.algorithm.clone(),
         task: j.task.clone(),

@@ -133,7 +133,7 @@ pub(super) fn components(
 }
 
 /// `[SECTION] plugin` and `ranks` of one component.
-fn component(
+pub(super) fn component(
     issues: &mut Issues<'_>,
     registry: &Registry,
     kind: ComponentKind,

@@ -4,14 +4,15 @@
 //! loss variant `[algorithm]` names through `train_step_policy`).
 
 use super::StepState;
+use crate::algorithm::grpo::{self, Sample};
+use crate::algorithm::{StepCx, Trained};
 use crate::config::KlIn;
 use crate::driver::record::StepLog;
 use crate::driver::{Loop, dump, spec, timed};
 use crate::error::RlError;
-use crate::grpo::{self, Sample};
 use crate::metrics::StepMetrics;
 use crate::rollout::{self, Rollout};
-use tandem_plugin_api::{Metric, TrainBatch, WhichWeights};
+use tandem_plugin_api::{Metric, WhichWeights};
 
 impl Loop<'_> {
     /// Dynamic sampling's later rounds: as many of the task's next problems as groups with
@@ -69,16 +70,16 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Group-relative advantages of the samples trained on (`train`: with `kl_in =
-    /// "reward"`, of their rewards less the KL to `ref`) → the train batch (every sample
-    /// written to `rollouts.jsonl` too with `[run] dump_rollouts`, 0 the advantage of a
-    /// dropped group's); the rollout's figures, of every sample, go to the step's metrics.
+    /// The algorithm's advantages of the samples trained on (`train`: with `kl_in =
+    /// "reward"`, of their rewards less the KL to `ref`) → what the actor trains on (every
+    /// sample written to `rollouts.jsonl` too with `[run] dump_rollouts`, 0 the advantage of
+    /// a dropped group's); the rollout's figures, of every sample, go to the step's metrics.
     pub(super) fn batch(
         &mut self,
         rollout: &Rollout,
         train: &[Sample],
         log: &mut StepLog,
-    ) -> Result<TrainBatch, RlError> {
+    ) -> Result<Trained, RlError> {
         let plan = self.plan;
         let a = &plan.algorithm;
         let kl_in_reward = a.kl_in == KlIn::Reward && a.kl_coef > 0.0;
@@ -90,7 +91,15 @@ impl Loop<'_> {
         } else {
             train.iter().map(|s| s.reward).collect()
         };
-        let adv = grpo::scaled_advantages(train, &rewards, a.scale_rewards);
+        let mut cx = StepCx {
+            step: log.step,
+            events: &self.events,
+            metrics: &mut log.metrics,
+        };
+        let algorithm = &mut self.algorithm;
+        let (trained, adv) = timed(&mut log.phases, "advantages", || {
+            algorithm.prepare(&mut cx, train, &rewards)
+        })?;
         if self.plan.run.dump_rollouts {
             let kept: std::collections::BTreeSet<usize> = train.iter().map(|s| s.group).collect();
             let mut trained = adv.iter();
@@ -104,12 +113,9 @@ impl Loop<'_> {
                 .collect();
             dump::append(&self.files.rollouts, log.step, rollout, &all, &self.codec);
         }
-        let kl_coef = if kl_in_reward { 0.0 } else { a.kl_coef };
-        let loss = grpo::loss_clipped(a.learning_rate, a.clip_range(), kl_coef, a.grad_clip);
-        let batch = grpo::batch(train, &adv, loss, kl_coef > 0.0);
         log.rollout_figures(rollout);
-        log.metrics.train_sequences = batch.sequences.len() as u64;
-        Ok(batch)
+        log.metrics.train_sequences = trained.batch.sequences.len() as u64;
+        Ok(trained)
     }
 
     /// The `ref` logprobs of every sample's completion (empty for an empty completion),
@@ -137,16 +143,17 @@ impl Loop<'_> {
             .collect())
     }
 
-    /// `ref` logprobs (with a KL penalty) → the GRPO steps → snapshot `actor`.
+    /// `ref` logprobs (with a KL penalty) → the actor's steps → snapshot `actor`.
     pub(in crate::driver) fn optimise(
         &mut self,
-        mut batch: TrainBatch,
+        mut trained: Trained,
         step: u32,
         m: &mut StepMetrics,
     ) -> Result<(), RlError> {
         let a = &self.plan.algorithm;
         let trainer = &self.trainer.remote;
         // The batch's own KL weight: 0 when the KL went into the rewards.
+        let batch = &mut trained.batch;
         if batch.loss.kl_coef > 0.0 {
             let refs =
                 trainer.compute_logprobs(batch.clone(), WhichWeights::Snapshot("ref".into()))?;
@@ -155,14 +162,8 @@ impl Loop<'_> {
             }
             self.events.record(step, "trainer", "ref_logprobs", "");
         }
-        // A named variant through `train_step_policy` (check made sure the trainer has it);
-        // the default loss through `train_step`, as always.
-        let policy = grpo::policy_loss(a);
         for _ in 0..a.train_steps_per_rollout.max(1) {
-            let out = match policy.is_default() {
-                true => trainer.train_step(batch.clone())?,
-                false => trainer.train_step_policy(batch.clone(), policy)?,
-            };
+            let out = self.algorithm.actor_step(trainer, &trained)?;
             m.loss = metric(&out, "loss");
             m.kl = metric(&out, "kl");
             m.grad_norm = metric(&out, "grad_norm");
