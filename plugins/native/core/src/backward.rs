@@ -82,6 +82,59 @@ pub fn backward(
     acts: &mut [f32],
     mut grads: Grads<'_>,
 ) -> Result<()> {
+    check(model, lora, tokens, al, acts, &grads)?;
+    let c = &model.cfg;
+    let w = model.w();
+    let (n, d) = (al.n, c.hidden_size);
+    {
+        let [_, fin, scratch] = al.sections(acts)?;
+        let [_, _, hf, dlogits] = al.final_parts(fin)?;
+        let [_, d2, ..] = al.scratch(scratch)?;
+        let lm = model.offs.lm_head.clone();
+        linear_dx(d2, dlogits, &w[lm.clone()], n, d, c.vocab_size, false);
+        if let Some(g) = sub(&mut grads.base, &lm) {
+            linear_dw(g, dlogits, hf, n, d, c.vocab_size, 1.0);
+        }
+    }
+    body_backward(model, lora, tokens, al, acts, grads)
+}
+
+/// Backward of the body alone (final norm, layers, embedding) from `dh`, the gradient of the
+/// final normed hidden states `[N, d]` (what a head other than the lm_head, e.g.
+/// [`crate::value_head`], feeds back); the lm_head is skipped and its gradient untouched.
+pub fn backward_from_hidden(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    dh: &[f32],
+    grads: Grads<'_>,
+) -> Result<()> {
+    check(model, lora, tokens, al, acts, &grads)?;
+    let need = al.n * model.cfg.hidden_size;
+    if dh.len() != need {
+        return Err(NativeError::Input(format!(
+            "hidden-state gradient has {} f32, this batch needs {need}",
+            dh.len()
+        )));
+    }
+    {
+        let [_, _, scratch] = al.sections(acts)?;
+        let [_, d2, ..] = al.scratch(scratch)?;
+        d2.copy_from_slice(dh);
+    }
+    body_backward(model, lora, tokens, al, acts, grads)
+}
+
+fn check(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &[f32],
+    grads: &Grads<'_>,
+) -> Result<()> {
     crate::forward::check_inputs(model, tokens, al, acts)?;
     if al.shared {
         return Err(NativeError::Input(
@@ -94,19 +147,27 @@ pub fn backward(
             "LoRA gradients given without an adapter (or vice versa)".into(),
         ));
     }
+    Ok(())
+}
+
+/// The body's backward; the scratch slot `d2` holds the gradient of the final normed hidden
+/// states.
+fn body_backward(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    mut grads: Grads<'_>,
+) -> Result<()> {
     let c = &model.cfg;
     let w = model.w();
-    let (n, d) = (al.n, c.hidden_size);
+    let d = c.hidden_size;
     let [layers, fin, scratch] = al.sections(acts)?;
     let per = al.per_layer();
-    let [xf, rf, hf, dlogits] = al.final_parts(fin)?;
+    let [xf, rf, ..] = al.final_parts(fin)?;
     {
         let [dres, d2, ..] = al.scratch(scratch)?;
-        let lm = model.offs.lm_head.clone();
-        linear_dx(d2, dlogits, &w[lm.clone()], n, d, c.vocab_size, false);
-        if let Some(g) = sub(&mut grads.base, &lm) {
-            linear_dw(g, dlogits, hf, n, d, c.vocab_size, 1.0);
-        }
         let norm = model.offs.norm.clone();
         let dnorm = sub(&mut grads.base, &norm);
         rmsnorm_backward(dres, dnorm, d2, xf, &w[norm], rf, false);

@@ -29,5 +29,7 @@ pub mod sampling;
 pub mod st_io;
 pub mod tokenizer;
 pub mod trainer;
+pub mod value;
+pub mod value_head;
 
 pub use error::{NativeError, Result};

@@ -32,6 +32,10 @@
 //! aggregation = constant-length (Dr. GRPO):      L = Σ_i mask_i · ℓ_i / (B · C)
 //! ```
 //!
+//! `A_i` is per token: a sequence-level advantage (GRPO) is `A_b` on every token of `b`, PPO
+//! with a critic passes each token's own (GAE); [`Loss::Policy`] takes the token-aligned array
+//! either way, and only counted tokens' entries are read.
+//!
 //! `C` is the constant length, the generation budget (`max_tokens`). Every normaliser
 //! (`Σ mask`, `B`, `B · C`) is that of the **whole batch of the step**: a trainer that splits
 //! the batch over micro-batches or data-parallel ranks divides each part by the global
@@ -448,3 +452,5 @@ pub fn grpo_advantages(rewards: &[f32], group: usize, scale_by_std: bool) -> Res
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;

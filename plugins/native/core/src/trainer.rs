@@ -15,6 +15,9 @@ use crate::lora::LoraAdapter;
 use crate::loss::{Loss, LossStats, apply_loss};
 use crate::model::Model;
 use crate::optim::{AdamW, clip_grad_norm};
+use crate::value_head::ValueHead;
+
+mod critic;
 
 /// A batch of `b` right-padded sequences of `t` tokens (token-aligned arrays, see
 /// [`crate::loss`]).
@@ -49,6 +52,9 @@ pub struct Trainer {
     pub opt: AdamW,
     /// Global-norm clip (None = off).
     pub max_grad_norm: Option<f32>,
+    /// The value head when this trainer is a value model (see [`critic`]); its body is
+    /// the model (or the adapter in LoRA mode).
+    pub value_head: Option<ValueHead>,
     grads: Box<dyn Region>,
     m: Box<dyn Region>,
     v: Box<dyn Region>,
@@ -79,6 +85,7 @@ impl Trainer {
             lora,
             opt,
             max_grad_norm: Some(1.0),
+            value_head: None,
             acts: None,
             logprobs: Vec::new(),
         })
@@ -135,6 +142,16 @@ impl Trainer {
         batch: &Batch<'_>,
         provider: &mut dyn BufferProvider,
     ) -> Result<ActLayout> {
+        self.forward_batch_with(batch, provider, true)
+    }
+
+    /// [`forward_batch`](Self::forward_batch), the logits only `with_logits`.
+    fn forward_batch_with(
+        &mut self,
+        batch: &Batch<'_>,
+        provider: &mut dyn BufferProvider,
+        with_logits: bool,
+    ) -> Result<ActLayout> {
         self.check_batch(batch)?;
         let al = ActLayout::new(
             &self.model.cfg,
@@ -154,7 +171,7 @@ impl Trainer {
             batch.tokens,
             &al,
             acts,
-            true,
+            with_logits,
         )?;
         Ok(al)
     }

@@ -11,6 +11,7 @@ mod drafter_runner;
 mod end_to_end;
 mod engine;
 mod gradcheck_model;
+mod gradcheck_value;
 mod hf_parity;
 mod io;
 mod spec;
