@@ -31,6 +31,7 @@ mod out_of_tree_bridge;
 mod recovery;
 mod rl_learns;
 mod rl_loop;
+mod rl_ppo;
 mod rl_variants;
 mod serve;
 mod sglang_loop;

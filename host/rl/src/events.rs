@@ -18,7 +18,7 @@ struct Event<'a> {
     t: f64,
     /// RL step (0 = initialisation).
     step: u32,
-    /// `engine-<rank>`, `trainer` or `loop`.
+    /// `engine-<rank>`, `trainer`, `critic` (PPO), `drafter` or `loop`.
     target: &'a str,
     /// What happened (`pause`, `flush`, `release`, ...).
     op: &'a str,

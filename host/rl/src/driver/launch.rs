@@ -3,11 +3,10 @@
 //! validation gave the plugin's `validate_config`.
 
 use super::eval::Evaluation;
-use super::rundir::{self, RunFiles, absolute};
+use super::rundir::absolute;
 use super::world::World;
 use super::{Loop, RunOptions};
 use crate::bridge::BridgeDriver;
-use crate::checkpoint::{self, LoopState};
 use crate::config::{LauncherKind, RolePlan, RunPlan};
 use crate::error::RlError;
 use crate::eval::EvalSet;
@@ -15,7 +14,6 @@ use crate::events::EventLog;
 use crate::phases::Engines;
 use crate::prompt::PromptCodec;
 use crate::task::HeldOut;
-use crate::warmstart;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tandem_control::protocol::Role;
@@ -42,62 +40,29 @@ impl<'a> Loop<'a> {
         opts: &'a RunOptions,
     ) -> Result<Loop<'a>, RlError> {
         let held_out = plan.eval.as_ref().map(|e| e.problems);
-        let task = crate::task::build_for_run(&plan.task, plan.run.seed, held_out)
-            .map_err(|e| e.into_error(&plan.job.path.display().to_string()))?;
         let mut bridge = BridgeDriver::new(&plan.bridge);
         bridge.set_source_model(&plan.model.path);
-        rundir::prepare(plan, opts)?;
-        // Before anything is written: a run whose checkpoints all fail their checks stops here
-        // with its directory as it was.
-        let resume_from = if opts.resume {
-            resume_point(&opts.run_dir)?
-        } else {
-            None
-        };
-        let model = warmstart::ModelPlan {
-            target: &plan.model.path,
-            preset: plan.model.init_preset.as_deref(),
-            warm_start_steps: plan.model.warm_start_steps,
-            seed: plan.run.seed,
-        };
-        warmstart::ensure_model(registry, &model, task.as_ref())?;
-        let lacking = tandem_model::companion::missing(&plan.model.path);
-        if !lacking.is_empty() {
-            tracing::warn!(
-                "model {} has no {}: neither will its checkpoints, so transformers or vLLM may \
-                 not load them as they are",
-                plan.model.path.display(),
-                lacking.join(", ")
-            );
-        }
-        let codec = PromptCodec::for_task(&plan.model.path, &plan.task)?;
-        let eval = evaluation(plan, &codec)?;
-        if let Some((dir, _)) = &resume_from {
-            // A checkpoint written before checkpoints carried them gets the job model's
-            // companion files (tokenizer, generation config) now.
-            tandem_model::companion::complete(&plan.model.path, dir)?;
-        }
-        let mut launcher = LocalLauncher::new(launch_options(plan, opts)?)?;
-        let files = RunFiles::of(&opts.run_dir);
-        let events = EventLog::open(&files.events)?;
+        let p = super::skeleton::prepare(plan, registry, opts, held_out)?;
+        let eval = evaluation(plan, &p.codec)?;
+        let mut launcher = p.launcher;
         let launch = Launch { plan, opts };
         let world = bridge_world(&launcher, plan, &bridge)?;
-        let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &events)?;
+        let (engines, trainer) = launch.spawn(&mut launcher, &bridge, world.as_ref(), &p.events)?;
         let drafter = launch.spawn_drafter(&mut launcher)?;
         let critic = launch.spawn_critic(&mut launcher)?;
         let parts = super::init::Parts {
-            task,
-            codec,
+            task: p.task,
+            codec: p.codec,
             eval,
             launcher,
             bridge,
-            events,
-            files,
+            events: p.events,
+            files: p.files,
             world,
             drafter,
             critic,
         };
-        Loop::init(launch, parts, engines, trainer, resume_from)
+        Loop::init(launch, parts, engines, trainer, p.resume_from)
     }
 }
 
@@ -214,25 +179,6 @@ fn ray_route(
     let local =
         tandem_runtime::launch::route_toward(ip).map_err(|e| fail(format!("{toward}: {e}")))?;
     Ok((local, toward))
-}
-
-/// The checkpoint `--resume` continues from ([`checkpoint::newest_valid`]), one warning per
-/// newer checkpoint skipped; half-written checkpoints are removed once one is chosen.
-fn resume_point(run_dir: &Path) -> Result<Option<(PathBuf, LoopState)>, RlError> {
-    let found = checkpoint::newest_valid(run_dir)?;
-    checkpoint::clean_partial(run_dir);
-    let Some(r) = found else {
-        return Ok(None);
-    };
-    for s in &r.skipped {
-        tracing::warn!(
-            "skipping checkpoint {}: {}; resuming from {}",
-            s.dir.display(),
-            s.reason,
-            r.dir.display()
-        );
-    }
-    Ok(Some((r.dir, r.state)))
 }
 
 /// The transport world of a run whose bridge moves data over it ([`World::for_bridge`]).

@@ -35,6 +35,7 @@ mod onload;
 mod record;
 mod recover;
 mod rundir;
+mod skeleton;
 mod spec;
 mod step;
 mod trainer;
@@ -102,18 +103,35 @@ pub struct RunSummary {
 /// needs nothing started: trainer ranks, task, bridge settings, model directory, plugin
 /// options), so nothing below refuses the job after the run directory exists.
 pub fn run(plan: &RunPlan, registry: &Registry, opts: RunOptions) -> Result<RunSummary, RlError> {
-    let mut l = Loop::launch(plan, registry, &opts)?;
-    let result: Result<RunSummary, RlError> = (|| {
-        l.eval_at_start()?;
-        for step in l.cursor.first_step..=l.cursor.total_steps {
-            l.step(step)?;
-        }
-        Ok(l.finish())
-    })();
-    l.events.flush();
-    let summary = result?;
-    l.launcher.shutdown(Duration::from_secs(20))?;
-    Ok(summary)
+    skeleton::execute(Loop::launch(plan, registry, &opts)?)
+}
+
+impl skeleton::Job for Loop<'_> {
+    type Summary = RunSummary;
+
+    fn steps(&self) -> (u32, u32) {
+        (self.cursor.first_step, self.cursor.total_steps)
+    }
+
+    fn before(&mut self) -> Result<(), RlError> {
+        self.eval_at_start()
+    }
+
+    fn step(&mut self, step: u32) -> Result<(), RlError> {
+        Loop::step(self, step)
+    }
+
+    fn finish(&mut self) -> RunSummary {
+        Loop::finish(self)
+    }
+
+    fn events(&self) -> &EventLog {
+        &self.events
+    }
+
+    fn shutdown(self) -> Result<(), RlError> {
+        Ok(self.launcher.shutdown(skeleton::SHUTDOWN_GRACE)?)
+    }
 }
 
 /// Where a run is in its steps and its data.

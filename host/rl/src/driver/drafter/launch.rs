@@ -7,17 +7,14 @@ use super::metrics::DrafterMetricsLog;
 use crate::config::RunPlan;
 use crate::driver::RunOptions;
 use crate::driver::launch::Launch;
-use crate::driver::rundir::{self, RunFiles};
+use crate::driver::skeleton;
 use crate::driver::world::World;
 use crate::error::RlError;
-use crate::events::EventLog;
 use crate::progress::Progress;
-use crate::prompt::PromptCodec;
 use crate::task::HeldOut;
-use crate::warmstart;
 use tandem_control::protocol::Role;
 use tandem_plugin_api::stats as hidden_stats;
-use tandem_runtime::launch::{LocalLauncher, RemoteTrainer};
+use tandem_runtime::launch::RemoteTrainer;
 use tandem_runtime::registry::Registry;
 
 /// Name of the transport group of engine rank `i` and the trainer.
@@ -39,26 +36,16 @@ impl<'a> DrafterLoop<'a> {
                 RlError::usage("not a drafter job ([algorithm] name = \"drafter\")")
             })?;
         // The training stream leaves out the held-out prompts acceptance is measured on.
-        let task = crate::task::build_for_run(&plan.task, plan.run.seed, Some(d.eval_prompts))
-            .map_err(|e| e.into_error(&what))?;
-        rundir::prepare(plan, opts)?;
-        let model = warmstart::ModelPlan {
-            target: &plan.model.path,
-            preset: plan.model.init_preset.as_deref(),
-            warm_start_steps: plan.model.warm_start_steps,
-            seed: plan.run.seed,
-        };
-        warmstart::ensure_model(registry, &model, task.as_ref())?;
-        let codec = PromptCodec::for_task(&plan.model.path, &plan.task)?;
+        let p = skeleton::prepare(plan, registry, opts, Some(d.eval_prompts))?;
+        let (task, codec, launcher, files, events) =
+            (p.task, p.codec, p.launcher, p.files, p.events);
         let held_out = HeldOut::new(&plan.task, plan.run.seed, d.eval_prompts)
             .map_err(|e| e.into_error(&what))?
             .problems()
             .iter()
             .map(|p| codec.prompt(&p.prompt))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut launcher = LocalLauncher::new(crate::driver::launch::launch_options(plan, opts)?)?;
-        let files = RunFiles::of(&opts.run_dir);
-        let events = EventLog::open(&files.events)?;
+        let mut launcher = launcher;
         let launch = Launch { plan, opts };
         let world = World::start(
             &launcher,
@@ -112,6 +99,7 @@ impl<'a> DrafterLoop<'a> {
             files,
             data_position: 0,
             last_checkpoint: None,
+            total,
         })
     }
 }

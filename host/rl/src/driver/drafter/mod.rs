@@ -43,7 +43,6 @@ use crate::prompt::PromptCodec;
 use crate::task::Task;
 use metrics::DrafterMetricsLog;
 use std::path::PathBuf;
-use std::time::Duration;
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 
@@ -83,19 +82,35 @@ pub fn run(
         ))
         .with_help("start a new run; point [trainer.options] drafter at a saved drafter checkpoint to continue from it"));
     }
-    let mut l = DrafterLoop::launch(plan, registry, &opts)?;
-    let total = opts.steps.unwrap_or(plan.run.steps);
-    let result: Result<DrafterSummary, RlError> = (|| {
-        l.step_zero()?;
-        for step in 1..=total {
-            l.step(step, total)?;
-        }
-        Ok(l.finish(total))
-    })();
-    l.events.flush();
-    let summary = result?;
-    l.launcher.shutdown(Duration::from_secs(20))?;
-    Ok(summary)
+    super::skeleton::execute(DrafterLoop::launch(plan, registry, &opts)?)
+}
+
+impl super::skeleton::Job for DrafterLoop<'_> {
+    type Summary = DrafterSummary;
+
+    fn steps(&self) -> (u32, u32) {
+        (1, self.total)
+    }
+
+    fn before(&mut self) -> Result<(), RlError> {
+        self.step_zero()
+    }
+
+    fn step(&mut self, step: u32) -> Result<(), RlError> {
+        DrafterLoop::step(self, step, self.total)
+    }
+
+    fn finish(&mut self) -> DrafterSummary {
+        DrafterLoop::finish(self, self.total)
+    }
+
+    fn events(&self) -> &EventLog {
+        &self.events
+    }
+
+    fn shutdown(self) -> Result<(), RlError> {
+        Ok(self.launcher.shutdown(super::skeleton::SHUTDOWN_GRACE)?)
+    }
 }
 
 /// A drafter job in progress.
@@ -121,6 +136,8 @@ struct DrafterLoop<'a> {
     files: RunFiles,
     data_position: u64,
     last_checkpoint: Option<PathBuf>,
+    /// The last step.
+    total: u32,
 }
 
 impl DrafterLoop<'_> {
