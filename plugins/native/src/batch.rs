@@ -1,7 +1,7 @@
 //! ABI train batches → the core's right-padded token-aligned `[B, T]` arrays, and back.
 
 use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::{PluginError, TrainSequence};
+use tandem_plugin_api::{PluginError, RVec, TrainSequence};
 
 /// A padded batch: tokens, response mask and the per-sequence `(prompt_len, len)`.
 pub struct Padded {
@@ -97,5 +97,34 @@ impl Padded {
             out[i * self.t + p..i * self.t + n].copy_from_slice(v);
         }
         Ok(Some(out))
+    }
+
+    /// Scatters per-sequence rows (one per sequence, each of its completion's length) into a
+    /// token-aligned array (0 off the completions); `what` names the rows in errors.
+    pub fn scatter_rows(&self, rows: &[RVec<f32>], what: &str) -> Result<Vec<f32>> {
+        if rows.len() != self.b {
+            return Err(PluginError::invalid_input(format!(
+                "{} rows of {what} for a batch of {} sequences (one row per sequence)",
+                rows.len(),
+                self.b
+            )));
+        }
+        let mut out = vec![0f32; self.b * self.t];
+        for (i, (row, &(p, n))) in rows.iter().zip(&self.spans).enumerate() {
+            if row.len() != n - p {
+                return Err(PluginError::invalid_input(format!(
+                    "sequence {i}: {} {what} for {} completion tokens",
+                    row.len(),
+                    n - p
+                )));
+            }
+            if let Some(x) = row.iter().find(|x| !x.is_finite()) {
+                return Err(PluginError::invalid_input(format!(
+                    "sequence {i}: {what} holds {x} (every entry must be finite)"
+                )));
+            }
+            out[i * self.t + p..i * self.t + n].copy_from_slice(row);
+        }
+        Ok(out)
     }
 }

@@ -33,6 +33,12 @@ pub fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<
                 reports_digest: opts.digest,
                 // `train_step_policy`: every variant of `tandem_native_core::loss`.
                 loss_variants: true,
+                // `train_step_advantages` (every variant) and the value model (`compute_values`,
+                // `train_step_value`: a value head over the body), with LoRA too: a LoRA critic
+                // trains its adapter and the head on the frozen base, the same code path (the
+                // body's backward feeds whichever gradients are trained) at an adapter's memory.
+                token_advantages: true,
+                value_model: true,
                 ..ConfigCaps::default()
             })
         }
@@ -95,6 +101,8 @@ mod tests {
         assert!(full.update_kinds.contains(&UpdateKind::SharedRegion));
         assert!(full.reports_digest);
         assert!(lora.loss_variants && full.loss_variants);
+        assert!(lora.value_model && full.value_model);
+        assert!(lora.token_advantages && full.token_advantages);
         let quiet = describe_config(
             ComponentKind::Trainer,
             &config("native", r#"{"digest": false}"#),

@@ -25,6 +25,9 @@ mod init_preset_tests;
 /// `train_step_policy` (the policy-loss variants) through the root module.
 #[cfg(test)]
 mod policy_loss_tests;
+/// The value model and per-token advantages through the root module.
+#[cfg(test)]
+mod value_tests;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box, trainer_box};
 use tandem_plugin_api::{

@@ -17,11 +17,12 @@ use tandem_native_core::trainer::Trainer;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
-    PluginError, PolicyLoss, RString, RVec, TrainBatch, TrainerInfo, UpdateKind, WeightUpdate,
-    WhichWeights,
+    PluginError, PolicyLoss, RString, RVec, TokenAdvantages, TrainBatch, TrainerInfo, UpdateKind,
+    ValueTargets, WeightUpdate, WhichWeights,
 };
 
 pub(crate) mod create;
+mod critic;
 mod export;
 mod options;
 mod st_write;
@@ -42,6 +43,8 @@ const STATE_FILE: &str = "tandem_trainer_state.json";
 /// In-plugin snapshot (Vec backing) or the metadata of a host snapshot.
 struct Snap {
     params: Option<(Vec<f32>, Option<Vec<f32>>)>,
+    /// Whether the trainer had a value head, and its parameters (in-plugin snapshots only).
+    head: (bool, Option<Vec<f32>>),
     step: u64,
     version: u64,
 }
@@ -126,8 +129,21 @@ impl NativeTrainer {
         Ok(pad.completions(&lp).into_iter().map(RVec::from).collect())
     }
 
-    fn train(&mut self, batch: &TrainBatch, policy: PolicyLoss) -> Result<Vec<Metric>> {
+    /// A policy step; `token_adv`: per-token advantages (`train_step_advantages`) instead of
+    /// each sequence's.
+    fn train(
+        &mut self,
+        batch: &TrainBatch,
+        policy: PolicyLoss,
+        token_adv: Option<&TokenAdvantages>,
+    ) -> Result<Vec<Metric>> {
         let lc = batch.loss.clone();
+        if token_adv.is_some() && lc.kind == LossKind::Sft {
+            return Err(PluginError::invalid_input(
+                "train_step_advantages: per-token advantages apply to the GRPO loss, this batch \
+                 is SFT",
+            ));
+        }
         let variant = policy_variant(&lc, policy)?;
         if !(lc.learning_rate > 0.0 && lc.learning_rate.is_finite()) {
             return Err(PluginError::invalid_input(format!(
@@ -144,10 +160,13 @@ impl NativeTrainer {
         let (stats, step) = match lc.kind {
             LossKind::Sft => tr.train_step(&b, &Loss::Sft, p).ctx("train_step")?,
             LossKind::Grpo => {
-                let adv: Vec<f32> = seqs
-                    .iter()
-                    .flat_map(|s| std::iter::repeat_n(s.advantage, pad.t))
-                    .collect();
+                let adv: Vec<f32> = match token_adv {
+                    Some(a) => pad.scatter_rows(&a.rows, "advantages")?,
+                    None => seqs
+                        .iter()
+                        .flat_map(|s| std::iter::repeat_n(s.advantage, pad.t))
+                        .collect(),
+                };
                 let old = match pad.scatter(seqs, "old_logprobs", |s| &s.old_logprobs)? {
                     Some(o) => o,
                     // On-policy: the behaviour policy is the current one.
@@ -318,11 +337,32 @@ impl TrainerImpl for NativeTrainer {
     }
 
     fn train_step(&mut self, batch: TrainBatch) -> Result<Vec<Metric>> {
-        self.train(&batch, PolicyLoss::default())
+        self.train(&batch, PolicyLoss::default(), None)
     }
 
     fn train_step_policy(&mut self, batch: TrainBatch, loss: PolicyLoss) -> Result<Vec<Metric>> {
-        self.train(&batch, loss)
+        self.train(&batch, loss, None)
+    }
+
+    fn train_step_advantages(
+        &mut self,
+        batch: TrainBatch,
+        loss: PolicyLoss,
+        advantages: TokenAdvantages,
+    ) -> Result<Vec<Metric>> {
+        self.train(&batch, loss, Some(&advantages))
+    }
+
+    fn compute_values(&mut self, batch: TrainBatch) -> Result<Vec<RVec<f32>>> {
+        self.values(&batch)
+    }
+
+    fn train_step_value(
+        &mut self,
+        batch: TrainBatch,
+        targets: ValueTargets,
+    ) -> Result<Vec<Metric>> {
+        self.train_value(&batch, &targets)
     }
 
     fn snapshot(&mut self, name: String) -> Result<()> {

@@ -6,6 +6,7 @@
 //! file (written before checkpoints carried it) loads with the moments zeroed, and one
 //! warning. A full fine-tuning checkpoint also gets `model.safetensors.index.json`, so that
 //! loaders that take every `*.safetensors` of an unindexed directory skip the optimizer file.
+//! A trainer that has acted as a value model also writes its value head (`critic`).
 
 use std::path::Path;
 
@@ -18,7 +19,7 @@ use tandem_native_core::trainer::Trainer;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{CheckpointInfo, LogLevel, PluginError, RString};
 
-use super::{NativeTrainer, SNAPSHOT_TAGS, STATE_FILE, Snap, st_write};
+use super::{NativeTrainer, SNAPSHOT_TAGS, STATE_FILE, Snap, critic, st_write};
 use crate::common::{Ctx, host_call, log};
 
 /// File of a checkpoint with the AdamW moments (see the module doc).
@@ -32,6 +33,11 @@ impl NativeTrainer {
         let host = self.host_backed();
         let (tr, _) = self.ready("snapshot")?;
         let step = tr.opt.step;
+        let has_head = tr.value_head.is_some();
+        let head = match (&tr.value_head, host) {
+            (Some(h), false) => Some(h.params().to_vec()),
+            _ => None,
+        };
         let params = if host {
             None
         } else {
@@ -49,6 +55,7 @@ impl NativeTrainer {
             name.to_string(),
             Snap {
                 params,
+                head: (has_head, head),
                 step,
                 version,
             },
@@ -64,6 +71,8 @@ impl NativeTrainer {
             )));
         };
         let (step, version) = (snap.step, snap.version);
+        let (had_head, head) = snap.head.clone();
+        let host = snap.params.is_none();
         match &snap.params {
             None => host_call(self.host.restore(name.into()), "restore")?,
             Some((w, l)) => {
@@ -73,6 +82,23 @@ impl NativeTrainer {
                 if let (Some(ad), Some(l)) = (tr.lora.as_mut(), l) {
                     ad.weights.as_mut_slice().copy_from_slice(&l);
                 }
+            }
+        }
+        // The value head: back to its snapshot, or zero (fresh) when it postdates it. A host
+        // snapshot restored its regions, moments included; an in-plugin one holds the
+        // parameters only (the moments are not copied, as the body's).
+        let (tr, p) = self.ready("restore")?;
+        if let Some(h) = head {
+            tr.ensure_value_head(p).ctx("restore")?;
+            if let Some(vh) = tr.value_head.as_mut() {
+                vh.params_mut().copy_from_slice(&h);
+            }
+        } else if !had_head && let Some(vh) = tr.value_head.as_mut() {
+            let (hp, _, hm, hv) = vh.parts_mut();
+            hp.fill(0.0);
+            if host {
+                hm.fill(0.0);
+                hv.fill(0.0);
             }
         }
         if meta {
@@ -96,7 +122,10 @@ impl NativeTrainer {
         if tr.lora.is_none() {
             write_index(dir, &tr.model.layout)?;
         }
-        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
+        let head = critic::save_head(tr, dir)?;
+        let state = serde_json::json!(
+            {"weight_version": version, "adam_step": tr.opt.step, "value_head": head}
+        );
         let path = dir.join(STATE_FILE);
         std::fs::write(&path, state.to_string())
             .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))?;
@@ -111,8 +140,17 @@ impl NativeTrainer {
     /// are read (their file checked before any is), then the parameters copied in.
     pub(super) fn load(&mut self, dir: &Path) -> Result<CheckpointInfo> {
         let what = format!("load_checkpoint {}", dir.display());
-        let (tr, _) = self.ready("load_checkpoint")?;
+        let (tr, p) = self.ready("load_checkpoint")?;
         let staged = Staged::read(tr, dir, &what)?;
+        let state: Option<serde_json::Value> = std::fs::read_to_string(dir.join(STATE_FILE))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
+        let expected = state
+            .as_ref()
+            .and_then(|v| v.get("value_head")?.as_bool())
+            .unwrap_or(false);
+        let d = tr.model.cfg.hidden_size;
+        let head = critic::read_head(dir, d, expected, &what)?;
         let opt_path = dir.join(OPTIMIZER_FILE);
         let moments = opt_path.exists();
         let (m, v) = tr.moments_mut();
@@ -132,9 +170,8 @@ impl NativeTrainer {
             }
             Staged::Base(staged) => tr.model.copy_weights_from(&staged).ctx(&what)?,
         }
-        if let Ok(text) = std::fs::read_to_string(dir.join(STATE_FILE))
-            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-        {
+        critic::apply_head(tr, head, p, &what)?;
+        if let Some(v) = state {
             if let Some(s) = v.get("adam_step").and_then(|x| x.as_u64()) {
                 tr.opt.step = s;
             }
