@@ -120,7 +120,7 @@ fn drafter(
     quiet: bool,
 ) -> Result<(), CliError> {
     let run_dir = opts.run_dir.clone();
-    let s = tandem_rl::driver::drafter::run(plan, registry, opts)?;
+    let s = tandem_rl::algorithm::drafter::run(plan, registry, opts)?;
     let files = tandem_rl::driver::RunFiles::of(&run_dir);
     let acceptance = |a: Option<(u32, f64)>| {
         a.map(|(step, len)| serde_json::json!({"step": step, "acceptance_length": len}))

@@ -59,7 +59,7 @@ impl Progress {
     }
 
     /// Shows a drafter job's step.
-    pub fn drafter_step(&self, m: &crate::driver::drafter::DrafterStepMetrics) {
+    pub fn drafter_step(&self, m: &crate::algorithm::drafter::DrafterStepMetrics) {
         let acc: Vec<String> = m.acc.iter().map(|a| format!("{:.0}", a * 100.0)).collect();
         let mut msg = format!(
             "loss {:.3}  acc% [{}]  {:.2} s/step",

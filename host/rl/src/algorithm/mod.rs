@@ -15,9 +15,10 @@
 //!
 //! Implementations: [`grpo::Grpo`] (group-relative advantages, the loss variants) and
 //! [`ppo::Ppo`] (a critic's values, GAE). [`for_plan`] picks the one `[algorithm] name`
-//! names. A drafter job (`name = "drafter"`) trains no policy; it is its own job
-//! (`crate::driver::drafter`).
+//! names. A drafter job (`name = "drafter"`, [`drafter`]) trains no policy: it is the
+//! other job the skeleton runs (`crate::driver::skeleton`), its steps its own.
 
+pub mod drafter;
 pub mod grpo;
 pub mod ppo;
 

@@ -26,7 +26,7 @@ use tandem_runtime::worker::WorkerSpec;
 
 /// What launching a run reads: its plan and the run's options.
 #[derive(Clone, Copy)]
-pub(super) struct Launch<'a> {
+pub(crate) struct Launch<'a> {
     pub plan: &'a RunPlan,
     pub opts: &'a RunOptions,
 }
@@ -216,7 +216,7 @@ fn evaluation(plan: &RunPlan, codec: &PromptCodec) -> Result<Option<Evaluation>,
 
 /// Starts every spawned engine and checks it is ready (one `start` event each); the state
 /// machine of each, at the weight version it serves.
-pub(super) fn start_engines(
+pub(crate) fn start_engines(
     remotes: &[RemoteEngine],
     events: &EventLog,
 ) -> Result<Vec<EngineMachine>, RlError> {
@@ -334,7 +334,7 @@ impl Launch<'_> {
 
     /// The worker spec of `role`'s rank `rank`: the component config validation gave the
     /// plugin's `validate_config`.
-    pub(super) fn spec(&self, role: Role, rank: u32) -> WorkerSpec {
+    pub(crate) fn spec(&self, role: Role, rank: u32) -> WorkerSpec {
         let plan = match role {
             Role::Engine => &self.plan.engine,
             Role::Trainer => &self.plan.trainer,

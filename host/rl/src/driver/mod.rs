@@ -1,6 +1,11 @@
 //! The loop behind `tandem run`: launch and initialise, run the steps, shut down.
 //!
-//! [`run`] builds a [`Loop`] (`launch.rs`: run directory, model, workers; `init.rs`: the
+//! Every job runs on one skeleton (`skeleton.rs`: the preparation — task, run directory,
+//! `--resume`'s checkpoint, model, launcher, events — and the run of the steps): the RL
+//! loop here, and the drafter job (`crate::algorithm::drafter`). What an RL step trains is
+//! the [`Algorithm`](crate::algorithm::Algorithm)'s (GRPO, or PPO with its critic).
+//!
+//! [`run`] builds a [`Loop`] (`launch.rs`: the workers; `init.rs`: the
 //! trainer's init, `--resume`, the bridge's setup, the first staged onload), calls
 //! [`Loop::step`] for every step and shuts the workers down. A step (`step.rs`) is a
 //! sequence of phases, each a method of its own:
@@ -9,8 +14,9 @@
 //!    each rank's bubble state follows it ([`crate::bubble`]), and what speculative decoding
 //!    did in it is read from the engines (`spec.rs`);
 //! 2. **drained offload** — pause all → flush all → release all ([`crate::phases`]);
-//! 3. **train** — onload the trainer → `ref` logprobs (with a KL penalty) → GRPO steps →
-//!    snapshot `actor`;
+//! 3. **train** — the algorithm's advantages (PPO: the critic onloaded, its values, GAE)
+//!    and its other models' steps (the critic's) → onload the trainer → `ref` logprobs
+//!    (with a KL penalty) → the actor's steps → snapshot `actor`;
 //! 4. **save** — a checkpoint every `save_every` steps and at the end;
 //! 5. **sync** — the staged onload around the bridge's sync (`onload.rs`): offload the
 //!    trainer (all but its weights) → the engines' weights back → the bridge ships the
@@ -26,16 +32,15 @@
 
 mod chaos;
 mod draft;
-pub mod drafter;
 mod dump;
 mod eval;
 mod init;
-mod launch;
+pub(crate) mod launch;
 mod onload;
 mod record;
 mod recover;
-mod rundir;
-mod skeleton;
+pub(crate) mod rundir;
+pub(crate) mod skeleton;
 mod spec;
 mod step;
 mod trainer;

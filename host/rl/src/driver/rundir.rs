@@ -37,7 +37,7 @@ impl RunFiles {
 }
 
 /// `p` made absolute (as it is when relative paths fail to resolve).
-pub(super) fn absolute(p: &Path) -> PathBuf {
+pub(crate) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 

@@ -23,7 +23,7 @@ use tandem_runtime::launch::LocalLauncher;
 use tandem_runtime::registry::Registry;
 
 /// A job's steps, as [`execute`] runs them.
-pub(super) trait Job {
+pub(crate) trait Job {
     /// What a finished job reports.
     type Summary;
     /// The first step and the last.
@@ -41,11 +41,11 @@ pub(super) trait Job {
 }
 
 /// How long a worker may take to exit at the end of a job.
-pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
 /// Runs every step of `job`; the event log is flushed whatever happened, the workers are
 /// shut down after a job that succeeded.
-pub(super) fn execute<J: Job>(mut job: J) -> Result<J::Summary, RlError> {
+pub(crate) fn execute<J: Job>(mut job: J) -> Result<J::Summary, RlError> {
     let result: Result<J::Summary, RlError> = (|| {
         job.before()?;
         let (first, last) = job.steps();
@@ -61,7 +61,7 @@ pub(super) fn execute<J: Job>(mut job: J) -> Result<J::Summary, RlError> {
 }
 
 /// A job prepared to start its workers.
-pub(super) struct Prepared {
+pub(crate) struct Prepared {
     /// The task stream, without the held-out problems.
     pub task: Box<dyn Task>,
     /// The prompts' codec.
@@ -81,7 +81,7 @@ pub(super) struct Prepared {
 /// written: a run whose checkpoints all fail their checks stops with its directory as it
 /// was), the model (created from its preset when the directory has none), the codec, the
 /// launcher and the event log.
-pub(super) fn prepare(
+pub(crate) fn prepare(
     plan: &RunPlan,
     registry: &Registry,
     opts: &RunOptions,

@@ -70,7 +70,7 @@ impl Draft {
             "init",
             &format!("{} params", info.trainable_params),
         );
-        let inputs = crate::driver::drafter::drafter_inputs(&remote)?;
+        let inputs = crate::algorithm::drafter::drafter_inputs(&remote)?;
         let d = Draft {
             remote,
             settings: settings.clone(),

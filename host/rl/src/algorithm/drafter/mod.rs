@@ -33,9 +33,9 @@ mod metrics;
 mod plot;
 mod step;
 
-use super::RunOptions;
-use super::rundir::RunFiles;
 use crate::config::{DrafterJobPlan, RunPlan};
+use crate::driver::RunOptions;
+use crate::driver::rundir::RunFiles;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::progress::Progress;
@@ -48,7 +48,7 @@ use tandem_runtime::registry::Registry;
 
 pub use metrics::DrafterStepMetrics;
 
-pub(in crate::driver) use launch::drafter_inputs;
+pub(crate) use launch::drafter_inputs;
 
 /// What a finished drafter job reports.
 #[derive(Debug, Clone)]
@@ -82,10 +82,10 @@ pub fn run(
         ))
         .with_help("start a new run; point [trainer.options] drafter at a saved drafter checkpoint to continue from it"));
     }
-    super::skeleton::execute(DrafterLoop::launch(plan, registry, &opts)?)
+    crate::driver::skeleton::execute(DrafterLoop::launch(plan, registry, &opts)?)
 }
 
-impl super::skeleton::Job for DrafterLoop<'_> {
+impl crate::driver::skeleton::Job for DrafterLoop<'_> {
     type Summary = DrafterSummary;
 
     fn steps(&self) -> (u32, u32) {
@@ -109,7 +109,9 @@ impl super::skeleton::Job for DrafterLoop<'_> {
     }
 
     fn shutdown(self) -> Result<(), RlError> {
-        Ok(self.launcher.shutdown(super::skeleton::SHUTDOWN_GRACE)?)
+        Ok(self
+            .launcher
+            .shutdown(crate::driver::skeleton::SHUTDOWN_GRACE)?)
     }
 }
 

@@ -116,7 +116,7 @@ fn groups(engines: u32) -> Vec<(String, Vec<u32>)> {
 
 /// What the trainer's drafter reads, as the trainer reports it (`drafter.aux_layer.<i>`,
 /// `drafter.feature_width`, `drafter.max_rows`).
-pub(in crate::driver) struct DrafterInputs {
+pub(crate) struct DrafterInputs {
     /// The layers its features are taken from, in row order.
     pub layers: Vec<u32>,
     /// f32 values per feature row.
@@ -126,7 +126,7 @@ pub(in crate::driver) struct DrafterInputs {
 }
 
 /// The drafter trainer's inputs ([`DrafterInputs`]).
-pub(in crate::driver) fn drafter_inputs(trainer: &RemoteTrainer) -> Result<DrafterInputs, RlError> {
+pub(crate) fn drafter_inputs(trainer: &RemoteTrainer) -> Result<DrafterInputs, RlError> {
     let stats = trainer.stats()?;
     let get = |name: &str| {
         stats
