@@ -36,13 +36,18 @@ fn ppo_job(t: &Scratch) -> std::path::PathBuf {
     })
 }
 
-/// Index of the first event of step `step` on `target` with `op` (after `from`).
+/// Index of the first event of step `step` on `target` whose op starts with `op` (after
+/// `from`; the engines' onload is `resume` or, with `ipc`, `resume_kv`).
 fn find(events: &[serde_json::Value], from: usize, step: u64, target: &str, op: &str) -> usize {
     events
         .iter()
         .enumerate()
         .skip(from)
-        .find(|(_, e)| e["step"] == step && e["target"] == target && e["op"] == op)
+        .find(|(_, e)| {
+            e["step"] == step
+                && e["target"] == target
+                && e["op"].as_str().is_some_and(|o| o.starts_with(op))
+        })
         .map(|(i, _)| i)
         .unwrap_or_else(|| panic!("no {target} {op} in step {step} after event {from}"))
 }
