@@ -74,8 +74,19 @@ fn a_fresh_value_head_values_zero_and_value_steps_reduce_the_value_loss() {
     let mut batch = h.batch(None);
     batch.loss.learning_rate = 1e-3;
     h.trainer.snapshot("before".into()).unwrap();
+    let before = allocated(&h);
     let v0 = values(&mut h, &batch);
     assert_eq!(v0, vec![vec![0.0; 6], vec![0.0; 2]]);
+    // The head is host memory under the weights / grads / optimizer tags: d + 1 parameters.
+    let grown: Vec<f64> = allocated(&h)
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b)
+        .collect();
+    assert!(
+        grown[0] > 0.0 && grown[1] == grown[0] && grown[2] == 2.0 * grown[0],
+        "{grown:?}"
+    );
     let targets = fixed_targets(&batch);
     let first = value_step(&mut h, &batch, &targets);
     let v0_loss = metric(&first, "value_loss");
@@ -115,9 +126,30 @@ fn a_fresh_value_head_values_zero_and_value_steps_reduce_the_value_loss() {
         e.message.contains("old values") && e.message.lines().count() == 1,
         "{e:?}"
     );
+    // Offload and onload keep the head.
+    let trained = values(&mut h, &batch);
+    let tags = || vec!["weights".into(), "grads".into(), "optimizer".into()].into();
+    h.trainer.offload(tags()).unwrap();
+    assert!(
+        h.trainer
+            .compute_values(batch.clone())
+            .into_result()
+            .is_err()
+    );
+    h.trainer.onload(tags()).unwrap();
+    assert_eq!(values(&mut h, &batch), trained);
     // A snapshot taken before the head existed restores a fresh (zero) head.
     h.trainer.restore("before".into()).unwrap();
     assert_eq!(values(&mut h, &batch), v0);
+}
+
+/// `allocated_bytes` of the tags weights, grads, optimizer.
+fn allocated(h: &TrainerHarness) -> Vec<f64> {
+    let stats = h.trainer.stats().unwrap();
+    ["weights", "grads", "optimizer"]
+        .iter()
+        .map(|t| metric(&stats.metrics, &format!("allocated_bytes.{t}")))
+        .collect()
 }
 
 #[test]
