@@ -69,8 +69,10 @@ pub mod api_level {
     /// gives it* (the update kinds a trainer exports with or without LoRA, an engine's draft
     /// tokens and longest sequence, digests, whether it serves). Plugins below this level
     /// are described by their manifest. Also `Trainer::train_step_policy`: a step with a
-    /// policy-loss variant ([`crate::types::PolicyLoss`]); trainers below this level answer
-    /// `NotSupported` to it.
+    /// policy-loss variant ([`crate::types::PolicyLoss`]), and PPO's calls:
+    /// `train_step_advantages` (per-token advantages), `compute_values` and
+    /// `train_step_value` (a value model); trainers below this level answer `NotSupported`
+    /// to them.
     pub const PLAN: u32 = 5;
 }
 
