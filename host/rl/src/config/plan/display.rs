@@ -45,6 +45,21 @@ impl fmt::Display for RunPlan {
             "  algorithm  {}: {} prompts x {} completions, {} new tokens, lr {}",
             a.name, a.prompts_per_step, a.group_size, a.max_tokens, a.learning_rate
         )?;
+        if a.is_ppo() {
+            writeln!(
+                f,
+                "             GAE gamma {} lambda {}, critic lr {}, value clip {}{}",
+                a.gamma,
+                a.lambda,
+                a.critic_lr(),
+                a.value_clip,
+                if a.whiten_advantages {
+                    ", advantages whitened"
+                } else {
+                    ""
+                }
+            )?;
+        }
         if let Some(e) = &self.eval {
             writeln!(
                 f,
