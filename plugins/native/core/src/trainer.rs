@@ -205,16 +205,7 @@ impl Trainer {
             normalizer,
             &mut self.logprobs,
         )?;
-        let grads = match &self.lora {
-            Some(_) => Grads {
-                base: None,
-                lora: Some(self.grads.as_mut_slice()),
-            },
-            None => Grads {
-                base: Some(self.grads.as_mut_slice()),
-                lora: None,
-            },
-        };
+        let grads = trainable_grads(self.grads.as_mut_slice(), self.lora.is_some());
         backward(
             &self.model,
             self.lora.as_ref(),
@@ -331,5 +322,20 @@ impl Trainer {
         self.zero_grad();
         let s = self.accumulate(batch, loss, None, provider)?;
         Ok((s, self.optimizer_step()?))
+    }
+}
+
+/// The gradient destinations of the trainable parameters: the adapter's in LoRA mode (base
+/// frozen), the base weights' otherwise.
+fn trainable_grads(grads: &mut [f32], lora: bool) -> Grads<'_> {
+    match lora {
+        true => Grads {
+            base: None,
+            lora: Some(grads),
+        },
+        false => Grads {
+            base: Some(grads),
+            lora: None,
+        },
     }
 }

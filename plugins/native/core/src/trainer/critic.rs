@@ -4,8 +4,8 @@
 //! ([`backward_from_hidden`]). One optimizer step updates body and head with the same AdamW
 //! settings and step, after a global-norm clip over both gradients together.
 
-use super::{Batch, StepStats, Trainer};
-use crate::backward::{Grads, backward_from_hidden};
+use super::{Batch, StepStats, Trainer, trainable_grads};
+use crate::backward::backward_from_hidden;
 use crate::buffer::BufferProvider;
 use crate::error::{NativeError, Result};
 use crate::optim::grad_norm;
@@ -76,16 +76,7 @@ impl Trainer {
             NativeError::Input("this trainer has no value head (ensure_value_head first)".into())
         })?;
         head.backward(&acts[ho..ho + al.n * d], &dv, batch.t, &mut dh);
-        let grads = match &self.lora {
-            Some(_) => Grads {
-                base: None,
-                lora: Some(self.grads.as_mut_slice()),
-            },
-            None => Grads {
-                base: Some(self.grads.as_mut_slice()),
-                lora: None,
-            },
-        };
+        let grads = trainable_grads(self.grads.as_mut_slice(), self.lora.is_some());
         backward_from_hidden(
             &self.model,
             self.lora.as_ref(),
