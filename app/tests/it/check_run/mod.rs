@@ -1,5 +1,5 @@
 //! `tandem check` makes every check `tandem run` makes before it starts anything: for a table
-//! of bad jobs (each `examples/quickstart.toml` with one change) both commands exit 2 with the
+//! of bad jobs (each the quickstart, as `golden/quickstart-50.toml` freezes it, with one change) both commands exit 2 with the
 //! same first error line, which points at the offending key (`job.toml:LINE:COL: key.path`),
 //! and `tandem run` created neither the run directory nor the model.
 
@@ -12,10 +12,12 @@ mod cases;
 
 use cases::CASES;
 
-/// The quickstart with its model under `dir/model` (absent) and the given edits.
+/// The quickstart as frozen for the golden run (`golden/quickstart-50.toml`: the shipped
+/// example's settings may change, the bad jobs' anchors must not) with its model under
+/// `dir/model` (absent) and the given edits.
 fn job_text(edits: &[(&str, &str)]) -> String {
-    let quickstart =
-        std::fs::read_to_string(workspace_root().join("examples/quickstart.toml")).unwrap();
+    let frozen = workspace_root().join("app/tests/it/golden/quickstart-50.toml");
+    let quickstart = std::fs::read_to_string(frozen).unwrap();
     let mut text = quickstart.replace("path = \"../models/tiny-arith\"", "path = \"MODEL\"");
     assert_ne!(text, quickstart, "the quickstart's model path moved");
     for (from, to) in edits {
@@ -207,7 +209,13 @@ fn the_valid_quickstart_still_checks() {
         stdout(&out)
     );
     // And the shipped examples themselves.
-    for example in ["quickstart", "broadcast", "quickstart-spec", "drafter"] {
+    for example in [
+        "quickstart",
+        "quickstart-ppo",
+        "broadcast",
+        "quickstart-spec",
+        "drafter",
+    ] {
         let out = run(tandem()
             .arg("check")
             .arg(workspace_root().join(format!("examples/{example}.toml"))));
