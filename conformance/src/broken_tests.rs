@@ -367,6 +367,8 @@ fn failures<const BUG: u8>() -> Vec<(&'static str, &'static str, String)> {
         checks::trainer::offload_onload,
         checks::trainer::undeclared_exports,
         checks::trainer::policy_loss_default_is_train_step,
+        checks::trainer::value_model_as_declared,
+        checks::trainer::token_advantages_as_declared,
     ] {
         if let Err(f) = check(&mut t) {
             out.push(("trainer", f.rule, f.detail));

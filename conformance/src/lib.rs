@@ -38,6 +38,7 @@ mod features;
 mod harness;
 mod oracle;
 mod pair;
+mod ppo;
 mod setup;
 mod suite;
 mod trainer;

@@ -87,6 +87,8 @@ macro_rules! __tandem_group {
             trainer_offload_onload = offload_onload,
             trainer_undeclared_exports = undeclared_exports,
             trainer_policy_loss_default_is_train_step = policy_loss_default_is_train_step,
+            trainer_value_model_as_declared = value_model_as_declared,
+            trainer_token_advantages_as_declared = token_advantages_as_declared,
         );
         $crate::__tandem_trainer_tests!(
             $why

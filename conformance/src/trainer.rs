@@ -188,6 +188,7 @@ pub mod checks {
     pub use crate::features::checks::{
         features_not_supported_unless_declared, save_load_and_offload, trains_on_features,
     };
+    pub use crate::ppo::checks::{token_advantages_as_declared, value_model_as_declared};
 
     /// A second `init` is either refused or reports the same model.
     pub fn init_twice(h: &mut TrainerHarness) -> Outcome {
