@@ -39,7 +39,7 @@ use tandem_cli::error::CliError;
 use tandem_plugin_api::{
     ComponentConfig, GenerateRequest, ROption, RVec, SamplingParams, TrainBatch, WhichWeights,
 };
-use tandem_rl::grpo::{self, Sample};
+use tandem_rl::algorithm::grpo::{self, Sample};
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
 use tandem_runtime::role::{Engine, Local, Trainer};

@@ -188,7 +188,7 @@ pub(super) fn run_text(
         chaos,
     };
     if plan.is_drafter_job() {
-        tandem_rl::driver::drafter::run(&plan, registry, opts)?;
+        tandem_rl::algorithm::drafter::run(&plan, registry, opts)?;
     } else {
         tandem_rl::run(&plan, registry, opts)?;
     }

@@ -25,7 +25,7 @@ use super::native::{STEP_B, STEP_T, median, step_samples};
 use serde_json::json;
 use tandem_cli::error::CliError;
 use tandem_plugin_api::{ComponentConfig, ComponentKind, Metric, TrainBatch, WhichWeights};
-use tandem_rl::grpo;
+use tandem_rl::algorithm::grpo;
 use tandem_rl::warmstart::create_preset;
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
