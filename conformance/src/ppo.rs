@@ -5,7 +5,7 @@
 
 use crate::expect::{not_supported, ok};
 use crate::harness::{Failure, Outcome};
-use crate::trainer::TrainerHarness;
+use crate::trainer::{TrainerHarness, metric_bits};
 use tandem_plugin_api::{
     Metric, PolicyLoss, RVec, TokenAdvantages, TrainBatch, ValueTargets, WhichWeights,
 };
@@ -143,22 +143,11 @@ pub mod checks {
             "train_step_advantages",
         )?;
         let after_token = h.logprobs(rule)?;
-        let bits = |m: &[Metric]| {
-            let mut v: Vec<(String, u64)> = m
-                .iter()
-                .map(|m| (m.name.to_string(), m.value.to_bits()))
-                .collect();
-            v.sort();
-            v
-        };
-        if bits(&sequence) != bits(&token) {
+        let (sequence, token) = (metric_bits(&sequence), metric_bits(&token));
+        if sequence != token {
             return Err(Failure::new(
                 rule,
-                format!(
-                    "train_step_policy reported {:?}, train_step_advantages {:?}",
-                    bits(&sequence),
-                    bits(&token)
-                ),
+                format!("train_step_policy reported {sequence:?}, train_step_advantages {token:?}"),
             ));
         }
         if after_sequence != after_token {

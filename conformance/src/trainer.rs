@@ -171,6 +171,17 @@ fn unchanged(
 }
 
 /// Largest absolute difference of two logprob lists (infinite when their shapes differ).
+/// A step's metrics as `(name, bits of the value)`, sorted: what two steps that must be the
+/// same step compare bit for bit.
+pub(crate) fn metric_bits(m: &[Metric]) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = m
+        .iter()
+        .map(|m| (m.name.to_string(), m.value.to_bits()))
+        .collect();
+    v.sort();
+    v
+}
+
 pub(crate) fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.len() != y.len()) {
         return f32::INFINITY;
@@ -330,15 +341,7 @@ pub mod checks {
             "train_step_policy",
         )?;
         let after_policy = h.logprobs(rule)?;
-        let sorted = |m: RVec<Metric>| {
-            let mut v: Vec<(String, u64)> = m
-                .iter()
-                .map(|m| (m.name.to_string(), m.value.to_bits()))
-                .collect();
-            v.sort();
-            v
-        };
-        let (plain, policy) = (sorted(plain), sorted(policy));
+        let (plain, policy) = (metric_bits(&plain), metric_bits(&policy));
         if plain != policy {
             return Err(Failure::new(
                 rule,
