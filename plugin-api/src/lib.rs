@@ -39,13 +39,13 @@ pub use module::{PluginModule, PluginModuleRef};
 /// Re-exported so an out-of-tree plugin can derive its options' `Deserialize` with
 /// `#[serde(crate = "tandem_plugin_api::serde")]` and depend on this crate only.
 pub use serde;
-pub use traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
+pub use traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, TrainerBox};
 pub use types::*;
 
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::PLAN;
+pub const API_LEVEL: u32 = api_level::ENVIRONMENT;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -74,6 +74,10 @@ pub mod api_level {
     /// `train_step_value` (a value model); trainers below this level answer `NotSupported`
     /// to them.
     pub const PLAN: u32 = 5;
+    /// The root module's `environments` and `new_environment`: environments (the problems a
+    /// run trains on and their rewards) are components a job chooses (`[environment]
+    /// plugin`). Plugins below this level provide none.
+    pub const ENVIRONMENT: u32 = 6;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

@@ -12,6 +12,10 @@ use crate::types::{ComponentConfig, ConfigProblem};
 use crate::types::ConfigCaps;
 use abi_stable::std_types::ROption;
 // abi-append:describe_config:end
+// abi-append:environment:begin
+use crate::traits::EnvironmentBox;
+use crate::types::{EnvironmentConfig, EnvironmentDecl};
+// abi-append:environment:end
 use abi_stable::library::{LibHeader, LibraryError, RootModule, RootModuleError};
 use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::RVec;
@@ -48,6 +52,15 @@ pub struct PluginModule {
     pub describe_config:
         extern "C" fn(ComponentKind, ComponentConfig) -> PResult<ROption<ConfigCaps>>,
     // abi-append:describe_config:end
+    // abi-append:environment:begin (API level 6; app/tests/it/abi_versions.rs cuts it out)
+    /// The environment components of the plugin. API level
+    /// [`ENVIRONMENT`](crate::api_level::ENVIRONMENT).
+    pub environments: extern "C" fn() -> RVec<EnvironmentDecl>,
+    /// Constructs the environment named in the config. Building it reads what it serves
+    /// (files, options) and fails with one line when that is wrong; with `run_dir` empty it
+    /// starts nothing (`tandem check`).
+    pub new_environment: extern "C" fn(EnvironmentConfig, HostBox) -> PResult<EnvironmentBox>,
+    // abi-append:environment:end
 }
 
 impl RootModule for PluginModuleRef {

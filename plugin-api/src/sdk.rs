@@ -1,7 +1,7 @@
 //! What plugin authors write against.
 //!
 //! A plugin implements plain Rust traits ([`EngineImpl`], [`TrainerImpl`], [`BridgeImpl`],
-//! [`Plugin`]) with `Result` and owned types; this module adapts them to the ABI trait objects
+//! [`EnvironmentImpl`], [`Plugin`]) with `Result` and owned types; this module adapts them to the ABI trait objects
 //! and runs every call through [`guard`], the one export wrapper that turns a panic into a
 //! [`Panicked`](crate::ErrorCode::Panicked) error instead of letting it unwind into
 //! `extern "C"` code (which would abort the process). Then `export_plugin!(MyPlugin)` in a
@@ -27,10 +27,10 @@ mod macros;
 mod options;
 mod traits;
 
-pub use adapters::{bridge_box, engine_box, trainer_box};
+pub use adapters::{bridge_box, engine_box, environment_box, trainer_box};
 pub use guard::guard;
 pub use options::parse_options;
-pub use traits::{BridgeImpl, EngineImpl, Plugin, TrainerImpl};
+pub use traits::{BridgeImpl, EngineImpl, EnvironmentImpl, Plugin, TrainerImpl};
 
 use crate::caps::{ComponentDecl, PluginManifest};
 use crate::error::{PResult, PluginError};
@@ -90,6 +90,24 @@ extern "C" fn describe_shim<P: Plugin>(
 }
 // abi-append:describe_config:end
 
+// abi-append:environment:begin (cut out with the fields in module.rs by the ABI tests)
+extern "C" fn environments_shim<P: Plugin>()
+-> abi_stable::std_types::RVec<crate::types::EnvironmentDecl> {
+    // A panic listing environments lists none (the guard's error has nowhere to go here).
+    match guard(|| Ok(P::environments())) {
+        abi_stable::std_types::RResult::ROk(list) => list.into(),
+        abi_stable::std_types::RResult::RErr(_) => abi_stable::std_types::RVec::new(),
+    }
+}
+
+extern "C" fn environment_shim<P: Plugin>(
+    config: crate::types::EnvironmentConfig,
+    host: HostBox,
+) -> PResult<crate::traits::EnvironmentBox> {
+    guard(|| P::new_environment(config, host))
+}
+// abi-append:environment:end
+
 /// The root module of plugin `P`; used by [`crate::export_plugin!`] and
 /// [`crate::register_builtin!`] alike, so built-in and dynamic plugins share constructors.
 pub fn module_of<P: Plugin>() -> PluginModuleRef {
@@ -104,6 +122,10 @@ pub fn module_of<P: Plugin>() -> PluginModuleRef {
         // abi-append:describe_config:begin
         describe_config: describe_shim::<P>,
         // abi-append:describe_config:end
+        // abi-append:environment:begin
+        environments: environments_shim::<P>,
+        new_environment: environment_shim::<P>,
+        // abi-append:environment:end
     }
     .leak_into_prefix()
 }

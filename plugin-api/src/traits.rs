@@ -27,6 +27,7 @@ use crate::types::BridgePlan;
 // abi-append:policy_loss:begin
 use crate::types::{PolicyLoss, TokenAdvantages, ValueTargets};
 // abi-append:policy_loss:end
+use crate::types::{EnvItem, EnvironmentInfo, Reward, ScoreSample};
 use abi_stable::sabi_trait;
 use abi_stable::std_types::{RArc, RBox, RSlice, RSliceMut, RStr, RString, RVec};
 
@@ -224,6 +225,22 @@ pub trait WeightBridge: Send + Sync {
     // abi-append:bridge:end
 }
 
+/// An environment: the problems a run trains and evaluates on, and their rewards (API level
+/// [`ENVIRONMENT`](crate::api_level::ENVIRONMENT)). The host builds it in the controller;
+/// an environment that runs user code (Python) runs it in processes of its own. The contract
+/// is in [`crate::types::EnvItem`]'s module.
+#[sabi_trait]
+pub trait Environment: Send + Sync {
+    /// Its splits, reward components and range.
+    fn describe(&self) -> PResult<EnvironmentInfo>;
+    /// Item `index` of `split` (the same for the same seed, split and index; past the end of
+    /// a finite split, the next epoch's shuffle).
+    fn item(&self, split: RString, index: u64) -> PResult<EnvItem>;
+    /// One reward per sample, in order.
+    #[sabi(last_prefix_field)]
+    fn score(&self, samples: RVec<ScoreSample>) -> PResult<RVec<Reward>>;
+}
+
 /// Services the host hands to every plugin at construction.
 ///
 /// Memory and transport calls return [`crate::ErrorCode::NotAvailable`] in a process where
@@ -268,5 +285,7 @@ pub type EngineBox = InferenceEngine_TO<'static, RBox<()>>;
 pub type TrainerBox = Trainer_TO<'static, RBox<()>>;
 /// A bridge trait object as it crosses the ABI.
 pub type BridgeBox = WeightBridge_TO<'static, RBox<()>>;
+/// An environment trait object as it crosses the ABI.
+pub type EnvironmentBox = Environment_TO<'static, RBox<()>>;
 /// The host-services handle as it crosses the ABI (cheap to clone).
 pub type HostBox = HostServices_TO<'static, RArc<()>>;

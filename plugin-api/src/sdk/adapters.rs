@@ -2,11 +2,11 @@
 //! and converts between owned Rust types and abi_stable's `R*` types.
 
 use super::guard;
-use super::traits::{BridgeImpl, EngineImpl, TrainerImpl};
+use super::traits::{BridgeImpl, EngineImpl, EnvironmentImpl, TrainerImpl};
 use crate::error::PResult;
 use crate::traits::{
-    BridgeBox, EngineBox, InferenceEngine, InferenceEngine_TO, Trainer, Trainer_TO, TrainerBox,
-    WeightBridge, WeightBridge_TO,
+    BridgeBox, EngineBox, Environment, Environment_TO, EnvironmentBox, InferenceEngine,
+    InferenceEngine_TO, Trainer, Trainer_TO, TrainerBox, WeightBridge, WeightBridge_TO,
 };
 use crate::types::*;
 use abi_stable::sabi_trait::TD_Opaque;
@@ -178,4 +178,21 @@ pub fn trainer_box<T: TrainerImpl>(trainer: T) -> TrainerBox {
 /// Wraps a bridge for the ABI.
 pub fn bridge_box<B: BridgeImpl>(bridge: B) -> BridgeBox {
     WeightBridge_TO::from_value(Guarded(bridge), TD_Opaque)
+}
+
+impl<V: EnvironmentImpl> Environment for Guarded<V> {
+    fn describe(&self) -> PResult<EnvironmentInfo> {
+        guard(|| self.0.describe())
+    }
+    fn item(&self, split: RString, index: u64) -> PResult<EnvItem> {
+        guard(|| self.0.item(split.as_str(), index))
+    }
+    fn score(&self, samples: RVec<ScoreSample>) -> PResult<RVec<Reward>> {
+        guard(|| self.0.score(samples.into_vec()).map(RVec::from))
+    }
+}
+
+/// Wraps an environment for the ABI.
+pub fn environment_box<V: EnvironmentImpl>(environment: V) -> EnvironmentBox {
+    Environment_TO::from_value(Guarded(environment), TD_Opaque)
 }

@@ -6,7 +6,7 @@
 use super::Result;
 use crate::caps::{ComponentKind, PluginManifest};
 use crate::error::PluginError;
-use crate::traits::{BridgeBox, EngineBox, HostBox, TrainerBox};
+use crate::traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, TrainerBox};
 #[cfg(doc)]
 use crate::traits::{InferenceEngine, Trainer, WeightBridge};
 use crate::types::*;
@@ -203,6 +203,17 @@ pub trait BridgeImpl: Send + Sync + 'static {
     // abi-append:bridge:end
 }
 
+/// An environment, as a plugin author writes it (see [`crate::traits::Environment`] and the
+/// contract in [`crate::types::EnvItem`]'s module).
+pub trait EnvironmentImpl: Send + Sync + 'static {
+    /// See [`crate::traits::Environment::describe`].
+    fn describe(&self) -> Result<EnvironmentInfo>;
+    /// See [`crate::traits::Environment::item`].
+    fn item(&self, split: &str, index: u64) -> Result<EnvItem>;
+    /// See [`crate::traits::Environment::score`].
+    fn score(&self, samples: Vec<ScoreSample>) -> Result<Vec<Reward>>;
+}
+
 /// A plugin library: its manifest and constructors. Constructors that a plugin does not
 /// provide default to a [`NotSupported`](crate::ErrorCode::NotSupported) error.
 #[allow(unused_variables)]
@@ -235,5 +246,14 @@ pub trait Plugin: 'static {
     /// `None` (the default): the plugin does not say, and the host goes by the manifest.
     fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
         None
+    }
+    /// The environment components of the plugin (none by default).
+    fn environments() -> Vec<EnvironmentDecl> {
+        Vec::new()
+    }
+    /// Constructs the environment named by `config.component` (see
+    /// [`EnvironmentConfig::check_only`]: when set, start nothing).
+    fn new_environment(config: EnvironmentConfig, host: HostBox) -> Result<EnvironmentBox> {
+        unsupported("new_environment", config.component.as_str())
     }
 }

@@ -7,7 +7,8 @@
 //! - `hidden`: hidden-state requests, routes (control plane or transport) and feature batches
 //!   (API level 3);
 //! - `bridge`: what a bridge component needs at run time and its transport group (API level
-//!   4).
+//!   4);
+//! - `env`: environments' declarations, items, completions and rewards (API level 6).
 //!
 //! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
 //! or `#[repr(u8)]` (enums) and derives `StableAbi`, so abi_stable checks its layout when a
@@ -18,6 +19,7 @@
 
 mod bridge;
 mod component;
+mod env;
 mod generate;
 mod hidden;
 mod memory;
@@ -26,6 +28,7 @@ mod update;
 
 pub use bridge::*;
 pub use component::*;
+pub use env::*;
 pub use generate::*;
 pub use hidden::*;
 pub use memory::*;
