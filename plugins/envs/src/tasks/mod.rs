@@ -1,9 +1,7 @@
-//! Built-in verifiable tasks: prompts generated deterministically from `(seed, index)` and a
+//! The generated tasks: prompts generated deterministically from `(seed, index)` and a
 //! reward computed from the completion text, so a run is reproducible and a resumed run
-//! continues at the same data position.
-//!
-//! Tasks live on the controller side: the engine sees token ids only, the controller encodes
-//! prompts and decodes completions with the model's `tokenizer.json`.
+//! continues at the same data position. Each is an environment component of its own
+//! (`environment.rs`), named after its kind.
 
 mod arithmetic;
 mod reverse;
@@ -17,7 +15,6 @@ pub use reward::{RewardKind, last_integer, score_answer};
 pub use split::{HeldOut, TrainStream};
 pub use word_problems::{WordProblems, WordProblemsOptions};
 
-use crate::config::TaskSection;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde::Deserialize;
@@ -50,9 +47,18 @@ pub trait Task: Send + Sync {
     fn reward(&self, problem: &Problem, completion: &str) -> f32;
 }
 
-/// A task-section error: the key (relative to `[task]`), what is wrong and how to fix it.
+/// Which task, with its options (the environment's name and `[environment.options]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    /// One of [`KINDS`].
+    pub kind: String,
+    /// The options table.
+    pub options: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A task error: the key (relative to `[environment]`), what is wrong and how to fix it.
 #[derive(Debug, thiserror::Error)]
-#[error("[task] {key}: {message}")]
+#[error("{key}: {message}")]
 pub struct TaskError {
     /// `kind`, `options` or `options.KEY`.
     pub key: String,
@@ -72,21 +78,13 @@ impl TaskError {
         }
     }
 
-    /// The error as a user sees it, after `what` (the job file, an argument).
-    pub fn into_error(self, what: &str) -> crate::RlError {
-        let e = crate::RlError::usage(format!("{what}: {self}"));
-        match self.help {
-            Some(help) => e.with_help(help),
-            None => e,
-        }
-    }
 }
 
 /// The built-in task kinds.
 pub const KINDS: &[&str] = &["arithmetic", "reverse", "word_problems"];
 
 /// Builds the task of a `[task]` section; `seed` is the run's seed.
-pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskError> {
+pub fn build(section: &TaskSpec, seed: u64) -> Result<Box<dyn Task>, TaskError> {
     let options = serde_json::Value::Object(section.options.clone());
     match section.kind.as_str() {
         "arithmetic" => Ok(Box::new(Arithmetic::new(parse(options)?, seed)?)),
@@ -103,7 +101,7 @@ pub fn build(section: &TaskSection, seed: u64) -> Result<Box<dyn Task>, TaskErro
 /// The task a run trains on: `[task]`'s, with the `held_out` problems of its evaluation
 /// (`None`: the run does not evaluate) replaced (see [`split`]).
 pub fn build_for_run(
-    section: &TaskSection,
+    section: &TaskSpec,
     seed: u64,
     held_out: Option<u32>,
 ) -> Result<Box<dyn Task>, TaskError> {

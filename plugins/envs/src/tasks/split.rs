@@ -19,8 +19,7 @@
 //! the problems a miss has chance `q^64`, about 2^-64 at one half; it keeps the last draw and
 //! logs a warning).
 
-use super::{Problem, Task, TaskError};
-use crate::config::TaskSection;
+use super::{Problem, Task, TaskError, TaskSpec};
 use std::collections::HashSet;
 
 /// Substitute draws per colliding training problem.
@@ -56,7 +55,7 @@ pub struct HeldOut {
 
 impl HeldOut {
     /// Problems `0..count` of `section`'s task under the held-out seed of `seed`.
-    pub fn new(section: &TaskSection, seed: u64, count: u32) -> Result<HeldOut, TaskError> {
+    pub fn new(section: &TaskSpec, seed: u64, count: u32) -> Result<HeldOut, TaskError> {
         let task = super::build(section, held_out_seed(seed))?;
         let problems: Vec<Problem> = (0..u64::from(count)).map(|i| task.problem(i)).collect();
         let prompts = problems.iter().map(|p| p.prompt.clone()).collect();
@@ -84,7 +83,7 @@ pub struct TrainStream {
 impl TrainStream {
     /// The training stream of `section`'s task under `seed`, avoiding `held_out`.
     pub fn new(
-        section: &TaskSection,
+        section: &TaskSpec,
         seed: u64,
         held_out: HeldOut,
     ) -> Result<TrainStream, TaskError> {
