@@ -15,6 +15,11 @@
 //! declarations and plan, its halves' kind refusals, and two syncs through both halves — over
 //! an in-process transport world of two ranks when its plan asks for one.
 //!
+//! An environment (`environment: EnvironmentSetup::new(source, "component")`, group
+//! `environment`) is checked through its root module alone: items deterministic per
+//! `(seed, split, index)`, ids unique, held-out prompts kept out of training, rewards one per
+//! sample, finite and in range, failures with reasons, odd completions scored, no panic.
+//!
 //! What is checked is driven by the component's **declared capabilities** (its manifest): each
 //! declared pause mode, releasable tag and update kind must work, everything undeclared must
 //! answer `NotSupported` (or be refused), and random lifecycle sequences must be accepted or
@@ -33,6 +38,7 @@
 
 mod bridge;
 mod engine;
+mod environment;
 mod expect;
 mod features;
 mod harness;
@@ -46,11 +52,18 @@ mod trainer;
 /// The bridge checks catching broken bridges.
 #[cfg(test)]
 mod broken_bridge_tests;
+/// The environment checks catching broken environments.
+#[cfg(test)]
+mod broken_env_tests;
 /// The suite catching broken plugins: each rule failing on a fixture broken in one way.
 #[cfg(test)]
 mod broken_tests;
 
 pub use engine::EngineHarness;
+pub use environment::{
+    ALL as ENVIRONMENT_CHECKS, EnvironmentCheck, EnvironmentSetup, NO_PANIC, check_environment,
+    failures as environment_failures, run_environment,
+};
 pub use harness::{
     BridgeCheck, BridgeSetups, Failure, Outcome, Shared, run_bridge, run_engine, run_pair,
     run_trainer, users,
@@ -62,6 +75,7 @@ pub use trainer::TrainerHarness;
 pub mod checks {
     pub use crate::bridge::checks as bridge;
     pub use crate::engine::checks as engine;
+    pub use crate::environment::checks as environment;
     pub use crate::features::checks as features;
     pub use crate::pair::checks as pair;
     pub use crate::trainer::checks as trainer;

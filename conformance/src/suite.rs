@@ -6,6 +6,7 @@
 //!     engine: my_engine(),          // fn call returning EngineSetup (needed by `engine`, `pair`, `bridge`)
 //!     trainer: my_trainer(),        // fn call returning TrainerSetup (needed by `trainer`, `pair`, `bridge`)
 //!     bridge: my_bridge(),          // fn call returning BridgeSetup (needed by `bridge`)
+//!     environment: my_env(),        // fn call returning EnvironmentSetup (needed by `environment`)
 //!     checks: [engine, trainer, pair],   // `features`: a trainer on hidden states; `bridge`
 //!     no_digests: "why",            // optional: the pair carries no digests (checked instead)
 //!     ignore: "why",                // optional: the whole suite needs something absent here
@@ -19,10 +20,13 @@ macro_rules! suite {
         $( engine: $engine:expr, )?
         $( trainer: $trainer:expr, )?
         $( bridge: $bridge:expr, )?
+        $( environment: $environment:expr, )?
         checks: [ $( $group:ident ),* $(,)? ],
         $( no_digests: $nd:literal, )?
         $( ignore: $why:literal, )?
     ) => {
+        // Unused when no group shares a component.
+        #[allow(dead_code)]
         const __TANDEM_GROUPS: &[&str] = &[$( stringify!($group) ),*];
         $(
             // Unused when only the `bridge` group uses the setup.
@@ -44,6 +48,11 @@ macro_rules! suite {
         $(
             fn __tandem_bridge_setup() -> $crate::BridgeSetup {
                 $bridge
+            }
+        )?
+        $(
+            fn __tandem_environment_setup() -> $crate::EnvironmentSetup {
+                $environment
             }
         )?
         $crate::__tandem_groups!({ $( $nd )? } { $( $why )? } $( $group )*);
@@ -123,6 +132,37 @@ macro_rules! __tandem_group {
             bridge_syncs_twice = syncs_twice,
             bridge_resident_tags_declared = resident_tags_declared,
         );
+    };
+    (environment $nd:tt $why:tt) => {
+        $crate::__tandem_environment_tests!(
+            $why
+            environment_declared_and_described = declared_and_described,
+            environment_items_are_deterministic = items_are_deterministic,
+            environment_ids_are_unique = ids_are_unique,
+            environment_held_out_is_not_in_train = held_out_is_not_in_train,
+            environment_past_the_end = past_the_end,
+            environment_one_reward_per_sample_in_order = one_reward_per_sample_in_order,
+            environment_rewards_are_valid = rewards_are_valid,
+            environment_empty_batch = empty_batch,
+            environment_odd_completions_are_scored = odd_completions_are_scored,
+        );
+    };
+}
+
+/// Environment tests (internal).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tandem_environment_tests {
+    ($why:tt $( $name:ident = $check:ident, )*) => {
+        $(
+            $crate::__tandem_test!($why $name {
+                $crate::run_environment(
+                    stringify!($name),
+                    __tandem_environment_setup,
+                    $crate::checks::environment::$check,
+                );
+            });
+        )*
     };
 }
 

@@ -28,6 +28,7 @@ mod model_files;
 mod native_cli;
 mod out_of_tree;
 mod out_of_tree_bridge;
+mod out_of_tree_env;
 mod recovery;
 mod rl_learns;
 mod rl_loop;
