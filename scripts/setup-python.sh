@@ -14,15 +14,19 @@
 # Its python is also recorded in ${TANDEM_VENV_ROOT:-$HOME/.cache/tandem}/python (one line,
 # replaced atomically), where the vllm, fsdp and megatron plugins look when neither their `python`
 # option nor $TANDEM_PYTHON names one.
+# Then python/requirements-envs.lock (reasoning-gym, math-verify and their dependencies) goes into
+# the same venv whenever `import reasoning_gym, math_verify` fails there; that lock is not part of
+# the venv's hash, so changing it never forces the 3 GB reinstall.
 # Needs CPython 3.11 on x86_64 Linux (the lock pins cp311 wheels); set TANDEM_BASE_PYTHON to
 # pick the interpreter (default: python3).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lock="$root/python/requirements-cpu.lock"
 sglock="$root/python/requirements-sglang.lock"
+envslock="$root/python/requirements-envs.lock"
 log() { echo "setup-python: $*" >&2; }
 
-for f in "$lock" "$sglock"; do
+for f in "$lock" "$sglock" "$envslock"; do
   [ -f "$f" ] || { log "lock file $f not found (run from a Tandem checkout)"; exit 1; }
 done
 base="${TANDEM_BASE_PYTHON:-python3}"
@@ -51,11 +55,22 @@ check() {
   "$py" -c 'import torch, transformers, peft, vllm, openai, importlib.metadata as m; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "vllm", vllm.__version__, "openai", openai.__version__, "sglang", m.version("sglang"), "megatron-core", m.version("megatron-core"))' >&2
 }
 
+# The environments' packages (python/requirements-envs.lock), installed when their import fails.
+# Three of them are sdists built with the venv's setuptools (pycosat needs a C compiler).
+envs() {
+  if "$py" -c 'import reasoning_gym, math_verify' 2>/dev/null; then return 0; fi
+  log "installing $(basename "$envslock") into $venv"
+  "$py" -m pip install --quiet --no-cache-dir --no-deps --require-hashes --no-build-isolation \
+    -r "$envslock" >&2
+  "$py" -c 'import reasoning_gym, math_verify, importlib.metadata as m; print("reasoning-gym", m.version("reasoning-gym"), "math-verify", m.version("math-verify"))' >&2
+}
+
 # One installer at a time per venv (CI and a developer may share a machine).
 exec 9>"$venv.lock"
 flock 9
 if [ -f "$venv/.tandem-complete" ] && check; then
   log "reusing $venv"
+  envs
   record
   echo "$py"
   exit 0
@@ -67,6 +82,7 @@ log "creating $venv from $(basename "$lock") + $(basename "$sglock") (sha256 $ha
 "$py" -m pip install --quiet --no-cache-dir --no-deps -r "$lock" >&2
 "$py" -m pip install --quiet --no-cache-dir --no-deps --require-hashes -r "$sglock" >&2
 check
+envs
 touch "$venv/.tandem-complete"
 log "installed in $(( $(date +%s) - start )) s ($(du -sh "$venv" | cut -f1))"
 record

@@ -4,6 +4,8 @@
 //! - `arithmetic`, `reverse`, `word_problems` (`tasks/`, `generated.rs`): problems generated
 //!   from `(seed, index)`, a held-out split generated from a derived seed, rewards from the
 //!   completion text.
+//! - `python` (`python/`): a Python environment class, and Python reward functions for the
+//!   other environments, in a pool of worker processes the environment owns.
 //!
 //! What an environment promises the host (determinism per index, unique ids, rewards in
 //! range, failures reported as failures) is the contract of `tandem_plugin_api::types::env`,
@@ -12,6 +14,7 @@
 #![deny(unsafe_code)]
 
 mod generated;
+pub mod python;
 pub mod tasks;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result};
@@ -39,12 +42,17 @@ impl Plugin for EnvsPlugin {
             decl("arithmetic", "generated small-number sums and differences"),
             decl("reverse", "generated strings to write backwards"),
             decl("word_problems", "generated grade-school word problems"),
+            decl(
+                "python",
+                "a Python environment class (`class = \"module:Class\"`) in a pool of worker processes",
+            ),
         ]
     }
 
     fn new_environment(config: EnvironmentConfig, _host: HostBox) -> Result<EnvironmentBox> {
         match config.component.as_str() {
             kind if tasks::KINDS.contains(&kind) => generated::build(&config),
+            "python" => python::env::build(&config),
             other => Err(PluginError::invalid_input(format!(
                 "the `envs` plugin has no environment `{other}`"
             ))),
