@@ -70,7 +70,9 @@ class ReasoningGym:
             i = (index // len(self.tasks)) % self.size
             return k, i, self.train[k][i]
         if split == "held_out":
-            k, i = self.held[index % len(self.held)]
+            if not 0 <= index < len(self.held):
+                raise IndexError(f"held-out item {index} does not exist: the split has {len(self.held)}")
+            k, i = self.held[index]
             return k, i, self.held_sets[k][0][i]
         raise ValueError(f"no split {split!r} (train, held_out)")
 

@@ -54,8 +54,9 @@ def not_a_reward(x, y):
     return 1.0
 "#;
 
-/// A tiny environment class: item i of a split asks for `seed + i` (held-out items from
-/// 1000 up); the reward is exactness, reported as the component `exact`.
+/// A tiny environment class: train item i asks for `seed + i % n` (id `train-i`, an epoch
+/// of `n`), held-out item i for `seed + 1000 + i`; the reward is exactness, reported as the
+/// component `exact`.
 pub const TINY_ENV: &str = r#"
 class Tiny:
     def __init__(self, seed, held_out, n=5):
@@ -66,10 +67,12 @@ class Tiny:
                 "sources": ["tiny"], "reward_range": [0, 1]}
 
     def item(self, split, index):
+        if split not in ("train", "held_out"):
+            raise ValueError(f"no split {split!r}")
+        if split == "held_out" and index >= self.held:
+            raise IndexError(f"held-out item {index} of {self.held}")
         base = 0 if split == "train" else 1000
-        if split == "train":
-            index %= self.n
-        v = self.seed + base + index
+        v = self.seed + base + index % self.n
         return {"id": f"{split}-{index}", "prompt": f"say {v}", "answer": str(v),
                 "source": "tiny", "metadata": {"index": index}}
 
