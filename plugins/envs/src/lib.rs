@@ -13,9 +13,11 @@
 
 #![deny(unsafe_code)]
 
+mod dataset;
 mod generated;
 pub mod python;
 pub mod tasks;
+pub mod verify;
 
 use tandem_plugin_api::sdk::{self, Plugin, Result};
 use tandem_plugin_api::{
@@ -43,6 +45,10 @@ impl Plugin for EnvsPlugin {
             decl("reverse", "generated strings to write backwards"),
             decl("word_problems", "generated grade-school word problems"),
             decl(
+                "dataset",
+                "rows of a JSONL, Parquet or `save_to_disk` dataset, scored by built-in verifiers",
+            ),
+            decl(
                 "python",
                 "a Python environment class (`class = \"module:Class\"`) in a pool of worker processes",
             ),
@@ -52,6 +58,7 @@ impl Plugin for EnvsPlugin {
     fn new_environment(config: EnvironmentConfig, _host: HostBox) -> Result<EnvironmentBox> {
         match config.component.as_str() {
             kind if tasks::KINDS.contains(&kind) => generated::build(&config),
+            "dataset" => dataset::build(&config),
             "python" => python::env::build(&config),
             other => Err(PluginError::invalid_input(format!(
                 "the `envs` plugin has no environment `{other}`"
