@@ -3,19 +3,23 @@
 //!
 //! What it does: both sides are normalised (surrounding `$...$`, `\(...\)`, `\[...\]`;
 //! `\left`/`\right`, spacing commands (`\,` `\!` `\;` `\:` `~`), `\displaystyle`; `\text{}`,
-//! `\textbf{}`, `\mathrm{}`, `\mbox{}` unwrapped; `\dfrac`/`\tfrac` read as `\frac`; degree
-//! signs; `{,}` and `1,234`-style thousands separators; a trailing period; a leading
-//! `x =`), then read as a value: an integer, a decimal (`0.5`, `.5`), a fraction `a/b` or
-//! `\frac{a}{b}` (also `\frac12`) of such numbers, with a sign, and an optional `%`; or a
-//! tuple/interval of values (`(1, 2)`, `[0, \frac{1}{2})`, brackets compared). Two answers
-//! are equivalent when their values are equal as rationals (`0.5` = `\frac{1}{2}` = `1/2`;
-//! `50%` equals `50` and `0.5`), or when their normalised texts are equal.
+//! `\textbf{}`, `\textnormal{}`, `\mathrm{}`, `\mbox{}` unwrapped; `\dfrac`, `\tfrac`,
+//! `\cfrac` read as `\frac`; degree signs; `{,}` and `1,234`-style thousands separators; a
+//! trailing period; a leading `x =`), then read as a value: an integer, a decimal (`0.5`,
+//! `.5`), a fraction `a/b` or `\frac{a}{b}` (also `\frac12`) of such numbers, with a sign, and
+//! an optional `%`; or a tuple/interval of values (`(1, 2)`, `[0, \frac{1}{2})`, brackets
+//! compared). Two answers are equivalent when their values are equal as rationals (`0.5` =
+//! `\frac{1}{2}` = `1/2`; `50%` equals `50` and `0.5`), or when their normalised texts are
+//! equal. Decimals are exact: `0.3333` is not `\frac{1}{3}` (math-verify rounds floats to 6
+//! places by default).
 //!
 //! What it does not do (the Python route with math-verify does): general algebraic or
 //! symbolic simplification (`\sqrt{8}` vs `2\sqrt{2}`, `x+1` vs `1+x`), irrational constants,
-//! scientific notation, mixed numbers (`1\frac{1}{2}`), units other than a trailing
-//! `\text{...}` word, unordered set comparison, matrices, or numbers beyond 128-bit
-//! numerators and denominators (those compare by text only).
+//! arithmetic inside an answer (`9+1`), relations and equations beyond a leading `x =`,
+//! scientific notation, mixed numbers (`1\frac{1}{2}`), decimal commas (`1,22` is a pair),
+//! spaces as thousands separators, units other than a `\text{...}` word, unions and
+//! unordered set comparison, matrices, or numbers beyond 128-bit numerators and denominators
+//! (those compare by text only).
 
 /// A rational number, reduced, with a positive denominator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +75,13 @@ pub enum MathValue {
 }
 
 const WRAPPERS: &[&str] = &[
-    "\\text", "\\textbf", "\\textrm", "\\mathrm", "\\mathbf", "\\mbox",
+    "\\text",
+    "\\textbf",
+    "\\textrm",
+    "\\textnormal",
+    "\\mathrm",
+    "\\mathbf",
+    "\\mbox",
 ];
 
 /// `s` with every `\cmd{...}` of `cmds` replaced by what `keep` makes of its content.
@@ -126,6 +136,7 @@ pub fn normalize(answer: &str, keep_text: bool) -> String {
         ("\\right", ""),
         ("\\displaystyle", ""),
         ("\\dfrac", "\\frac"),
+        ("\\cfrac", "\\frac"),
         ("\\tfrac", "\\frac"),
         ("^{\\circ}", ""),
         ("^\\circ", ""),
@@ -351,6 +362,14 @@ fn reads_as_value(token: &str) -> bool {
     parse(&normalize(token, false)).is_some()
 }
 
+/// A token without a leading currency sign and trailing punctuation or symbols (`1,000.99€`,
+/// `12.`, `5,`); letters stay (`2x` is not `2`).
+fn trim_token(token: &str) -> &str {
+    token
+        .trim_start_matches(['$', '€', '£', '¥'])
+        .trim_end_matches(|c: char| !c.is_alphanumeric() && !")]}%$".contains(c))
+}
+
 /// The final answer of a completion: the last `\boxed{...}`; else what follows the last
 /// "answer is"/"answer:" on its line (its first token that reads as a value, when the whole
 /// does not); else the last whitespace-separated token that reads as a value.
@@ -371,12 +390,19 @@ pub fn final_answer(text: &str) -> Option<&str> {
         if reads_as_value(line) {
             return Some(line);
         }
-        if let Some(t) = line.split_whitespace().find(|t| reads_as_value(t)) {
+        if let Some(t) = line
+            .split_whitespace()
+            .map(trim_token)
+            .find(|t| reads_as_value(t))
+        {
             return Some(t);
         }
         if !line.is_empty() {
             return Some(line);
         }
     }
-    text.split_whitespace().rev().find(|t| reads_as_value(t))
+    text.split_whitespace()
+        .rev()
+        .map(trim_token)
+        .find(|t| reads_as_value(t))
 }

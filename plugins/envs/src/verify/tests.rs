@@ -331,3 +331,131 @@ fn a_verifier_error_is_a_failed_sample() {
     assert_eq!(r.status, RewardStatus::Failed);
     assert!(r.reason.starts_with("last_integer: "), "{}", r.reason);
 }
+
+/// Cases of math-verify's own test suite (`tests/test_all.py`: number extraction, fraction
+/// notation, intervals, LaTeX notation, percentages, MATH-style boxed answers, bare numbers
+/// against `k = ...`) whose forms this verifier covers, with math-verify's verdicts as
+/// (gold answer, completion, verdict). Left out, as the module doc says: decimal commas,
+/// spaces as separators, arithmetic inside answers, relations, unions, matrices, symbolic
+/// forms, float rounding, and inline math split across lines.
+#[test]
+fn math_agrees_with_math_verify_on_its_cases_in_scope() {
+    let cases: &[(&str, &str, bool)] = &[
+        ("-5", "-5", true),
+        ("7425000", "7,425,000", true),
+        ("1000", "1000.0", true),
+        ("1000.0", "1,000.0", true),
+        ("0.4", ".4", true),
+        ("1000.99", "1,000.99", true),
+        ("1000.99", "$1,000.99", true),
+        ("1000.99", "1,000.99$", true),
+        ("1000.99", "the number is not 10 which is 1,000.99€", true),
+        ("2", "AZYUK2A", false),
+        ("10/9", "\\frac{10}{9}", true),
+        ("-10/9", "-\\frac{10}{9}", true),
+        ("$[0,1)$", "$[0,1)$", true),
+        ("$[0,9)$", "$[0,1)$", false),
+        ("$(0,9)$", "$[0,9)$", false),
+        ("$1$", "$-[0,1)$", false),
+        ("$9$", "Answer \\[ 9 \\]", true),
+        ("$9$", "Answer $ 9 $", true),
+        ("$9$", "Answer $$ 9 $$", true),
+        ("$9$", "Answer \\( 9 \\)", true),
+        ("$9$", "Answer \\[ \n 9 \n \\]", true),
+        (
+            "$10/9$",
+            "Answer $ \\frac{1}{2} \\$ = \\frac{10}{9} $",
+            true,
+        ),
+        ("$1/3$", "$\\frac13 $", true),
+        ("$1$", "$\\frac3{3} $", true),
+        ("$1/3$", "$\\cfrac{1}{3} $", true),
+        ("$1/3$", "$\\dfrac{1}{3} $", true),
+        ("$1/3$", "$\\tfrac{1}{3} $", true),
+        ("$1/3$", "$ 1/3 $", true),
+        ("$1/3$", "$\\left( \\frac{1}{3} \\right)$", true),
+        ("$1/3$", "$\\boxed{\\frac{1}{3}}$", true),
+        ("$1/3$", "$\\frac{1}{3} \\text{meters}$", true),
+        ("$1/3$", "$\\frac{1}{3} \\textbf{meters}$", true),
+        ("$1/3$", "$k = \\frac{1}{3}$", true),
+        ("$28\\%$", "28 percent", true),
+        ("$28\\%$", "28 pct", true),
+        ("$28\\%$", "28 %", true),
+        ("$28\\%$", "$28$ %", true),
+        ("$28\\%$", "$\\boxed{28}$ pct", true),
+        ("$2-2p$", "Thus $x-p=\\boxed{2-2p}$.", true),
+        (
+            "$\\frac{14}{3}$",
+            "$=2+\\frac{5}{3}+1=\\boxed{\\frac{14}{3}}$",
+            true,
+        ),
+        (
+            "$\\text{Evelyn}$",
+            "Therefore, $\\boxed{\\text{Evelyn}}$ is our answer.",
+            true,
+        ),
+        (
+            "$90^\\circ$",
+            "the angle between the lines is $\\boxed{90^\\circ}.$",
+            true,
+        ),
+        (
+            "$3\\sqrt{13}$",
+            "\\sqrt{117} = \\boxed{3\\sqrt{13}}. \\end{align*}",
+            true,
+        ),
+        (
+            "$2$",
+            "there are $\\boxed{2}$ distinct possible values for $B$.",
+            true,
+        ),
+        (
+            "$15\\mbox{ cm}^2$",
+            "$$\\frac{1}{2}\\times 3 \\times 10 = \\boxed{15\\mbox{ cm}^2}.$$",
+            true,
+        ),
+        (
+            "$-2,1$",
+            "the only integer roots are $\\boxed{-2,1}.$",
+            true,
+        ),
+        (
+            "$9$",
+            "Then, $129^{34}+96^{38} \\equiv \\boxed{9} \\pmod{11}.$",
+            true,
+        ),
+        ("$204_5$", "for a quotient of $\\boxed{204_5}$.", true),
+        (
+            "$(6,31,-1)$",
+            "we find $(p,q,r) = \\boxed{(6,31,-1)}.$",
+            true,
+        ),
+        (
+            "$125$ miles",
+            "The distance is $\\boxed{125\\textnormal{ miles}}.$",
+            true,
+        ),
+        ("$(1,\\frac{9}{2})$", "$(1,4.5)$", true),
+        ("$2$", "$\\frac{1+\\sqrt{5}}{2}$", false),
+        ("$1\\sqrt{19}$", "$1$", false),
+        ("$11$", "$x=11$", true),
+        ("$k=1$", "$1$", true),
+        ("$1$", "$k=1$", true),
+        (
+            "$189$",
+            "Thus, the area of the trapezoid is \\(\\boxed{189}\\) square centimeters.",
+            true,
+        ),
+    ];
+    let math = verifier(json!({"verifier": "math"}));
+    for (gold, completion_text, want) in cases {
+        let got = math
+            .score(gold, &completion(completion_text, 1))
+            .expect("scores");
+        assert_eq!(
+            got == 1.0,
+            *want,
+            "gold {gold:?}, completion {completion_text:?}"
+        );
+    }
+}
