@@ -209,7 +209,7 @@ class Reward:
             "id": [i.get("id", "") for i in items],
         }
         metas = [i.get("metadata") or {} for i in items]
-        for key in sorted({k for m in metas for k in m}):
+        for key in sorted({k for m in metas for k in m} - {"prompt", "completion"}):
             columns.setdefault(key, [m.get(key) for m in metas])
         kw = {k: v for k, v in columns.items() if self.wants(k)}
         batched(lambda: call(self.fn, **kw), len(samples))

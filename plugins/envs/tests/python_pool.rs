@@ -71,6 +71,23 @@ fn a_reward_that_sleeps_forever_times_out_and_its_worker_is_replaced() {
 }
 
 #[test]
+fn a_reward_that_hangs_on_every_sample_costs_two_timeouts_per_chunk_not_one_per_sample() {
+    let r = one_worker("rewards:controlled", 2.0);
+    let out = r.score(&texts(&["sleep", "sleep", "sleep", "ok"]));
+    assert_eq!(reasons(&out).len(), 4, "{out:?}");
+    for o in &out {
+        assert_failed(o, "timed out after 2s");
+    }
+    assert_eq!(
+        r.pool().unwrap().restarts(),
+        1,
+        "the second worker is replaced at the next call"
+    );
+    assert_eq!(ok(&r.score(&texts(&["ok"]))[0]), 1.0);
+    assert_eq!(r.pool().unwrap().restarts(), 2);
+}
+
+#[test]
 fn a_reward_that_raises_fails_its_sample_with_the_exception() {
     let (bad, restarts, replaced) = case("raise", 30.0);
     assert_failed(&bad, "raised ValueError: boom");
@@ -176,6 +193,18 @@ fn a_trl_signature_reward_gets_columns_and_completion_ids() {
     let r = one_worker("rewards:trl_ids", 30.0);
     let out = r.score(&[sample("abc", "x")]);
     assert_eq!(ok(&out[0]), 0.625);
+}
+
+#[test]
+fn a_trl_reward_gets_chat_prompts_and_completions_as_messages_as_in_trl() {
+    let r = one_worker("rewards:trl_chat", 30.0);
+    let mut s = sample("yo", "1");
+    s.item.messages = vec![tandem_plugin_api::ChatMessage {
+        role: "user".into(),
+        content: "hi".into(),
+    }]
+    .into();
+    assert_eq!(ok(&r.score(&[s])[0]), 1.0);
 }
 
 #[test]

@@ -89,13 +89,13 @@ impl Dataset {
         let default = options
             .reward
             .as_ref()
-            .map(|r| verify::build(r, "reward"))
+            .map(|r| verify::build(r, "reward", config))
             .transpose()?;
         let mut by_source = BTreeMap::new();
         for (source, spec) in &options.sources {
             by_source.insert(
                 source.clone(),
-                verify::build(spec, &format!("sources.{source}"))?,
+                verify::build(spec, &format!("sources.{source}"), config)?,
             );
         }
         let needs_answer = default

@@ -8,7 +8,7 @@
 //!   worker before it imports user code; a worker that times out or dies is replaced and the
 //!   samples it held fail with the reason.
 //! - [`reward`]: `python = "module:function"` with verl's or TRL's signature (sync or async),
-//!   for the rewards of other environments (`dataset`).
+//!   for the rewards of other environments; [`scorer`]: one as a `dataset` reward spec.
 //! - [`env`]: the `python` environment component, `class = "module:Class"`.
 //! - [`verdict`]: the user's answer as a [`tandem_plugin_api::Reward`] (never a silent 0).
 //!
@@ -22,6 +22,7 @@ pub mod env;
 mod files;
 pub mod pool;
 pub mod reward;
+pub mod scorer;
 pub mod verdict;
 mod worker;
 

@@ -2,10 +2,10 @@
 //! signature `(data_source, solution_str, ground_truth, extra_info=None) -> float | {"score":
 //! float, ...}` (one call per sample; the dict's other numbers are components) or TRL's
 //! `(prompts, completions, **kwargs) -> list[float | None]` (one call per chunk; `kwargs` are
-//! `completion_ids`, `answer`/`ground_truth`, `data_source`, `id` and every metadata key, each
-//! a list; conversational items get message lists as in TRL), told apart by parameter names;
-//! `async def` runs on the worker's event loop. `extra_info` is the item's metadata (its
-//! `extra_info` object when it has one).
+//! `completion_ids`, `answer`/`ground_truth`, `data_source`, `id` and every metadata key but
+//! `prompt` and `completion`, each a list; conversational items get message lists as in TRL),
+//! told apart by parameter names; `async def` runs on the worker's event loop. `extra_info`
+//! is the item's metadata (its `extra_info` object when it has one).
 
 use super::pool::{Pool, Target};
 use super::{PoolOptions, check_target, sample_json, verdict};

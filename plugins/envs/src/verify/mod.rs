@@ -26,7 +26,7 @@ pub use spec::{Component, Verifier};
 
 use serde_json::Value;
 use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::{PluginError, Reward, ScoreSample};
+use tandem_plugin_api::{EnvironmentConfig, PluginError, Reward, ScoreSample};
 
 /// One sample to score: the item and completion, and the dataset row the item came from
 /// (every column, as read) when the environment knows it.
@@ -54,11 +54,16 @@ pub trait Scorer: Send + Sync {
 }
 
 /// Builds the scorer of a reward spec; `key` is where the spec sits in the options table
-/// (`reward`, `sources.gsm8k`), for error messages.
+/// (`reward`, `sources.gsm8k`), for error messages; `config` is the environment's (a Python
+/// reward resolves its modules against its base directory and starts its pool in its run
+/// directory, or only checks when it has none).
 ///
-/// This is the place a non-built-in route joins: a spec object with a `python` key (the
-/// Python reward of the `python` module) would be dispatched here before the built-in parse.
-pub fn build(spec: &Value, key: &str) -> Result<Box<dyn Scorer>> {
+/// A spec object with a `python` key is a Python reward ([`crate::python::scorer`]); any
+/// other is a weighted sum of built-in verifiers.
+pub fn build(spec: &Value, key: &str, config: &EnvironmentConfig) -> Result<Box<dyn Scorer>> {
+    if let Some(python) = crate::python::scorer::build(spec, key, config)? {
+        return Ok(python);
+    }
     Ok(Box::new(spec::WeightedSum::parse(spec, key)?))
 }
 

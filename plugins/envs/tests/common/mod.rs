@@ -43,6 +43,10 @@ def trl_exact(prompts, completions, answer, **kwargs):
 def trl_ids(prompts, completions, completion_ids, weight, **kwargs):
     return [len(ids) * 0.125 + w for ids, w in zip(completion_ids, weight)]
 
+def trl_chat(prompts, completions, **kwargs):
+    return [float(p[-1]["content"] == "hi" and c == [{"role": "assistant", "content": "yo"}])
+            for p, c in zip(prompts, completions)]
+
 async def async_verl(data_source, solution_str, ground_truth, extra_info=None):
     await asyncio.sleep(0)
     return float(solution_str == ground_truth)
