@@ -70,6 +70,22 @@ fn items_are_the_same_from_every_worker_and_every_instance() {
 }
 
 #[test]
+fn an_item_that_raises_is_an_error_naming_the_exception() {
+    let env = build_env(&tiny(""));
+    let e = env.item(RString::from("nope"), 0).unwrap_err();
+    assert!(
+        e.message.contains("raised ValueError: no split 'nope'"),
+        "{e}"
+    );
+    let e = env.item(RString::from("held_out"), 4).unwrap_err();
+    assert!(e.message.contains("IndexError"), "{e}");
+    assert_eq!(
+        env.item(RString::from("train"), 0).unwrap().id.as_str(),
+        "train-0"
+    );
+}
+
+#[test]
 fn a_score_outside_the_declared_range_fails() {
     let env = build_env(&tiny(r#", "reward_range": [0, 0.5]"#));
     let item = env.item(RString::from("train"), 0).unwrap();

@@ -116,6 +116,14 @@ fn a_value_out_of_the_declared_range_is_a_failed_sample_unless_declared() {
 }
 
 #[test]
+fn a_reward_that_prints_to_stdout_leaves_the_protocol_alone() {
+    let r = one_worker("rewards:controlled", 30.0);
+    let out = r.score(&texts(&["print", "ok"]));
+    assert_eq!((ok(&out[0]), ok(&out[1])), (0.5, 1.0));
+    assert_eq!(r.pool().unwrap().restarts(), 0);
+}
+
+#[test]
 fn none_is_not_applicable() {
     let (bad, ..) = case("none", 30.0);
     assert_eq!(bad.status, RewardStatus::NotApplicable, "{bad:?}");

@@ -28,6 +28,10 @@ def controlled(data_source, solution_str, ground_truth, extra_info=None):
         os._exit(3)
     if s == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if s == "print":
+        print("a reward that prints", flush=True)
+        os.write(1, b"{not json}\n")
+        return 0.5
     if s == "hog":
         return len(bytearray(2 * 1024 ** 3))
     return {"nan": float("nan"), "inf": float("inf"), "big": 7.0, "none": None}.get(s, 1.0)
