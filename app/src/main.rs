@@ -7,8 +7,9 @@
 use std::process::ExitCode;
 
 // The built-in plugins (each registered with `register_builtin!` when linked): `native`
-// (engine and trainers) and `bridges` (the weight bridges).
+// (engine and trainers), `bridges` (the weight bridges) and `envs` (the environments).
 use tandem_plugin_bridges as _;
+use tandem_plugin_envs as _;
 use tandem_plugin_native as _;
 
 fn main() -> ExitCode {

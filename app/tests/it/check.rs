@@ -173,7 +173,9 @@ fn bad_task_settings_are_one_line_naming_the_key() {
     let (out, _p, _j) = check(&job, false);
     let line = one_error(&out);
     assert!(
-        line.contains("task.kind: unknown task `chess`") && line.contains("arithmetic, reverse"),
+        line.contains("task.kind: no plugin provides the environment `chess`")
+            && line.contains("arithmetic")
+            && line.contains("word_problems"),
         "{line}"
     );
     let job = format!("{VALID}\n[task]\nkind = \"arithmetic\"\n[task.options]\nmax_operand = 0\n");

@@ -192,12 +192,12 @@ fn training_is_the_same_with_and_without_eval() {
     // A large problem space: no training problem of the run collides with the held-out set,
     // so the two runs see the same problems (a collision would be replaced, by design).
     let task = "max_operand = 999\nreward = \"partial\"\n";
-    let section = tandem_rl::config::TaskSection {
+    let section = tandem_plugin_envs::tasks::TaskSpec {
+        kind: "arithmetic".into(),
         options: toml::from_str(task).unwrap(),
-        ..Default::default()
     };
-    let held_out = tandem_rl::task::HeldOut::new(&section, 1, 8).unwrap();
-    let stream = tandem_rl::task::TrainStream::new(&section, 1, held_out).unwrap();
+    let held_out = tandem_plugin_envs::tasks::HeldOut::new(&section, 1, 8).unwrap();
+    let stream = tandem_plugin_envs::tasks::TrainStream::new(&section, 1, held_out).unwrap();
     assert_eq!(stream.collisions(64), 0);
     let mut figures = Vec::new();
     for (name, extra) in [("with", EVAL), ("without", "")] {
@@ -266,7 +266,7 @@ fn bad_input_to_tandem_eval_is_one_line() {
         ),
         (
             vec!["eval", model.to_str().unwrap(), "--task", "chess"],
-            "unknown task `chess`",
+            "environment `chess`",
             "word_problems",
         ),
     ];

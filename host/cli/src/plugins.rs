@@ -15,6 +15,15 @@ pub struct PluginView {
     abi_version: String,
     source: String,
     components: Vec<ComponentView>,
+    /// Environment components (API level 6).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    environments: Vec<EnvironmentView>,
+}
+
+#[derive(Debug, Serialize)]
+struct EnvironmentView {
+    name: String,
+    description: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +69,14 @@ impl PluginView {
                     lora: c.caps.lora,
                     needs_gpu: c.caps.needs_gpu.iter().map(|t| t.to_string()).collect(),
                     notes: c.caps.notes.iter().map(|t| t.to_string()).collect(),
+                })
+                .collect(),
+            environments: p
+                .environments
+                .iter()
+                .map(|e| EnvironmentView {
+                    name: e.name.to_string(),
+                    description: e.description.to_string(),
                 })
                 .collect(),
         }
@@ -110,6 +127,9 @@ pub(super) fn run(cli_dirs: &[PathBuf], json: bool) -> Result<(), CliError> {
             for n in &c.notes {
                 println!("          note: {n}");
             }
+        }
+        for e in &v.environments {
+            println!("  environment {:<14} {}", e.name, e.description);
         }
     }
     Ok(())

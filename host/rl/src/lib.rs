@@ -23,6 +23,7 @@ pub mod bubble;
 pub mod checkpoint;
 pub mod config;
 pub mod driver;
+pub mod env;
 pub mod error;
 pub mod eval;
 pub mod events;
@@ -33,7 +34,6 @@ pub mod plot;
 pub mod progress;
 pub mod prompt;
 pub mod rollout;
-pub mod task;
 pub mod warmstart;
 
 pub use driver::{RunOptions, RunSummary, run};

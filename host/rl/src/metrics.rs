@@ -27,6 +27,19 @@ pub struct StepMetrics {
     pub exact_frac: f64,
     /// Mean completion length in tokens.
     pub completion_tokens: f64,
+    /// Samples whose reward failed (a raise, a timeout, a dead worker, a value out of
+    /// range): counted here, their reasons in `events.jsonl`, none trained on.
+    pub reward_failed: u64,
+    /// Samples no reward applied to (not trained on either).
+    pub reward_not_applicable: u64,
+    /// Seconds the environment spent scoring the step's samples.
+    pub reward_s: f64,
+    /// Mean of each reward component over the samples scored `ok`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reward_components: BTreeMap<String, f64>,
+    /// Mean reward of the samples of each data source.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reward_by_source: BTreeMap<String, f64>,
     /// Loss of the last optimiser step.
     pub loss: f64,
     /// KL to the reference (0 without a reference).
@@ -118,6 +131,9 @@ pub struct StepMetrics {
     /// Size of the held-out set (`[eval]` steps only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eval_problems: Option<u32>,
+    /// Held-out accuracy per data source (`[eval]` steps of environments with sources).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub eval_by_source: BTreeMap<String, f64>,
     /// Worker restarts of this run so far (after deaths), this process's.
     #[serde(default)]
     pub restarts: u32,
@@ -128,6 +144,12 @@ impl StepMetrics {
     pub fn set_eval(&mut self, result: &EvalResult) {
         self.eval_accuracy = Some(result.accuracy());
         self.eval_problems = Some(result.problems);
+        self.eval_by_source = result
+            .by_source
+            .iter()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(k, (right, n))| (k.clone(), f64::from(*right) / f64::from(*n)))
+            .collect();
     }
 }
 

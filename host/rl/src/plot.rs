@@ -1,6 +1,8 @@
 //! The run's plot (`<run_dir>/plot.png`): mean reward (and exact-answer rate) and loss per
 //! step, drawn with `plotters` onto a bitmap; with `[eval]`, the held-out accuracy (greedy)
-//! as a series of its own on the reward chart, from step 0 (before training) on.
+//! as a series of its own on the reward chart, from step 0 (before training) on. When the
+//! environment's items come from more than one data source, a middle panel shows the
+//! reward (10-step average) and held-out accuracy of each source.
 
 use super::metrics::StepMetrics;
 use crate::error::RlError;
@@ -30,11 +32,19 @@ fn draw_to(path: &Path, title: &str, steps: &[StepMetrics]) -> Result<(), String
     let root = root
         .titled(title, ("sans-serif", 24))
         .map_err(|e| e.to_string())?;
-    let (top, bottom) = root.split_vertically(SIZE.1 / 2);
     let last = steps.iter().map(|m| m.step).max().unwrap_or(1).max(1);
     let xs = 0f64..f64::from(last) + 1.0;
-    reward_chart(&top, xs.clone(), steps)?;
-    loss_chart(&bottom, xs, steps)?;
+    let sources = sources(steps);
+    if sources.len() > 1 {
+        let parts = root.split_evenly((3, 1));
+        reward_chart(&parts[0], xs.clone(), steps)?;
+        source_chart(&parts[1], xs.clone(), steps, &sources)?;
+        loss_chart(&parts[2], xs, steps)?;
+    } else {
+        let (top, bottom) = root.split_vertically(SIZE.1 / 2);
+        reward_chart(&top, xs.clone(), steps)?;
+        loss_chart(&bottom, xs, steps)?;
+    }
     root.present().map_err(|e| e.to_string())
 }
 
@@ -111,6 +121,79 @@ fn reward_chart(area: &Area<'_>, xs: Range<f64>, steps: &[StepMetrics]) -> Resul
             .map_err(|e| e.to_string())?;
     }
     reward
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
+/// Every data source the steps name, sorted.
+fn sources(steps: &[StepMetrics]) -> Vec<String> {
+    let mut all: Vec<String> = steps
+        .iter()
+        .flat_map(|m| m.reward_by_source.keys().chain(m.eval_by_source.keys()))
+        .cloned()
+        .collect();
+    all.sort();
+    all.dedup();
+    all
+}
+
+/// Each data source's reward (10-step average, line) and held-out accuracy (dots).
+fn source_chart(
+    area: &Area<'_>,
+    xs: Range<f64>,
+    steps: &[StepMetrics],
+    sources: &[String],
+) -> Result<(), String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "per data source: reward (line), held-out accuracy (dots)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(xs, 0f64..1.05)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("reward")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, source) in sources.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let rewards: Vec<(f64, f64)> = steps
+            .iter()
+            .filter_map(|m| {
+                m.reward_by_source
+                    .get(source)
+                    .map(|r| (f64::from(m.step), *r))
+            })
+            .collect();
+        chart
+            .draw_series(LineSeries::new(
+                moving_average(&rewards, 10),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?
+            .label(source.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        let evals = steps.iter().filter_map(|m| {
+            m.eval_by_source
+                .get(source)
+                .map(|a| (f64::from(m.step), *a))
+        });
+        chart
+            .draw_series(evals.map(|p| Circle::new(p, 4, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
@@ -198,5 +281,43 @@ mod tests {
         let bytes = std::fs::read(&path).expect("read");
         assert_eq!(&bytes[1..4], b"PNG");
         assert!(bytes.len() > 10_000, "a real picture, not an empty canvas");
+    }
+
+    #[test]
+    fn two_data_sources_get_a_panel_of_their_own() {
+        let steps: Vec<StepMetrics> = (1..=12)
+            .map(|i| StepMetrics {
+                step: i,
+                reward_by_source: [("gsm8k", 0.5), ("math", 0.25)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v * f64::from(i) / 12.0))
+                    .collect(),
+                eval_by_source: if i % 4 == 0 {
+                    [("math".to_owned(), 0.5)].into_iter().collect()
+                } else {
+                    Default::default()
+                },
+                ..StepMetrics::default()
+            })
+            .collect();
+        assert_eq!(sources(&steps), ["gsm8k", "math"]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plot.png");
+        draw(&path, "sources", &steps).expect("draw");
+        assert_eq!(&std::fs::read(&path).expect("read")[1..4], b"PNG");
+        let one: Vec<StepMetrics> = steps
+            .iter()
+            .map(|m| StepMetrics {
+                reward_by_source: m
+                    .reward_by_source
+                    .iter()
+                    .take(1)
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+                eval_by_source: Default::default(),
+                ..m.clone()
+            })
+            .collect();
+        assert_eq!(sources(&one).len(), 1, "one source: no panel");
     }
 }

@@ -1,12 +1,16 @@
-//! One rollout: problems from the task, `group_size` samples of each spread over the
-//! engines (whole groups per engine, engines in parallel), decoded and rewarded; an engine
-//! that failed is asked again for its own groups only ([`Pending`]).
+//! One rollout: problems from the environment, `group_size` samples of each spread over the
+//! engines (whole groups per engine, engines in parallel), decoded and scored in one batch;
+//! an engine that failed is asked again for its own groups only ([`Pending`]). Samples whose
+//! reward failed (or did not apply) are counted in the rollout's tally and left out of its
+//! samples: nothing trains on them.
 
 use super::prompt::PromptCodec;
 use crate::algorithm::grpo::Sample;
+use crate::env::{Env, Problem, ScoreTally, ToScore};
 use crate::error::RlError;
-use crate::task::{Problem, Task};
-use tandem_plugin_api::{Completion, GenerateRequest, ROption, RString, RVec, SamplingParams};
+use tandem_plugin_api::{
+    Completion, FinishReason, GenerateRequest, ROption, RString, RVec, RewardStatus, SamplingParams,
+};
 use tandem_runtime::launch::RemoteEngine;
 
 /// Rollout settings.
@@ -28,12 +32,18 @@ pub struct RolloutSpec {
     pub adapter: Option<String>,
 }
 
-/// Samples with rewards, plus the number of exactly right answers.
+/// Samples with rewards, plus the number of exactly right answers and what scoring counted.
 pub struct Rollout {
-    /// Every sample, grouped by `group`.
+    /// Every sample whose reward is `ok`, grouped by `group`.
     pub samples: Vec<Sample>,
-    /// Samples whose reward is 1.
+    /// Samples with the highest reward the environment declares.
     pub exact: usize,
+    /// Scoring's tally: failed and not-applicable samples, reasons, time, components.
+    pub tally: ScoreTally,
+    /// `(item id, reason)` of each failed sample.
+    pub failures: Vec<(String, String)>,
+    /// The ids of the rollout's problems, in order.
+    pub items: Vec<String>,
 }
 
 /// Called with an engine rank's whole share the moment it is in: `(rank, prompts,
@@ -58,15 +68,15 @@ impl Pending {
     pub fn new(
         spec: &RolloutSpec,
         engines: usize,
-        task: &dyn Task,
+        env: &Env,
         codec: &PromptCodec,
     ) -> Result<Pending, RlError> {
         let problems: Vec<Problem> = (0..u64::from(spec.prompts))
-            .map(|i| task.problem(spec.first_problem + i))
-            .collect();
+            .map(|i| env.problem(spec.first_problem + i))
+            .collect::<Result<_, _>>()?;
         let prompts = problems
             .iter()
-            .map(|p| codec.prompt(&p.prompt))
+            .map(|p| codec.prompt_of(p))
             .collect::<Result<Vec<_>, _>>()?;
         let n = engines.max(1);
         let assignment: Vec<Vec<usize>> = (0..n)
@@ -154,15 +164,15 @@ impl Pending {
         first.map_or(Ok(()), Err)
     }
 
-    /// Decodes and rewards every engine's completions (all must be there).
+    /// Decodes every engine's completions (all must be there) and scores them in one batch.
     pub fn finish(
         self,
         spec: &RolloutSpec,
-        task: &dyn Task,
+        env: &Env,
         codec: &PromptCodec,
     ) -> Result<Rollout, RlError> {
-        let mut samples = Vec::with_capacity(self.problems.len() * spec.group_size as usize);
-        let mut exact = 0;
+        let mut done: Vec<(usize, &Completion)> =
+            Vec::with_capacity(self.problems.len() * spec.group_size as usize);
         for (e, (share, groups)) in self.shares.iter().zip(&self.assignment).enumerate() {
             let Some(completions) = share else {
                 return Err(RlError::failed(format!(
@@ -170,23 +180,53 @@ impl Pending {
                 )));
             };
             for (k, c) in completions.iter().enumerate() {
-                let g = groups[k / spec.group_size as usize];
-                let text = codec.decode(&c.tokens)?;
-                let reward = task.reward(&self.problems[g], &text);
-                if reward >= 1.0 {
-                    exact += 1;
-                }
-                samples.push(Sample {
-                    group: g,
-                    prompt: self.prompts[g].clone(),
-                    completion: c.tokens.to_vec(),
-                    logprobs: c.logprobs.to_vec(),
-                    reward,
-                });
+                done.push((groups[k / spec.group_size as usize], c));
             }
         }
+        let batch = done
+            .iter()
+            .map(|&(g, c)| {
+                Ok(ToScore {
+                    problem: &self.problems[g],
+                    text: codec.decode(&c.tokens)?,
+                    token_ids: c.tokens.to_vec(),
+                    finished: c.finish_reason == FinishReason::Stop,
+                })
+            })
+            .collect::<Result<Vec<_>, RlError>>()?;
+        let scored = env.score(&batch);
+        let top = env.info().reward_max;
+        let mut samples = Vec::with_capacity(done.len());
+        let mut failures = Vec::new();
+        let mut exact = 0;
+        for ((g, c), r) in done.into_iter().zip(scored.rewards) {
+            match r.status {
+                RewardStatus::Ok => {}
+                RewardStatus::Failed => {
+                    failures.push((self.problems[g].id().to_owned(), r.reason.to_string()));
+                    continue;
+                }
+                RewardStatus::NotApplicable => continue,
+            }
+            if r.value >= top {
+                exact += 1;
+            }
+            samples.push(Sample {
+                group: g,
+                prompt: self.prompts[g].clone(),
+                completion: c.tokens.to_vec(),
+                logprobs: c.logprobs.to_vec(),
+                reward: r.value,
+            });
+        }
         samples.sort_by_key(|s| s.group);
-        Ok(Rollout { samples, exact })
+        Ok(Rollout {
+            samples,
+            exact,
+            tally: scored.tally,
+            failures,
+            items: self.problems.iter().map(|p| p.id().to_owned()).collect(),
+        })
     }
 }
 

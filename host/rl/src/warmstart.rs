@@ -8,8 +8,8 @@
 //! start never leaves a half-written model behind.
 
 use super::prompt::PromptCodec;
+use crate::env::Env;
 use crate::error::RlError;
-use crate::task::Task;
 use std::path::{Path, PathBuf};
 use tandem_plugin_api::{
     ComponentConfig, ComponentKind, LossConfig, LossKind, PResult, RVec, SamplingParams,
@@ -89,7 +89,7 @@ pub struct ModelPlan<'a> {
 pub fn ensure_model(
     registry: &Registry,
     model: &ModelPlan<'_>,
-    task: &dyn Task,
+    env: &Env,
 ) -> Result<bool, RlError> {
     let ModelPlan {
         target,
@@ -125,7 +125,7 @@ pub fn ensure_model(
             seed: seed ^ SftOptions::default().seed,
             ..SftOptions::default()
         };
-        sft(registry, &init_dir, target, task, &opts).map(|r| {
+        sft(registry, &init_dir, target, env, &opts).map(|r| {
             eprintln!(
                 "warm start: {} steps, loss {:.3} -> {:.3}, greedy accuracy {:.0}%",
                 warm_start_steps,
@@ -191,7 +191,7 @@ pub fn sft(
     registry: &Registry,
     model: &Path,
     out: &Path,
-    task: &dyn Task,
+    env: &Env,
     opts: &SftOptions,
 ) -> Result<SftReport, RlError> {
     if out.exists() {
@@ -220,7 +220,7 @@ pub fn sft(
     for step in 0..opts.steps {
         let first_problem = u64::from(step) * u64::from(opts.batch);
         let batch = TrainBatch {
-            sequences: RVec::from(sft_sequences(task, &codec, first_problem, opts.batch)?),
+            sequences: RVec::from(sft_sequences(env, &codec, first_problem, opts.batch)?),
             loss: loss.clone(),
         };
         let metrics = call(trainer.train_step(batch), "sft: train_step")?;
@@ -247,7 +247,7 @@ pub fn sft(
     // Tokenizer, generation config and chat template of the model it started from.
     tandem_model::companion::complete(model, &stage)?;
     drop(trainer);
-    let accuracy = greedy_accuracy(registry, &stage, task, &codec, 64)?;
+    let accuracy = greedy_accuracy(registry, &stage, env, &codec, 64)?;
     std::fs::rename(&stage, out).map_err(RlError::io(format!(
         "moving the model into {}",
         out.display()
@@ -261,15 +261,15 @@ pub fn sft(
 
 /// Supervised sequences (prompt + target) of `count` problems from `first` on.
 fn sft_sequences(
-    task: &dyn Task,
+    env: &Env,
     codec: &PromptCodec,
     first: u64,
     count: u32,
 ) -> Result<Vec<TrainSequence>, RlError> {
     (0..u64::from(count))
         .map(|i| {
-            let p = task.problem(first + i);
-            let prompt = codec.prompt(&p.prompt)?;
+            let p = env.problem(first + i)?;
+            let prompt = codec.prompt_of(&p)?;
             let mut tokens = prompt.clone();
             tokens.extend(codec.completion(&p.target())?);
             Ok(TrainSequence {
@@ -287,7 +287,7 @@ fn sft_sequences(
 pub fn greedy_accuracy(
     registry: &Registry,
     model: &Path,
-    task: &dyn Task,
+    env: &Env,
     codec: &PromptCodec,
     n: u64,
 ) -> Result<f64, RlError> {
@@ -295,10 +295,12 @@ pub fn greedy_accuracy(
     let options = serde_json::json!({"max_batch": n, "max_seq_len": 128});
     let config = cpu_config("native", model, &options);
     let engine = registry.new_engine(config, services.handle())?;
-    let problems: Vec<_> = (0..n).map(|i| task.problem(u64::MAX - i)).collect();
+    let problems: Vec<_> = (0..n)
+        .map(|i| env.problem(u64::MAX - i))
+        .collect::<Result<_, _>>()?;
     let prompts = problems
         .iter()
-        .map(|p| codec.prompt(&p.prompt).map(RVec::from))
+        .map(|p| codec.prompt_of(p).map(RVec::from))
         .collect::<Result<Vec<_>, _>>()?;
     let request = tandem_plugin_api::GenerateRequest {
         prompts: RVec::from(prompts),
@@ -315,7 +317,9 @@ pub fn greedy_accuracy(
     let mut right = 0u64;
     for (p, c) in problems.iter().zip(response.completions.iter()) {
         let text = codec.decode(&c.tokens)?;
-        if crate::task::score_answer(crate::task::RewardKind::Exact, &p.answer, &text) >= 1.0 {
+        // The answer exactly (the warm start's own measure, whatever the environment's
+        // reward).
+        if text.trim() == p.answer() {
             right += 1;
         }
     }

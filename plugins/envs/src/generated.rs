@@ -53,7 +53,7 @@ pub(crate) fn build(config: &EnvironmentConfig) -> Result<EnvironmentBox> {
             let collisions = stream.collisions(PROBE);
             if collisions * 2 > PROBE {
                 return Err(PluginError::invalid_input(format!(
-                    "a held-out set of {} problems covers {collisions} of the first {PROBE} \
+                    "held_out: a held-out set of {} problems covers {collisions} of the first {PROBE} \
                      training problems: the task has too few distinct problems to hold that \
                      many out",
                     config.held_out

@@ -51,8 +51,9 @@ use std::time::Instant;
 use super::Figure;
 use tandem_bench_report::machine::{self, Machine};
 use tandem_cli::error::CliError;
-use tandem_rl::config::TaskSection;
-use tandem_rl::task::Task;
+use tandem_plugin_envs::tasks::{self, Task, TaskSpec};
+use tandem_rl::config::EnvironmentSection;
+use tandem_rl::env::{Env, EnvSpec};
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
 
@@ -194,12 +195,12 @@ impl Ctx<'_> {
             "tiny" => {
                 let init = self.scratch.join("tiny-init");
                 tandem_rl::warmstart::create_preset(self.registry, &init, "tiny", 7)?;
-                let task = task(3, &["+"], 0)?;
+                let env = env(self.registry, 3, &["+"], 0)?;
                 let opts = tandem_rl::warmstart::SftOptions {
                     steps: if quick { 10 } else { 60 },
                     ..tandem_rl::warmstart::SftOptions::default()
                 };
-                let r = tandem_rl::warmstart::sft(self.registry, &init, &dir, &*task, &opts)?;
+                let r = tandem_rl::warmstart::sft(self.registry, &init, &dir, &env, &opts)?;
                 eprintln!(
                     "spec: tiny: warm start on arithmetic (max_operand 3), {} steps: loss {:.3} \
                      -> {:.3}, greedy accuracy {:.0}%",
@@ -229,17 +230,40 @@ impl Ctx<'_> {
     }
 }
 
-/// The arithmetic task with operands up to `max_operand`.
-fn task(max_operand: u32, ops: &[&str], seed: u64) -> Result<Box<dyn Task>, CliError> {
+fn arithmetic(max_operand: u32, ops: &[&str]) -> serde_json::Map<String, serde_json::Value> {
     let mut options = serde_json::Map::new();
     options.insert("max_operand".into(), max_operand.into());
     options.insert("ops".into(), ops.to_vec().into());
-    let section = TaskSection {
-        options,
-        ..TaskSection::default()
+    options
+}
+
+/// The arithmetic environment with operands up to `max_operand`.
+fn env(
+    registry: &tandem_runtime::registry::Registry,
+    max_operand: u32,
+    ops: &[&str],
+    seed: u64,
+) -> Result<Env, CliError> {
+    let section = EnvironmentSection {
+        options: arithmetic(max_operand, ops),
+        ..EnvironmentSection::default()
     };
-    tandem_rl::task::build(&section, seed)
-        .map_err(|e| CliError::failed(format!("tandem bench spec: {e}")))
+    let spec = EnvSpec {
+        section: &section,
+        seed,
+        held_out: 0,
+        base_dir: Path::new("."),
+    };
+    Ok(Env::build(registry, spec, Some(&std::env::temp_dir()))?)
+}
+
+/// The arithmetic task with operands up to `max_operand`.
+fn task(max_operand: u32, ops: &[&str], seed: u64) -> Result<Box<dyn Task>, CliError> {
+    let spec = TaskSpec {
+        kind: "arithmetic".into(),
+        options: arithmetic(max_operand, ops),
+    };
+    tasks::build(&spec, seed).map_err(|e| CliError::failed(format!("tandem bench spec: {e}")))
 }
 
 /// `n` prompts of the drafter's arithmetic task (operands up to 999) from `seed`'s stream,

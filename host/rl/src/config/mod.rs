@@ -8,9 +8,9 @@ mod validate;
 
 pub use launcher::*;
 pub use plan::{
-    BridgeSetup, CapsSource, ComponentCaps, DrafterJobPlan, DrafterPlan, EvalPlan, JobRecord,
-    LauncherPlan, ModelPlan, Overrides, PlacementPlan, RankPlan, RlDrafterPlan, RolePlan, RunPlan,
-    TransportPlan, device_of, options_json,
+    BridgeSetup, CapsSource, ComponentCaps, DrafterJobPlan, DrafterPlan, EnvPlan, EvalPlan,
+    JobRecord, LauncherPlan, ModelPlan, Overrides, PlacementPlan, RankPlan, RlDrafterPlan,
+    RolePlan, RunPlan, TransportPlan, device_of, options_json,
 };
 pub use schema::*;
 pub use validate::{validate, validate_task_and_eval, validate_with};

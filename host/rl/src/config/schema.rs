@@ -37,9 +37,12 @@ pub struct JobFile {
     /// The RL algorithm.
     #[serde(default)]
     pub algorithm: AlgorithmSection,
-    /// The task (prompts + reward).
+    /// The environment: the problems and their rewards (see [`JobFile::environment`]).
     #[serde(default)]
-    pub task: TaskSection,
+    pub environment: Option<EnvironmentSection>,
+    /// `[task]`: the older name of `[environment]` (its `kind` is `plugin`).
+    #[serde(default)]
+    pub task: Option<EnvironmentSection>,
     /// Held-out evaluation during the run.
     #[serde(default)]
     pub eval: EvalSection,
@@ -58,6 +61,25 @@ pub struct JobFile {
 }
 
 impl JobFile {
+    /// The environment section: `[environment]`, else `[task]`, else the default
+    /// (arithmetic). Validation refuses a file with both tables.
+    pub fn environment(&self) -> &EnvironmentSection {
+        static DEFAULT: std::sync::OnceLock<EnvironmentSection> = std::sync::OnceLock::new();
+        self.environment
+            .as_ref()
+            .or(self.task.as_ref())
+            .unwrap_or_else(|| DEFAULT.get_or_init(EnvironmentSection::default))
+    }
+
+    /// The table the environment came from (`environment` or `task`): where its keys are.
+    pub fn environment_table(&self) -> &'static str {
+        if self.environment.is_none() && self.task.is_some() {
+            "task"
+        } else {
+            "environment"
+        }
+    }
+
     /// Whether this is a drafter-training job (`[algorithm] name = "drafter"`).
     pub fn is_drafter_job(&self) -> bool {
         self.algorithm.name == "drafter"
@@ -213,28 +235,34 @@ pub struct BridgeSection {
     pub options: toml::Table,
 }
 
-/// `[task]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `[environment]` (or `[task]`, its older name).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
-pub struct TaskSection {
-    /// Built-in task kind.
-    pub kind: String,
+pub struct EnvironmentSection {
+    /// The environment component (`tandem plugins` lists them); `kind` is its older name.
+    #[serde(alias = "kind")]
+    pub plugin: String,
     /// Render each prompt through the model's chat template (a user message, after the
     /// system message when `system` is set, with the assistant's turn opened).
     pub chat: bool,
     /// The system message of chat prompts (needs `chat = true`).
     pub system: Option<String>,
-    /// Free-form task options (kept as JSON values: nothing below validation holds TOML).
+    /// The environment's options (kept as JSON values: nothing below validation holds TOML).
     pub options: serde_json::Map<String, serde_json::Value>,
+    /// Largest fraction of a step's samples whose reward may fail (a raise, a timeout, a dead
+    /// worker, a value out of range); past it the run stops with one line. Failed samples are
+    /// counted and never trained on.
+    pub max_failed_frac: f64,
 }
 
-impl Default for TaskSection {
+impl Default for EnvironmentSection {
     fn default() -> Self {
-        TaskSection {
-            kind: "arithmetic".into(),
+        EnvironmentSection {
+            plugin: "arithmetic".into(),
             chat: false,
             system: None,
             options: serde_json::Map::new(),
+            max_failed_frac: 0.1,
         }
     }
 }

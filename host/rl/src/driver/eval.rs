@@ -76,13 +76,8 @@ impl Loop<'_> {
                 .collect()
         });
         let replies = replies.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let answers = eval
-            .set
-            .answers(self.task.as_ref(), &self.codec, &replies)?;
-        let result = EvalResult {
-            correct: answers.iter().filter(|a| a.right).count() as u32,
-            problems: answers.len() as u32,
-        };
+        let answers = eval.set.answers(&self.env, &self.codec, &replies)?;
+        let result = EvalResult::of(&answers);
         self.events.record(
             step,
             "loop",

@@ -10,19 +10,19 @@ use super::trainer::Trainer;
 use super::{Cursor, Loop, Phases, RunFiles};
 use crate::bridge::BridgeDriver;
 use crate::checkpoint::{self, LoopState};
+use crate::env::Env;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::metrics::MetricsLog;
 use crate::phases::Engines;
 use crate::progress::Progress;
 use crate::prompt::PromptCodec;
-use crate::task::Task;
 use std::path::{Path, PathBuf};
 use tandem_runtime::launch::{LocalLauncher, RemoteTrainer};
 
 /// What a run holds before its workers are initialised.
 pub(super) struct Parts {
-    pub task: Box<dyn Task>,
+    pub env: Env,
     pub codec: PromptCodec,
     pub eval: Option<Evaluation>,
     pub launcher: LocalLauncher,
@@ -86,7 +86,7 @@ impl<'a> Loop<'a> {
             plan,
             opts,
             model: &plan.model.path,
-            task: parts.task,
+            env: parts.env,
             codec: parts.codec,
             launcher: parts.launcher,
             bridge: parts.bridge,

@@ -13,7 +13,6 @@ use crate::eval::EvalSet;
 use crate::events::EventLog;
 use crate::phases::Engines;
 use crate::prompt::PromptCodec;
-use crate::task::HeldOut;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tandem_control::protocol::Role;
@@ -43,7 +42,7 @@ impl<'a> Loop<'a> {
         let mut bridge = BridgeDriver::new(&plan.bridge);
         bridge.set_source_model(&plan.model.path);
         let p = super::skeleton::prepare(plan, registry, opts, held_out)?;
-        let eval = evaluation(plan, &p.codec)?;
+        let eval = evaluation(plan, &p.env, &p.codec)?;
         let mut launcher = p.launcher;
         let launch = Launch { plan, opts };
         let world = bridge_world(&launcher, plan, &bridge)?;
@@ -51,7 +50,7 @@ impl<'a> Loop<'a> {
         let drafter = launch.spawn_drafter(&mut launcher)?;
         let critic = launch.spawn_critic(&mut launcher)?;
         let parts = super::init::Parts {
-            task: p.task,
+            env: p.env,
             codec: p.codec,
             eval,
             launcher,
@@ -202,14 +201,16 @@ pub(super) fn bridge_world(
 
 /// The run's evaluation (`[eval] every > 0`): the held-out set encoded as the rollouts'
 /// prompts are.
-fn evaluation(plan: &RunPlan, codec: &PromptCodec) -> Result<Option<Evaluation>, RlError> {
+fn evaluation(
+    plan: &RunPlan,
+    env: &crate::env::Env,
+    codec: &PromptCodec,
+) -> Result<Option<Evaluation>, RlError> {
     let Some(e) = &plan.eval else {
         return Ok(None);
     };
-    let held_out = HeldOut::new(&plan.task, plan.run.seed, e.problems)
-        .map_err(|err| err.into_error(&plan.job.path.display().to_string()))?;
     Ok(Some(Evaluation {
-        set: EvalSet::new(&held_out, codec, e.max_tokens)?,
+        set: EvalSet::new(env.held_out(e.problems)?, codec, e.max_tokens)?,
         every: e.every,
     }))
 }

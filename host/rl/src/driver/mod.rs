@@ -1,6 +1,6 @@
 //! The loop behind `tandem run`: launch and initialise, run the steps, shut down.
 //!
-//! Every job runs on one skeleton (`skeleton.rs`: the preparation — task, run directory,
+//! Every job runs on one skeleton (`skeleton.rs`: the preparation — environment, run directory,
 //! `--resume`'s checkpoint, model, launcher, events — and the run of the steps): the RL
 //! loop here, and the drafter job (`crate::algorithm::drafter`). What an RL step trains is
 //! the [`Algorithm`](crate::algorithm::Algorithm)'s (GRPO, or PPO with its critic).
@@ -51,13 +51,13 @@ pub use rundir::{RunFiles, job_of_run};
 
 use crate::bridge::BridgeDriver;
 use crate::config::RunPlan;
+use crate::env::Env;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::metrics::MetricsLog;
 use crate::phases::Engines;
 use crate::progress::Progress;
 use crate::prompt::PromptCodec;
-use crate::task::Task;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -145,7 +145,7 @@ struct Cursor {
     first_step: u32,
     /// The last step.
     total_steps: u32,
-    /// Index of the next problem of the task stream.
+    /// Index of the next problem of the environment's training split.
     data_position: u64,
     /// The trainer's weight version.
     weight_version: u64,
@@ -157,7 +157,7 @@ struct Loop<'a> {
     opts: &'a RunOptions,
     /// The job's model directory: the source of every written model dir's companion files.
     model: &'a Path,
-    task: Box<dyn Task>,
+    env: Env,
     codec: PromptCodec,
     launcher: LocalLauncher,
     bridge: BridgeDriver,
@@ -231,7 +231,7 @@ mod tests {
         let mut files = Vec::new();
         for sub in [
             "driver",
-            "task",
+            "env",
             "phases.rs",
             "rollout.rs",
             "algorithm",

@@ -4,6 +4,7 @@
 
 use super::{Loop, Phases, RunSummary};
 use crate::bridge::SyncRecord;
+use crate::env::ScoreTally;
 use crate::error::RlError;
 use crate::metrics::{Resident, StepMetrics, resident};
 use crate::plot;
@@ -59,6 +60,12 @@ impl StepLog {
         m.exact_frac = rollout.exact as f64 / n;
         let tokens: usize = rollout.samples.iter().map(|s| s.completion.len()).sum();
         m.completion_tokens = tokens as f64 / n;
+        let t = &rollout.tally;
+        m.reward_failed = t.failed;
+        m.reward_not_applicable = t.not_applicable;
+        m.reward_s = t.seconds;
+        m.reward_components = ScoreTally::means(&t.components);
+        m.reward_by_source = ScoreTally::means(&t.sources);
     }
 }
 

@@ -12,10 +12,10 @@ use super::RunOptions;
 use super::rundir::{self, RunFiles};
 use crate::checkpoint::{self, LoopState};
 use crate::config::RunPlan;
+use crate::env::Env;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::prompt::PromptCodec;
-use crate::task::Task;
 use crate::warmstart;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,8 +62,8 @@ pub(crate) fn execute<J: Job>(mut job: J) -> Result<J::Summary, RlError> {
 
 /// A job prepared to start its workers.
 pub(crate) struct Prepared {
-    /// The task stream, without the held-out problems.
-    pub task: Box<dyn Task>,
+    /// The environment (its training split leaves out the held-out problems).
+    pub env: Env,
     /// The prompts' codec.
     pub codec: PromptCodec,
     /// `--resume`: the checkpoint to continue from and its loop state.
@@ -76,8 +76,8 @@ pub(crate) struct Prepared {
     pub events: EventLog,
 }
 
-/// Prepares `plan`'s run: the task (leaving out the first `held_out` problems), the run
-/// directory, the checkpoint `--resume` continues from (chosen before anything is
+/// Prepares `plan`'s run: the run directory, the environment (holding out `held_out`
+/// problems), the checkpoint `--resume` continues from (chosen before anything is
 /// written: a run whose checkpoints all fail their checks stops with its directory as it
 /// was), the model (created from its preset when the directory has none), the codec, the
 /// launcher and the event log.
@@ -87,9 +87,12 @@ pub(crate) fn prepare(
     opts: &RunOptions,
     held_out: Option<u32>,
 ) -> Result<Prepared, RlError> {
-    let task = crate::task::build_for_run(&plan.task, plan.run.seed, held_out)
-        .map_err(|e| e.into_error(&plan.job.path.display().to_string()))?;
     rundir::prepare(plan, opts)?;
+    let env = Env::build(
+        registry,
+        plan.environment.spec(plan.run.seed, held_out.unwrap_or(0)),
+        Some(&opts.run_dir),
+    )?;
     let resume_from = match opts.resume {
         true => resume_point(&opts.run_dir)?,
         false => None,
@@ -100,7 +103,7 @@ pub(crate) fn prepare(
         warm_start_steps: plan.model.warm_start_steps,
         seed: plan.run.seed,
     };
-    warmstart::ensure_model(registry, &model, task.as_ref())?;
+    warmstart::ensure_model(registry, &model, &env)?;
     let lacking = tandem_model::companion::missing(&plan.model.path);
     if !lacking.is_empty() {
         tracing::warn!(
@@ -110,7 +113,7 @@ pub(crate) fn prepare(
             lacking.join(", ")
         );
     }
-    let codec = PromptCodec::for_task(&plan.model.path, &plan.task)?;
+    let codec = PromptCodec::for_env(&plan.model.path, &plan.environment.section)?;
     if let Some((dir, _)) = &resume_from {
         // A checkpoint written before checkpoints carried them gets the job model's
         // companion files (tokenizer, generation config) now.
@@ -120,7 +123,7 @@ pub(crate) fn prepare(
     let files = RunFiles::of(&opts.run_dir);
     let events = EventLog::open(&files.events)?;
     Ok(Prepared {
-        task,
+        env,
         codec,
         resume_from,
         launcher,

@@ -96,12 +96,8 @@ impl Loop<'_> {
         } else {
             0
         };
-        let pending = rollout::Pending::new(
-            &spec,
-            self.engines.remotes.len(),
-            self.task.as_ref(),
-            &self.codec,
-        )?;
+        let pending =
+            rollout::Pending::new(&spec, self.engines.remotes.len(), &self.env, &self.codec)?;
         let ranks = self.engines.remotes.len();
         let min_ranks = match (&self.draft, &self.plan.drafter.rl) {
             (Some(_), Some(d)) => d.min_ranks_for_training as usize,
@@ -348,7 +344,7 @@ impl Loop<'_> {
             .take()
             .ok_or_else(|| RlError::failed("no pending rollout"))?;
         s.sampling
-            .add(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
+            .add(done.finish(&s.spec, &self.env, &self.codec)?);
         self.cursor.data_position += u64::from(s.spec.prompts);
         Ok(())
     }

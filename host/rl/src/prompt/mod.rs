@@ -8,7 +8,7 @@
 //! the tokenizer's added tokens (`<|im_start|>`, ...) matched as single ids. A template error
 //! carries this loop's way around it (`[task] chat = false`) as its help.
 
-use crate::config::TaskSection;
+use crate::config::EnvironmentSection;
 use crate::error::RlError;
 use std::path::Path;
 use tandem_model::chat::{ChatTemplate, Message};
@@ -79,9 +79,42 @@ impl PromptCodec {
         Ok(codec)
     }
 
-    /// The codec of a job's `[task]` (`chat`, `system`).
-    pub fn for_task(model: &Path, task: &TaskSection) -> Result<PromptCodec, RlError> {
-        PromptCodec::load_with(model, task.chat, task.system.as_deref())
+    /// The codec of a job's `[environment]` (`chat`, `system`).
+    pub fn for_env(model: &Path, env: &EnvironmentSection) -> Result<PromptCodec, RlError> {
+        PromptCodec::load_with(model, env.chat, env.system.as_deref())
+    }
+
+    /// Token ids of a problem's prompt: its text ([`PromptCodec::prompt`]), or its chat
+    /// messages rendered through the chat template (after the system message when `system`
+    /// is set and the messages have none).
+    pub fn prompt_of(&self, problem: &crate::env::Problem) -> Result<Vec<u32>, RlError> {
+        let messages = &problem.item.messages;
+        if messages.is_empty() {
+            return self.prompt(problem.prompt());
+        }
+        let Some(chat) = &self.chat else {
+            return Err(RlError::usage(format!(
+                "item `{}` is a chat conversation but prompts are plain text",
+                problem.id()
+            ))
+            .with_help("set chat = true in [environment] (the model needs a chat template)"));
+        };
+        let mut list = Vec::with_capacity(messages.len() + 1);
+        if let Some(system) = &chat.system
+            && messages.first().is_none_or(|m| m.role != "system")
+        {
+            list.push(Message::new("system", system));
+        }
+        list.extend(
+            messages
+                .iter()
+                .map(|m| Message::new(m.role.as_str(), m.content.as_str())),
+        );
+        let text = chat
+            .template
+            .render(&list)
+            .map_err(|e| e.with_help(BAD_TEMPLATE_HELP))?;
+        self.encode(&text)
     }
 
     /// Whether prompts go through the chat template.

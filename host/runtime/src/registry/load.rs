@@ -263,10 +263,18 @@ pub(super) fn from_module(
             min: MIN_API_LEVEL,
         });
     }
+    // A plugin below API level 6 has no `environments` field; one at it or above lists them.
+    let environments = match module.environments() {
+        Some(list) if manifest.api_level >= tandem_plugin_api::api_level::ENVIRONMENT => {
+            list().into_iter().collect()
+        }
+        _ => Vec::new(),
+    };
     Ok(LoadedPlugin {
         manifest,
         source,
         module,
+        environments,
     })
 }
 

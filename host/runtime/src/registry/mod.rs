@@ -19,8 +19,9 @@ pub use load::{LoadError, plugin_dirs_from_env};
 use crate::error::RuntimeError;
 use std::path::{Path, PathBuf};
 use tandem_plugin_api::{
-    BridgeBox, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, HostBox, PResult,
-    PluginManifest, PluginModuleRef, RResult, TrainerBox,
+    BridgeBox, ComponentConfig, ComponentDecl, ComponentKind, EngineBox, EnvironmentBox,
+    EnvironmentConfig, EnvironmentDecl, HostBox, PResult, PluginManifest, PluginModuleRef, RResult,
+    TrainerBox,
 };
 
 /// Where a plugin came from.
@@ -50,6 +51,8 @@ pub struct LoadedPlugin {
     pub source: PluginSource,
     /// Its root module (constructors).
     pub module: PluginModuleRef,
+    /// Its environment components (API level 6; none for older plugins).
+    pub environments: Vec<EnvironmentDecl>,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -86,6 +89,12 @@ impl Registry {
     /// clash). Every failure is collected; the registry is returned only if there were none.
     pub fn discover(dirs: &[PathBuf]) -> Result<Registry, Vec<LoadError>> {
         Registry::discover_in(dirs, load::exe_dir().as_deref())
+    }
+
+    /// The built-in plugins linked into this process only (no directory searched): for
+    /// tests and benchmarks.
+    pub fn builtins() -> Result<Registry, Vec<LoadError>> {
+        Registry::discover_in(&[], None)
     }
 
     /// [`Registry::discover`] with the executable's directory given (`None`: not searched).
@@ -160,6 +169,21 @@ impl Registry {
                 second: plugin.source.to_string(),
             });
             return;
+        }
+        for env in &plugin.environments {
+            if let Some(other) = self
+                .plugins
+                .iter()
+                .find(|p| p.environments.iter().any(|e| e.name == env.name))
+            {
+                errors.push(LoadError::DuplicateComponent {
+                    kind: "environment",
+                    name: env.name.to_string(),
+                    first: format!("{} ({})", other.manifest.name, other.source),
+                    second: format!("{} ({})", plugin.manifest.name, plugin.source),
+                });
+                return;
+            }
         }
         for decl in plugin.manifest.components.iter() {
             let Some(i) = self.plugins.iter().position(|p| {
@@ -267,6 +291,59 @@ impl Registry {
         host: HostBox,
     ) -> Result<BridgeBox, RuntimeError> {
         self.construct(ComponentKind::Bridge, config, host, |m| m.new_bridge())
+    }
+
+    /// The plugin providing the environment `name`, and its declaration.
+    pub fn environment(&self, name: &str) -> Option<(&LoadedPlugin, &EnvironmentDecl)> {
+        self.plugins.iter().find_map(|p| {
+            p.environments
+                .iter()
+                .find(|e| e.name.as_str() == name)
+                .map(|e| (p, e))
+        })
+    }
+
+    /// Names of every environment, sorted.
+    pub fn environment_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .plugins
+            .iter()
+            .flat_map(|p| p.environments.iter())
+            .map(|e| e.name.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Constructs the environment named by `config.component` (in this process).
+    pub fn new_environment(
+        &self,
+        config: EnvironmentConfig,
+        host: HostBox,
+    ) -> Result<EnvironmentBox, RuntimeError> {
+        let name = config.component.to_string();
+        let Some((plugin, _)) = self.environment(&name) else {
+            return Err(RuntimeError::usage(format!(
+                "no plugin provides the environment `{name}` (known: {})",
+                self.environment_names().join(", ")
+            )));
+        };
+        let construct = plugin.module.new_environment().ok_or_else(|| {
+            RuntimeError::usage(format!(
+                "plugin `{}` ({}) lists environments but its root module cannot build them",
+                plugin.manifest.name, plugin.source
+            ))
+        })?;
+        match construct(config, host) {
+            RResult::ROk(v) => Ok(v),
+            RResult::RErr(e) => Err(RuntimeError::plugin(
+                format!(
+                    "environment `{name}` of plugin `{}` ({})",
+                    plugin.manifest.name, plugin.source
+                ),
+                e,
+            )),
+        }
     }
 
     /// Names of every component of `kind`, sorted.

@@ -11,7 +11,6 @@ use crate::driver::skeleton;
 use crate::driver::world::World;
 use crate::error::RlError;
 use crate::progress::Progress;
-use crate::task::HeldOut;
 use tandem_control::protocol::Role;
 use tandem_plugin_api::stats as hidden_stats;
 use tandem_runtime::launch::RemoteTrainer;
@@ -30,20 +29,17 @@ impl<'a> DrafterLoop<'a> {
         registry: &Registry,
         opts: &'a RunOptions,
     ) -> Result<DrafterLoop<'a>, RlError> {
-        let what = plan.job.path.display().to_string();
         let d =
             plan.drafter.job.as_ref().ok_or_else(|| {
                 RlError::usage("not a drafter job ([algorithm] name = \"drafter\")")
             })?;
         // The training stream leaves out the held-out prompts acceptance is measured on.
         let p = skeleton::prepare(plan, registry, opts, Some(d.eval_prompts))?;
-        let (task, codec, launcher, files, events) =
-            (p.task, p.codec, p.launcher, p.files, p.events);
-        let held_out = HeldOut::new(&plan.task, plan.run.seed, d.eval_prompts)
-            .map_err(|e| e.into_error(&what))?
-            .problems()
+        let (env, codec, launcher, files, events) = (p.env, p.codec, p.launcher, p.files, p.events);
+        let held_out = env
+            .held_out(d.eval_prompts)?
             .iter()
-            .map(|p| codec.prompt(&p.prompt))
+            .map(|p| codec.prompt_of(p))
             .collect::<Result<Vec<_>, _>>()?;
         let mut launcher = launcher;
         let launch = Launch { plan, opts };
@@ -84,7 +80,7 @@ impl<'a> DrafterLoop<'a> {
             plan,
             settings: d,
             opts,
-            task,
+            env,
             codec,
             held_out,
             launcher,

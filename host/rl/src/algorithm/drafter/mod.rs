@@ -3,7 +3,7 @@
 //! trainer component trains a speculative-decoding drafter on the target's hidden states.
 //!
 //! One step:
-//! 1. **generate** — the task's prompts (`group_size` completions each), whole prompts per
+//! 1. **generate** — the environment's prompts (`group_size` completions each), whole prompts per
 //!    engine rank, engines in parallel;
 //! 2. **features + train** — engine rank `i` computes the hidden states of its sequences
 //!    (the layers the trainer's drafter reads) and sends them over transport group `pair{i}`
@@ -36,11 +36,11 @@ mod step;
 use crate::config::{DrafterJobPlan, RunPlan};
 use crate::driver::RunOptions;
 use crate::driver::rundir::RunFiles;
+use crate::env::Env;
 use crate::error::RlError;
 use crate::events::EventLog;
 use crate::progress::Progress;
 use crate::prompt::PromptCodec;
-use crate::task::Task;
 use metrics::DrafterMetricsLog;
 use std::path::PathBuf;
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
@@ -121,7 +121,7 @@ struct DrafterLoop<'a> {
     /// The drafter job's settings (`plan.drafter.job`).
     settings: &'a DrafterJobPlan,
     opts: &'a RunOptions,
-    task: Box<dyn Task>,
+    env: Env,
     codec: PromptCodec,
     held_out: Vec<Vec<u32>>,
     launcher: LocalLauncher,

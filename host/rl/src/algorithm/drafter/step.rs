@@ -118,8 +118,8 @@ impl DrafterLoop<'_> {
         let a = &self.plan.algorithm;
         let prompts = (0..u64::from(a.prompts_per_step))
             .map(|i| {
-                let p = self.task.problem(self.data_position + i);
-                self.codec.prompt(&p.prompt)
+                let p = self.env.problem(self.data_position + i)?;
+                self.codec.prompt_of(&p)
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.data_position += u64::from(a.prompts_per_step);

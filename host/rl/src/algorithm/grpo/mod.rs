@@ -138,6 +138,12 @@ pub struct Sampling {
     kept: Vec<usize>,
     /// Groups dropped for want of signal.
     pub dropped: usize,
+    /// Scoring's tally over the rounds.
+    tally: crate::env::ScoreTally,
+    /// `(item id, reason)` of every failed sample of the rounds.
+    failures: Vec<(String, String)>,
+    /// The ids of the rounds' problems, in order.
+    items: Vec<String>,
 }
 
 impl Sampling {
@@ -159,6 +165,9 @@ impl Sampling {
     pub fn add(&mut self, round: Rollout) {
         self.rounds += 1;
         self.exact += round.exact;
+        self.tally.add(&round.tally);
+        self.failures.extend(round.failures);
+        self.items.extend(round.items);
         let first = self.groups;
         let count = round.samples.iter().map(|s| s.group + 1).max().unwrap_or(0);
         for g in 0..count {
@@ -208,6 +217,9 @@ impl Sampling {
         let all = Rollout {
             samples: self.samples,
             exact: self.exact,
+            tally: self.tally,
+            failures: self.failures,
+            items: self.items,
         };
         (all, train)
     }

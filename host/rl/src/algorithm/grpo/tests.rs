@@ -107,7 +107,13 @@ fn round(rewards: &[&[f32]]) -> Rollout {
         .flat_map(|(g, rs)| rs.iter().map(move |&r| s(g, r)))
         .collect();
     let exact = samples.iter().filter(|s| s.reward >= 1.0).count();
-    Rollout { samples, exact }
+    Rollout {
+        samples,
+        exact,
+        tally: Default::default(),
+        failures: Vec::new(),
+        items: Vec::new(),
+    }
 }
 
 #[test]

@@ -15,8 +15,8 @@ mod display;
 pub use caps::{CapsSource, ComponentCaps};
 
 use super::{
-    AlgorithmSection, FeatureRouteKind, LauncherSection, MemorySection, PlacementMode, RunSection,
-    TaskSection, TrainIn,
+    AlgorithmSection, EnvironmentSection, FeatureRouteKind, LauncherSection, MemorySection,
+    PlacementMode, RunSection, TrainIn,
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -49,8 +49,8 @@ pub struct RunPlan {
     pub bridge: BridgeSetup,
     /// `[algorithm]`.
     pub algorithm: AlgorithmSection,
-    /// `[task]` (a built-in task and its options).
-    pub task: TaskSection,
+    /// `[environment]` and where its relative paths resolve.
+    pub environment: EnvPlan,
     /// The held-out evaluation of an RL run (`None`: `[eval] every = 0`).
     pub eval: Option<EvalPlan>,
     /// The drafter: a drafter job's measurement, or an RL run's drafter trainer.
@@ -72,6 +72,28 @@ impl RunPlan {
     /// Engine and trainer share devices (and take turns with their memory).
     pub fn colocated(&self) -> bool {
         self.placement.mode == PlacementMode::Colocate
+    }
+}
+
+/// The run's environment: its section and the job file's directory (where relative paths
+/// in its options resolve).
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvPlan {
+    /// `[environment]` (or `[task]`).
+    pub section: EnvironmentSection,
+    /// The job file's directory.
+    pub base_dir: PathBuf,
+}
+
+impl EnvPlan {
+    /// What builds the environment for a run seeded `seed` holding out `held_out` items.
+    pub fn spec(&self, seed: u64, held_out: u32) -> crate::env::EnvSpec<'_> {
+        crate::env::EnvSpec {
+            section: &self.section,
+            seed,
+            held_out,
+            base_dir: &self.base_dir,
+        }
     }
 }
 

@@ -1,9 +1,8 @@
-//! `[eval]`: the held-out set's size and answer length, and a split that leaves the training
-//! stream room (see [`crate::task::split`]).
+//! `[eval]`: the held-out set's size and answer length (whether the environment has a
+//! held-out split, and room for it, is the environment's check).
 
 use super::issues::Issues;
 use crate::config::JobFile;
-use crate::task::split::{HeldOut, PROBE, TrainStream};
 
 /// Largest held-out set.
 const MAX_PROBLEMS: u32 = 100_000;
@@ -24,31 +23,6 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile) {
             "eval.max_tokens",
             "must be at least 1",
             "it is the number of new tokens per answer; leave it out to use [algorithm] max_tokens",
-        );
-    }
-    if !e.enabled() {
-        return;
-    }
-    // An invalid task is reported at its key by `[task]`'s check.
-    let (Ok(held_out), true) = (
-        HeldOut::new(&j.task, j.run.seed, e.problems),
-        crate::task::build(&j.task, j.run.seed).is_ok(),
-    ) else {
-        return;
-    };
-    let Ok(train) = TrainStream::new(&j.task, j.run.seed, held_out) else {
-        return;
-    };
-    let collisions = train.collisions(PROBE);
-    if collisions * 2 > PROBE {
-        issues.at(
-            "eval.problems",
-            format!(
-                "a held-out set of {} problems covers {collisions} of the first {PROBE} training \
-                 problems: the task has too few distinct problems to hold that many out",
-                e.problems
-            ),
-            "hold out fewer problems, or widen the task (e.g. more digits or a larger max_operand)",
         );
     }
 }

@@ -5,6 +5,7 @@
 use super::issues::Issues;
 use crate::config::JobFile;
 use crate::config::plan::{BridgeSetup, CapsSource, RolePlan};
+use crate::env::Env;
 use std::path::Path;
 use tandem_plugin_api::UpdateKind;
 
@@ -19,6 +20,7 @@ pub(super) fn check(
     model_path: &Path,
     engine: &RolePlan,
     bridge: &BridgeSetup,
+    env: Option<&Env>,
 ) {
     if j.is_drafter_job() {
         if bridge.export != UpdateKind::CheckpointDir {
@@ -48,7 +50,7 @@ pub(super) fn check(
     if limit == 0 {
         return;
     }
-    let Some((longest, which)) = longest_prompt(j, model_path) else {
+    let Some((longest, which)) = longest_prompt(j, model_path, env) else {
         return;
     };
     let a = &j.algorithm;
@@ -78,38 +80,42 @@ pub(super) fn check(
     }
 }
 
-/// The longest prompt of the run in tokens, and which problem it is; `None` when the task or
-/// the tokenizer cannot be built (their own checks report why) or the model does not exist yet.
-fn longest_prompt(j: &JobFile, model_path: &Path) -> Option<(usize, String)> {
+/// The longest prompt of the run in tokens, and which problem it is; `None` when the
+/// environment or the tokenizer cannot be built (their own checks report why) or the model
+/// does not exist yet. An item the environment cannot give while only checked (one that
+/// starts workers to answer) ends the scan.
+fn longest_prompt(j: &JobFile, model_path: &Path, env: Option<&Env>) -> Option<(usize, String)> {
+    let env = env?;
     if !model_path.join("tokenizer.json").is_file() {
         return None;
     }
-    let codec = crate::prompt::PromptCodec::for_task(model_path, &j.task).ok()?;
-    let task = crate::task::build_for_run(
-        &j.task,
-        j.run.seed,
-        j.eval.enabled().then_some(j.eval.problems),
-    )
-    .ok()?;
+    let codec = crate::prompt::PromptCodec::for_env(model_path, j.environment()).ok()?;
     let per_step = u64::from(j.algorithm.prompts_per_step);
-    let count = (u64::from(j.run.steps) * per_step).clamp(1, SCAN_LIMIT);
+    let mut count = (u64::from(j.run.steps) * per_step).clamp(1, SCAN_LIMIT);
+    if let Some(size) = env
+        .split_size(tandem_plugin_api::TRAIN_SPLIT)
+        .filter(|&n| n > 0)
+    {
+        count = count.min(size);
+    }
     let mut best: Option<(usize, String)> = None;
-    let mut consider = |text: &str, which: String| {
-        if let Ok(ids) = codec.prompt(text)
+    let mut consider = |problem: &crate::env::Problem, which: String| {
+        if let Ok(ids) = codec.prompt_of(problem)
             && best.as_ref().is_none_or(|(n, _)| ids.len() > *n)
         {
             best = Some((ids.len(), which));
         }
     };
     for index in 0..count {
-        let p = task.problem(index);
-        consider(&p.prompt, format!("problem {index} of the task"));
+        let Ok(p) = env.problem(index) else { break };
+        consider(&p, format!("problem {index} of the environment"));
     }
-    if j.eval.enabled()
-        && let Ok(held_out) = crate::task::HeldOut::new(&j.task, j.run.seed, j.eval.problems)
+    let held = super::environment::held_out(j);
+    if held > 0
+        && let Ok(held_out) = env.held_out(held)
     {
-        for (i, p) in held_out.problems().iter().enumerate() {
-            consider(&p.prompt, format!("held-out problem {i}"));
+        for (i, p) in held_out.iter().enumerate() {
+            consider(p, format!("held-out problem {i}"));
         }
     }
     best

@@ -5,8 +5,8 @@
 //!
 //! One module per section, run in this order: `run` (the restart budget), `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `launcher` (what
-//! Slurm needs; what a placement across hosts rules out), `model`, `task` (with
-//! the chat template of a chat task), `eval`, `algorithm`, `drafter` (a drafter job's
+//! Slurm needs; what a placement across hosts rules out), `model`, `environment` (built,
+//! starting nothing; the chat template of a chat environment), `eval`, `algorithm`, `drafter` (a drafter job's
 //! components, bridge and held-out set), `critic` (PPO's value model), `transport` (plan, timeout,
 //! `[memory]`), `roles` (each role's options made into JSON once, checked by its plugin's
 //! `validate_config` with rank 0's component config as the run builds it, and the
@@ -22,6 +22,7 @@ mod algorithm;
 mod bridge;
 mod critic;
 mod drafter;
+mod environment;
 mod eval;
 mod fit;
 mod issues;
@@ -30,7 +31,6 @@ mod model;
 mod placement;
 mod roles;
 mod run;
-mod task;
 mod transport;
 
 #[cfg(test)]
@@ -46,11 +46,11 @@ use roles::{Role, Site};
 use tandem_plugin_api::ComponentKind;
 use tandem_runtime::registry::Registry;
 
-/// The checks of `[task]` and `[eval]` that need no model and no plugin (what `tandem eval
-/// --job` reads of a job file).
-pub fn validate_task_and_eval(job: &LoadedJob) -> Result<(), ConfigError> {
+/// The checks of `[environment]` and `[eval]` that need no model (what `tandem eval --job`
+/// reads of a job file).
+pub fn validate_task_and_eval(job: &LoadedJob, registry: &Registry) -> Result<(), ConfigError> {
     let mut issues = Issues::new(job);
-    task::check(&mut issues, &job.job);
+    environment::check(&mut issues, registry, job);
     eval::check(&mut issues, &job.job);
     if issues.is_empty() {
         Ok(())
@@ -84,8 +84,8 @@ pub fn validate_with(
         &model_path,
         j.model.init_preset.as_deref(),
     );
-    task::check(&mut issues, j);
-    task::check_chat(&mut issues, j, &model_path);
+    let env = environment::check(&mut issues, registry, job);
+    environment::check_chat(&mut issues, j, &model_path, env.as_ref());
     eval::check(&mut issues, j);
     algorithm::check(&mut issues, j);
     drafter::check(&mut issues, registry, j);
@@ -164,7 +164,7 @@ pub fn validate_with(
         max_tokens: j.eval.max_tokens.unwrap_or(j.algorithm.max_tokens),
     });
     if let (Some(e), Some(b)) = (&engine, &bridge) {
-        fit::check(&mut issues, j, &model_path, e, b);
+        fit::check(&mut issues, j, &model_path, e, b, env.as_ref());
     }
     let (Some(engine), Some(trainer), Some(bridge)) = (engine, trainer, bridge) else {
         return Err(issues.into_error());
@@ -221,7 +221,7 @@ pub fn validate_with(
         critic,
         bridge,
         algorithm: j.algorithm.clone(),
-        task: j.task.clone(),
+        environment: environment::plan(job),
         eval,
         drafter,
         memory: j.memory.clone(),

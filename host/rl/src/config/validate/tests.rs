@@ -1,17 +1,25 @@
-//! Tests of the `[run]`, `[task]` and `[eval]` checks: each problem is one issue at its key
-//! and line.
+//! Tests of the `[run]`, `[environment]`/`[task]` and `[eval]` checks: each problem is one
+//! issue at its key and line. The environments are the built-in ones (`tandem-plugin-envs`,
+//! linked into this test binary).
 
 #![allow(clippy::unwrap_used)]
 
 use super::issues::Issues;
-use super::{eval, task};
+use super::{environment, eval};
 use crate::config::{ConfigError, ConfigIssue, LoadedJob, validate_task_and_eval};
 use std::path::Path;
+use tandem_plugin_envs as _;
+use tandem_runtime::registry::Registry;
 
 const HEAD: &str = "[model]\npath = \"m\"\n[engine]\nplugin = \"native\"\n[trainer]\nplugin = \"native\"\n[bridge]\nmode = \"ipc\"\n";
 
 fn job(tail: &str) -> LoadedJob {
     LoadedJob::parse(Path::new("job.toml"), format!("{HEAD}{tail}")).unwrap()
+}
+
+/// The built-in plugins of this test binary.
+fn registry() -> Registry {
+    Registry::builtins().unwrap()
 }
 
 fn issues(e: ConfigError) -> Vec<ConfigIssue> {
@@ -23,7 +31,7 @@ fn issues(e: ConfigError) -> Vec<ConfigIssue> {
 
 /// The one issue of `tail`'s `[task]` / `[eval]`: its key, line and text.
 fn one(tail: &str) -> (String, usize, String) {
-    let found = issues(validate_task_and_eval(&job(tail)).unwrap_err());
+    let found = issues(validate_task_and_eval(&job(tail), &registry()).unwrap_err());
     assert_eq!(found.len(), 1, "{found:?}");
     let i = &found[0];
     (i.key.clone(), i.position.unwrap().0, i.to_string())
@@ -48,9 +56,9 @@ fn eval_and_task_problems_name_their_key() {
     // Evaluation off: the split is not checked.
     let off =
         "[task]\nkind = \"arithmetic\"\n[task.options]\nmax_operand = 1\n[eval]\nproblems = 64\n";
-    assert!(validate_task_and_eval(&job(off)).is_ok());
+    assert!(validate_task_and_eval(&job(off), &registry()).is_ok());
     let ok = "[task]\nkind = \"word_problems\"\nchat = true\n[eval]\nevery = 10\n";
-    assert!(validate_task_and_eval(&job(ok)).is_ok());
+    assert!(validate_task_and_eval(&job(ok), &registry()).is_ok());
     // Unknown keys are refused when the file is parsed.
     let e = LoadedJob::parse(Path::new("job.toml"), format!("{HEAD}[eval]\nevry = 2\n"));
     let text = e.unwrap_err().to_string();
@@ -61,7 +69,8 @@ fn eval_and_task_problems_name_their_key() {
 fn chat_issues(tail: &str, model: &Path) -> Vec<ConfigIssue> {
     let job = job(tail);
     let mut found = Issues::new(&job);
-    task::check_chat(&mut found, &job.job, model);
+    let env = environment::check(&mut found, &registry(), &job);
+    environment::check_chat(&mut found, &job.job, model, env.as_ref());
     eval::check(&mut found, &job.job);
     if found.is_empty() {
         return Vec::new();
@@ -89,7 +98,7 @@ fn chat_needs_the_models_template() {
     let mut job = job(chat);
     job.job.model.init_preset = Some("tiny".into());
     let mut found = Issues::new(&job);
-    task::check_chat(&mut found, &job.job, Path::new("/nonexistent/model"));
+    environment::check_chat(&mut found, &job.job, Path::new("/nonexistent/model"), None);
     let found = issues(found.into_error());
     assert_eq!(found[0].key, "task.chat");
     assert!(found[0].message.contains("preset `tiny`"), "{:?}", found[0]);

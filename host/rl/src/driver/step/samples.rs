@@ -30,7 +30,7 @@ impl Loop<'_> {
                 s.pending = Some(rollout::Pending::new(
                     &s.spec,
                     self.engines.remotes.len(),
-                    self.task.as_ref(),
+                    &self.env,
                     &self.codec,
                 )?);
             }
@@ -52,7 +52,7 @@ impl Loop<'_> {
                 .take()
                 .ok_or_else(|| RlError::failed("no pending rollout"))?;
             s.sampling
-                .add(done.finish(&s.spec, self.task.as_ref(), &self.codec)?);
+                .add(done.finish(&s.spec, &self.env, &self.codec)?);
             self.cursor.data_position += u64::from(prompts);
         }
         if let Some((tokens, len)) = s.speculated.figures() {
@@ -66,7 +66,9 @@ impl Loop<'_> {
             m.groups_kept = Some(sampling.kept() as u32);
             m.groups_dropped = Some(sampling.dropped as u32);
         }
-        s.rollout = Some(sampling.finish());
+        let (rollout, train) = sampling.finish();
+        self.reward_failures(s.log.step, &rollout)?;
+        s.rollout = Some((rollout, train));
         Ok(())
     }
 
@@ -178,6 +180,41 @@ impl Loop<'_> {
         trainer.snapshot("actor")?;
         self.events.record(step, "trainer", "snapshot", "actor");
         Ok(())
+    }
+
+    /// The ids of the step's problems (an `environment` event `items`: what `--resume` must
+    /// continue with) and each failed sample (`reward_failed`, `id: reason`); the run stops
+    /// with one line when more than `[environment] max_failed_frac` of its samples failed.
+    fn reward_failures(&self, step: u32, rollout: &Rollout) -> Result<(), RlError> {
+        self.events
+            .record(step, "environment", "items", &rollout.items.join(" "));
+        for (id, reason) in &rollout.failures {
+            self.events.record(
+                step,
+                "environment",
+                "reward_failed",
+                &format!("{id}: {reason}"),
+            );
+        }
+        let t = &rollout.tally;
+        let limit = self.plan.environment.section.max_failed_frac;
+        if t.failed == 0 || t.failed_frac() <= limit {
+            return Ok(());
+        }
+        let (reason, count) = t
+            .reasons
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map_or(("?", 0), |(r, n)| (r.as_str(), *n));
+        Err(RlError::failed(format!(
+            "step {step}: the rewards of {} of {} samples failed, more than max_failed_frac = \
+             {limit} (most often, {count} times: {reason})",
+            t.failed, t.samples
+        ))
+        .with_help(
+            "fix the reward (events.jsonl lists every failed sample), give it more time \
+             (timeout_s), or raise [environment] max_failed_frac",
+        ))
     }
 }
 
