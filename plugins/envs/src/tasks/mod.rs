@@ -77,7 +77,6 @@ impl TaskError {
             help: Some(help.to_owned()),
         }
     }
-
 }
 
 /// The built-in task kinds.

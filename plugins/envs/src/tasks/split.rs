@@ -82,11 +82,7 @@ pub struct TrainStream {
 
 impl TrainStream {
     /// The training stream of `section`'s task under `seed`, avoiding `held_out`.
-    pub fn new(
-        section: &TaskSpec,
-        seed: u64,
-        held_out: HeldOut,
-    ) -> Result<TrainStream, TaskError> {
+    pub fn new(section: &TaskSpec, seed: u64, held_out: HeldOut) -> Result<TrainStream, TaskError> {
         Ok(TrainStream {
             task: super::build(section, seed)?,
             substitutes: super::build(section, substitute_seed(seed))?,
