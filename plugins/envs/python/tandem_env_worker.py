@@ -8,7 +8,7 @@ before anything is imported.
 Requests (one line each) and answers:
 - {"op": "init", "path": [...], "memory_mb": int|null, "cpu_s": int|null,
    "reward": "module:function" | null, "env": {"class": "module:Class", "kwargs": {...}} | null}
-  -> {"ok": {"kind": "verl"|"trl"|"env", "describe": {...}|null}} | {"error": "..."}
+  -> {"ok": {"kind": "verl"|"verl_async"|"trl"|"env", "describe": {...}|null}} | {"error": ...}
 - {"op": "score", "samples": [{"item": {...}, "completion": {...}}, ...]}
   -> lines {"at": k, "results": [entry, ...]} (results of samples k, k+1, ...; one line per call
      of the user function), or {"at": k, "error": "..."} (every sample from k failed), then
@@ -115,8 +115,17 @@ def load(target, what):
     return obj
 
 
+class Raised:
+    """A sample's exception inside a batched answer (async verl)."""
+
+    def __init__(self, e):
+        self.e = e
+
+
 def entry(v, what="returned"):
     """One user value as a protocol entry."""
+    if isinstance(v, Raised):
+        return {"error": describe_exc(v.e)}
     if v is None:
         return {"none": True}
     components = {}
@@ -161,7 +170,7 @@ class Reward:
         self.params = sig.parameters
         self.var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
         if "solution_str" in self.params:
-            self.kind = "verl"
+            self.kind = "verl_async" if inspect.iscoroutinefunction(fn) else "verl"
         elif "completions" in self.params:
             self.kind = "trl"
         else:
@@ -171,24 +180,41 @@ class Reward:
                 "(prompts, completions, **kwargs)"
             )
 
+    async def gather(self, kws):
+        """An async verl function over a chunk: every sample concurrently on the event loop."""
+
+        async def one(kw):
+            try:
+                return await self.fn(**kw)
+            except Exception as e:  # noqa: BLE001
+                return Raised(e)
+
+        return list(await asyncio.gather(*(one(kw) for kw in kws)))
+
     def wants(self, name):
         return name in self.params or self.var_kw
 
+    def verl_kwargs(self, s):
+        item, comp = s["item"], s["completion"]
+        meta = item.get("metadata") or {}
+        extra = meta.get("extra_info") if isinstance(meta.get("extra_info"), dict) else meta
+        kw = {
+            "data_source": item.get("source", ""),
+            "solution_str": comp.get("text", ""),
+            "ground_truth": item.get("answer", ""),
+        }
+        if self.wants("extra_info"):
+            kw["extra_info"] = extra
+        return kw
+
     def score(self, samples):
+        if self.kind == "verl_async":
+            batched(lambda: call(self.gather, [self.verl_kwargs(s) for s in samples]), len(samples))
+            return
         if self.kind == "verl":
             for k, s in enumerate(samples):
-                item, comp = s["item"], s["completion"]
-                meta = item.get("metadata") or {}
-                extra = meta.get("extra_info") if isinstance(meta.get("extra_info"), dict) else meta
-                kw = {
-                    "data_source": item.get("source", ""),
-                    "solution_str": comp.get("text", ""),
-                    "ground_truth": item.get("answer", ""),
-                }
-                if self.wants("extra_info"):
-                    kw["extra_info"] = extra
                 try:
-                    out = entry(call(self.fn, **kw))
+                    out = entry(call(self.fn, **self.verl_kwargs(s)))
                 except Exception as e:  # noqa: BLE001 -- every raise is a failed sample
                     out = {"error": describe_exc(e)}
                 send({"at": k, "results": [out]})

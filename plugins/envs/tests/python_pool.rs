@@ -216,10 +216,12 @@ fn a_trl_reward_gets_chat_prompts_and_completions_as_messages_as_in_trl() {
 }
 
 #[test]
-fn an_async_reward_runs_on_the_workers_event_loop() {
+fn an_async_reward_runs_on_the_workers_event_loop_and_a_raise_fails_its_sample_alone() {
     let r = one_worker("rewards:async_verl", 30.0);
-    let out = r.score(&texts(&["1", "0"]));
-    assert_eq!((ok(&out[0]), ok(&out[1])), (1.0, 0.0));
+    assert_eq!(r.pool().unwrap().kind(), Kind::VerlAsync);
+    let out = r.score(&texts(&["1", "raise", "0"]));
+    assert_eq!((ok(&out[0]), ok(&out[2])), (1.0, 0.0));
+    assert_failed(&out[1], "raised ValueError: async boom");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //!
 //! `score` splits a batch into one contiguous chunk per worker and scores the chunks in
 //! parallel (a scoped thread per chunk); the worker calls a batched function (TRL's signature,
-//! an environment's `score`) once per chunk and a per-sample function (verl's) in a loop,
-//! answering one line per call. The timeout is per call of the user's function and restarts at
+//! an environment's `score`) once per chunk, a per-sample function (verl's) in a loop, and an
+//! `async` one concurrently over the chunk, answering one line per call. The timeout is per call of the user's function and restarts at
 //! each answer. When a call times out or the worker dies, the samples of that call fail with
 //! the reason, the worker is killed and a fresh one started in its slot; for a per-sample
 //! function the rest of the chunk is retried once on the fresh worker (a second fault in the
@@ -79,6 +79,8 @@ pub struct PoolSpec {
 pub enum Kind {
     /// verl's `(data_source, solution_str, ground_truth, extra_info)`: one call per sample.
     Verl,
+    /// verl's signature, `async def`: a chunk's samples run concurrently, answered at once.
+    VerlAsync,
     /// TRL's `(prompts, completions, **kwargs)`: one call per chunk.
     Trl,
     /// An environment class: `score` once per chunk.
@@ -285,6 +287,18 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        // Every worker sees EOF first, then each is reaped (killed if still busy).
+        for slot in &mut self.slots {
+            let worker = slot.get_mut().unwrap_or_else(PoisonError::into_inner);
+            if let Some(w) = worker.as_mut() {
+                w.close_input();
+            }
+        }
+    }
+}
+
 fn fill(out: &mut [Option<Outcome>], reason: &str) {
     for o in out.iter_mut().filter(|o| o.is_none()) {
         *o = Some(Err(reason.to_string()));
@@ -382,6 +396,7 @@ fn start_worker(
         .ok_or_else(|| failed(format!("unexpected answer {answer}")))?;
     let kind = match ok.get("kind").and_then(Value::as_str) {
         Some("verl") => Kind::Verl,
+        Some("verl_async") => Kind::VerlAsync,
         Some("trl") => Kind::Trl,
         Some("env") => Kind::Env,
         other => return Err(failed(format!("unknown kind {other:?}"))),

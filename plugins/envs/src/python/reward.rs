@@ -4,7 +4,8 @@
 //! `(prompts, completions, **kwargs) -> list[float | None]` (one call per chunk; `kwargs` are
 //! `completion_ids`, `answer`/`ground_truth`, `data_source`, `id` and every metadata key but
 //! `prompt` and `completion`, each a list; conversational items get message lists as in TRL),
-//! told apart by parameter names; `async def` runs on the worker's event loop. `extra_info`
+//! told apart by parameter names; `async def` runs on the worker's event loop (an async verl
+//! function over a chunk's samples concurrently). `extra_info`
 //! is the item's metadata (its `extra_info` object when it has one).
 
 use super::pool::{Pool, Target};

@@ -168,6 +168,12 @@ impl Worker {
         }
     }
 
+    /// Closes its input: an idle worker exits (the pool closes every worker's before dropping
+    /// them, so they exit together).
+    pub(crate) fn close_input(&mut self) {
+        self.stdin.take();
+    }
+
     /// Kills the worker's process group and reaps it.
     pub(crate) fn kill(&mut self) {
         tandem_plugin_support::process::signal_group(self.child.id(), libc::SIGKILL);

@@ -53,6 +53,8 @@ def trl_chat(prompts, completions, **kwargs):
 
 async def async_verl(data_source, solution_str, ground_truth, extra_info=None):
     await asyncio.sleep(0)
+    if solution_str == "raise":
+        raise ValueError("async boom")
     return float(solution_str == ground_truth)
 
 def with_pid(data_source, solution_str, ground_truth, extra_info=None):
