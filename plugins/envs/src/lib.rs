@@ -11,7 +11,7 @@
 //! range, failures reported as failures) is the contract of `tandem_plugin_api::types::env`,
 //! checked by the conformance group `environment`.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod dataset;
 mod generated;

@@ -95,7 +95,9 @@ pub(super) fn check(issues: &mut Issues<'_>, registry: &Registry, job: &LoadedJo
                         Some((k, rest)) if k.starts_with("options") && !k.contains(' ') => {
                             (format!("{table}.{k}"), rest.to_owned())
                         }
-                        Some(("held_out", rest)) => (held_out_key(j).to_owned(), rest.to_owned()),
+                        Some((HELD_OUT_SPLIT, rest)) => {
+                            (held_out_key(j).to_owned(), rest.to_owned())
+                        }
                         _ => (plugin_key.to_owned(), e.to_string()),
                     }
                 }
