@@ -21,6 +21,7 @@ mod checkpoints;
 mod cluster_launchers;
 mod discovery;
 mod drafter_job;
+mod environments;
 mod eval;
 mod loader;
 mod memory_services;
