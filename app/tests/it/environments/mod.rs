@@ -9,6 +9,7 @@
 
 mod data;
 mod rewards;
+mod verl;
 
 use crate::common::rl::*;
 use std::path::{Path, PathBuf};
