@@ -73,7 +73,13 @@ pub fn build(config: &EnvironmentConfig) -> Result<EnvironmentBox> {
     if config.check_only() {
         pool_options.interpreter(&what)?;
         let [lo, hi] = pool_options.reward_range.unwrap_or([0.0, 1.0]);
-        let info = info_of(&json!({"reward_range": [lo, hi]}), None, &what)?;
+        // What the class will say is unknown until it runs: a run that evaluates asks it for
+        // `held_out` items, so a check assumes it has them (the run reports it if not).
+        let mut declared = json!({"reward_range": [lo, hi]});
+        if config.held_out > 0 {
+            declared["splits"] = json!({"train": 0, "held_out": config.held_out});
+        }
+        let info = info_of(&declared, None, &what)?;
         return Ok(environment_box(PythonEnv {
             pool: None,
             info,

@@ -148,10 +148,12 @@ pub(super) fn check_chat(
         return;
     }
     let rendered = PromptCodec::for_env(model_path, section).and_then(|codec| {
-        let Some(env) = env else {
+        // An environment that starts processes to answer (a Python class) has no item while
+        // only checked: then only the template is checked.
+        let Some(problem) = env.and_then(|e| e.problem(0).ok()) else {
             return Ok(());
         };
-        codec.prompt_of(&env.problem(0)?).map(drop)
+        codec.prompt_of(&problem).map(drop)
     });
     if let Err(e) = rendered {
         let help = e
