@@ -59,15 +59,27 @@ fn bad_data_is_one_line_from_tandem_check() {
             "prompt",
         ),
         ("data.parquet", "not a parquet file", "data.parquet"),
+        ("data.jsonl", "\n", "has no rows"),
+        ("data.jsonl", "OVERLAP", "overlaps training"),
     ];
     for (i, (file, content, want)) in cases.iter().enumerate() {
         let job = dataset_job(&t, &o, "{ verifier = \"exact\" }", "");
         let text = std::fs::read_to_string(&job).unwrap();
         std::fs::remove_file(t.dir.join("data.jsonl")).unwrap();
-        if *want != "missing" {
+        let mut text = text.replace("data.jsonl", file);
+        if *content == "OVERLAP" {
+            // The held-out file repeats a training row's prompt.
+            let rows = super::rows(4);
+            std::fs::write(t.dir.join(file), &rows).unwrap();
+            std::fs::write(t.dir.join("held.jsonl"), rows.lines().next().unwrap()).unwrap();
+            text = text.replace(
+                "path = \"data.jsonl\"",
+                "held_out = \"held.jsonl\"\npath = \"data.jsonl\"",
+            );
+        } else if *want != "missing" {
             std::fs::write(t.dir.join(file), content).unwrap();
         }
-        std::fs::write(&job, text.replace("data.jsonl", file)).unwrap();
+        std::fs::write(&job, text).unwrap();
         let out = t.tandem(&["check", job.to_str().unwrap()]);
         assert_eq!(
             out.status.code(),
