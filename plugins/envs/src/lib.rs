@@ -4,8 +4,13 @@
 //! - `arithmetic`, `reverse`, `word_problems` (`tasks/`, `generated.rs`): problems generated
 //!   from `(seed, index)`, a held-out split generated from a derived seed, rewards from the
 //!   completion text.
+//! - `dataset` (`dataset/`): rows of a JSONL, Parquet or `datasets` `save_to_disk` file,
+//!   scored by the built-in verifiers (`verify/`: exact, last_integer, boxed, math, regex,
+//!   choice, json_schema, length, weighted sums) or a Python reward, per data source.
 //! - `python` (`python/`): a Python environment class, and Python reward functions for the
 //!   other environments, in a pool of worker processes the environment owns.
+//!
+//! Design, invariants and figures: `NOTES.md`.
 //!
 //! What an environment promises the host (determinism per index, unique ids, rewards in
 //! range, failures reported as failures) is the contract of `tandem_plugin_api::types::env`,
