@@ -91,10 +91,14 @@ fn libtandem_libraries_next_to_the_binary_are_found_and_a_built_in_wins() {
     assert!(error_lines(&out).is_empty(), "{}", stderr(&out));
     let plugins = listed(&out);
     let names: Vec<&str> = plugins.iter().map(|(n, _)| n.as_str()).collect();
-    // `bridges` and `native` once, built in (native's cdylib beside the binary is skipped, not
-    // a duplicate); alpha from the binary's directory; beta (no `libtandem_` prefix) not at
-    // all.
-    assert_eq!(names, ["bridges", "native", "fixture-alpha"], "{plugins:?}");
+    // `bridges`, `envs` and `native` once, built in (native's cdylib beside the binary is
+    // skipped, not a duplicate); alpha from the binary's directory; beta (no `libtandem_`
+    // prefix) not at all.
+    assert_eq!(
+        names,
+        ["bridges", "envs", "native", "fixture-alpha"],
+        "{plugins:?}"
+    );
     assert_eq!(source_of(&plugins, "native"), Some("built-in"));
     assert_eq!(source_of(&plugins, "bridges"), Some("built-in"));
     assert_eq!(
@@ -146,7 +150,7 @@ fn a_plugin_dir_holding_the_binarys_own_build_loads_without_a_duplicate() {
     names.sort();
     assert_eq!(
         names,
-        ["bridges", "fixture-alpha", "fixture-beta", "native"],
+        ["bridges", "envs", "fixture-alpha", "fixture-beta", "native"],
         "{plugins:?}"
     );
     assert_eq!(source_of(&plugins, "native"), Some("built-in"));
