@@ -128,6 +128,11 @@ pub enum BenchName {
     /// the workers' allocated memory growth beside their early values, and the drafter's
     /// acceptance length beside `draft_tokens + 1`.
     Soak,
+    /// Environment scoring through `dataset`: a bare Python reward per sample beside the same
+    /// call inside Python; a 3 ms Python reward over 512 samples with 1/2/4 workers (seconds
+    /// per step, samples/s) beside the ideal; the built-in `math` verifier per sample;
+    /// `$TANDEM_PYTHON`; `--quick`: 64 samples.
+    Env,
 }
 
 /// Runs one benchmark and prints its table (or one JSON line per figure with `json`);
@@ -160,6 +165,7 @@ pub fn run(
         BenchName::Serve => crate::serve::run(quick)?,
         BenchName::Trainers => crate::trainers::run(plugin_dirs, quick)?,
         BenchName::Soak => crate::soak::run(quick)?,
+        BenchName::Env => crate::envs::run(quick)?,
         BenchName::Bridges => {
             let mut figures = crate::bridges::run(quick)?;
             match crate::bridges_vllm::run(plugin_dirs, &figures)? {

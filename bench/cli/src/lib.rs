@@ -16,6 +16,7 @@ mod bridges_broadcast;
 pub mod bridges_vllm;
 pub mod command;
 pub mod control;
+pub mod envs;
 pub mod exe;
 pub mod memory;
 pub mod native;
