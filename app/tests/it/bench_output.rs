@@ -5,6 +5,8 @@
 //! `tandem bench spec --quick --json`: its drafter, decode and transfer figures;
 //! `tandem bench serve --quick --json`: HTTP beside in-process figures at 1/8/64 clients;
 //! `tandem bench soak --quick --json`: ledger drift, memory growth and acceptance figures.
+//! `tandem bench env --quick --json`: Python reward and `math` verifier figures beside their
+//! limits (any Python 3 with the standard library).
 //! `tandem bench transport --across-netns`: a missing namespace is one error line with its fix;
 //! the cross-namespace figures themselves need root (ignored test).
 
@@ -248,6 +250,58 @@ fn bench_soak_quick_json_prints_ledger_memory_and_acceptance_figures() {
         last > first,
         "training did not raise acceptance: {first} -> {last}"
     );
+}
+
+#[test]
+fn bench_env_quick_json_prints_reward_throughput_beside_its_limits() {
+    // --quick: 64 samples through the `dataset` environment: a bare Python reward, a 3 ms one
+    // with 1/2/4 workers, the built-in `math` verifier. Any Python 3 runs the rewards
+    // (standard library only): `$TANDEM_PYTHON` when set, else `python3` from the PATH.
+    let python = std::env::var("TANDEM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = run(tandem()
+        .args(["bench", "env", "--quick", "--json"])
+        .env("TANDEM_PYTHON", python));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let figures: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let cases: Vec<&str> = figures
+        .iter()
+        .map(|f| f["case"].as_str().unwrap())
+        .collect();
+    let mut expected =
+        vec!["python bare reward (verl), 64 samples, 1 worker: per sample".to_string()];
+    for w in [1, 2, 4] {
+        let case = format!("python 3 ms reward (time.sleep), 64 samples, {w} workers");
+        expected.push(format!("{case}: s per step"));
+        expected.push(format!("{case}: samples/s"));
+    }
+    expected.push("rust math verifier, 64 samples: per sample".into());
+    assert_eq!(cases, expected);
+    for f in &figures {
+        assert_eq!(f["bench"], "env");
+        let case = f["case"].as_str().unwrap();
+        let unit = if case.ends_with("per sample") {
+            "us"
+        } else if case.ends_with("per step") {
+            "s"
+        } else {
+            "samples/s"
+        };
+        assert_eq!(f["unit"], unit, "{f}");
+        let (value, limit, ratio) = (
+            f["value"].as_f64().unwrap(),
+            f["limit"].as_f64().unwrap(),
+            f["ratio"].as_f64().unwrap(),
+        );
+        assert!(value > 0.0 && limit > 0.0, "{f}");
+        assert!(
+            (ratio - value / limit).abs() < 1e-9 * ratio.abs().max(1.0),
+            "{f}"
+        );
+        assert!(!f["limit_name"].as_str().unwrap().is_empty(), "{f}");
+    }
 }
 
 #[test]
