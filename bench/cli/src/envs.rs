@@ -97,8 +97,8 @@ pub fn run(quick: bool) -> Result<Vec<Figure>, CliError> {
 
 fn run_in(tmp: &Path, s: Sizes) -> Result<Vec<Figure>, CliError> {
     let python = PoolOptions::default()
-        .interpreter("tandem bench env")
-        .map_err(|e| CliError::plugin("tandem bench env: the Python interpreter", e))?;
+        .interpreter("Python rewards")
+        .map_err(|e| CliError::plugin("tandem bench env", e))?;
     let write = |name: &str, text: &str| {
         let path = tmp.join(name);
         std::fs::write(&path, text).map_err(CliError::io(format!("writing {}", path.display())))
