@@ -12,16 +12,22 @@
 - held-out item j comes from datasets built with a different seed (`seed * 1009 + k + 500`),
   skipping any question that is also a training question of the task; `held_out` items.
 - the prompt asks for the answer between <answer> and </answer> (`answer_format = "tags"`,
-  the default) or takes the whole completion as the answer (`answer_format = "raw"`).
+  the default), takes the whole completion as the answer (`answer_format = "raw"`), or takes
+  the last number in the completion (`answer_format = "number"`: for numeric tasks and models
+  too small to follow the tag instruction).
 - score: the extracted answer through the entry's dataset's `score_answer` (a value in
   [0, 1]); entries are looked up by the item's metadata in this worker's own datasets, so
   the original entry (not its JSON copy) is scored.
 """
 
+import re
+
 import reasoning_gym
 from reasoning_gym.utils import extract_answer
 
 INSTRUCTION = "\n\nGive your final answer between <answer> and </answer>."
+NUMBER_INSTRUCTION = "\n\nAnswer with a number."
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 class ReasoningGym:
@@ -29,8 +35,8 @@ class ReasoningGym:
                  answer_format="tags", task_config=None):
         if not tasks:
             raise ValueError("tasks is empty: name at least one reasoning-gym dataset")
-        if answer_format not in ("tags", "raw"):
-            raise ValueError(f"answer_format {answer_format!r} is neither 'tags' nor 'raw'")
+        if answer_format not in ("tags", "raw", "number"):
+            raise ValueError(f"answer_format {answer_format!r} is not 'tags', 'raw' or 'number'")
         self.tasks = list(tasks)
         self.size = int(size)
         self.format = answer_format
@@ -78,7 +84,10 @@ class ReasoningGym:
 
     def item(self, split, index):
         k, i, e = self._entry(split, index)
-        prompt = e["question"] + (INSTRUCTION if self.format == "tags" else "")
+        if self.format == "number":
+            prompt = e["question"].rstrip() + NUMBER_INSTRUCTION
+        else:
+            prompt = e["question"] + (INSTRUCTION if self.format == "tags" else "")
         return {
             "id": f"{split}-{index}",
             "prompt": prompt,
@@ -93,7 +102,13 @@ class ReasoningGym:
             meta = item["metadata"]
             k, _, e = self._entry(meta["split"], int(meta["index"]))
             text = c["text"]
-            answer = extract_answer(text) if self.format == "tags" else text.strip()
+            if self.format == "tags":
+                answer = extract_answer(text)
+            elif self.format == "number":
+                found = NUMBER.findall(text)
+                answer = found[-1] if found else None
+            else:
+                answer = text.strip()
             ds = self.train[k] if meta["split"] == "train" else self.held_sets[k][0]
             out.append(float(ds.score_answer(answer, e)))
         return out
