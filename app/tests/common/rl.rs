@@ -14,6 +14,7 @@ pub fn tandem_bin() -> &'static str {
 }
 
 /// Settings of a test job.
+#[derive(Clone)]
 pub struct JobOpts {
     /// Extra lines of `[run]`.
     pub extra_run: String,

@@ -87,12 +87,7 @@ fn bad_data_is_one_line_from_tandem_check() {
             "case {i}: {}",
             out.stderr_text()
         );
-        let errors: Vec<String> = out
-            .stderr_text()
-            .lines()
-            .filter(|l| l.starts_with("error:"))
-            .map(str::to_owned)
-            .collect();
+        let errors = crate::common::error_lines(&out);
         assert_eq!(errors.len(), 1, "case {i}: {}", out.stderr_text());
         let line = errors[0].to_lowercase();
         let want = if *want == "missing" {

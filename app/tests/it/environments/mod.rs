@@ -34,7 +34,7 @@ pub(super) fn dataset_job(t: &Scratch, o: &JobOpts, reward: &str, extra: &str) -
     std::fs::write(t.dir.join("data.jsonl"), rows(40)).unwrap();
     let opts = JobOpts {
         task_options: format!("path = \"data.jsonl\"\nid = \"id\"\nreward = {reward}\n"),
-        ..clone_opts(o)
+        ..o.clone()
     };
     let path = t.job(&opts);
     let text = std::fs::read_to_string(&path).unwrap().replace(
@@ -44,20 +44,6 @@ pub(super) fn dataset_job(t: &Scratch, o: &JobOpts, reward: &str, extra: &str) -
     assert!(text.contains("[environment]"), "{text}");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn clone_opts(o: &JobOpts) -> JobOpts {
-    JobOpts {
-        extra_run: o.extra_run.clone(),
-        steps: o.steps,
-        save_every: o.save_every,
-        prompts: o.prompts,
-        group: o.group,
-        max_tokens: o.max_tokens,
-        extra_sections: o.extra_sections.clone(),
-        model: o.model.clone(),
-        ..JobOpts::default()
-    }
 }
 
 /// The lines of `<run>/file` as JSON.

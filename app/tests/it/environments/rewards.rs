@@ -124,12 +124,7 @@ fn a_reward_that_kills_its_worker_gets_a_new_worker() {
 fn past_max_failed_frac_the_run_stops_with_one_line() {
     let (t, out) = run_with("raises", "");
     assert!(!out.status.success());
-    let errors: Vec<String> = out
-        .stderr_text()
-        .lines()
-        .filter(|l| l.starts_with("error:"))
-        .map(str::to_owned)
-        .collect();
+    let errors = crate::common::error_lines(&out);
     assert_eq!(errors.len(), 1, "{}", out.stderr_text());
     let line = &errors[0];
     assert!(
