@@ -116,6 +116,18 @@ impl CheckOptions for TrainerOptions {
         if let Some(lora) = &self.lora {
             p.extend(lora_problems(lora));
         }
+        for (key, v) in [
+            ("micro_batch_tokens", self.micro_batch_tokens),
+            ("micro_batch_sequences", self.micro_batch_sequences),
+            ("head_chunk_mib", Some(self.head_chunk_mib)),
+        ] {
+            if v == Some(0) {
+                p.push(
+                    ConfigProblem::new(key, "must be at least 1")
+                        .with_help("leave micro_batch_* out to train the whole batch in one pass"),
+                );
+            }
+        }
         p.extend(create::preset_of(self).err());
         p
     }

@@ -1,5 +1,8 @@
 //! Layout of the `activations` buffer for one forward/backward over `B` sequences of `T`
 //! tokens: per layer the tensors backward needs, then the final norm + logits, then scratch.
+//! The trainer's layout ([`ActLayout::training`]) holds the chunked head's scratch
+//! ([`crate::head`]) where the full logits would be. Every size is a multiple of `N = B·T`
+//! (the head scratch: of its rows), so a buffer sized for `N` tokens fits any batch of as many.
 //!
 //! Per layer (N = B·T): `x_in[N,d] r1[N] h1[N,d] q[B,H,T,hd] k[B,KV,T,hd] v[B,KV,T,hd]
 //! lse[B,H,T] att[N,q_dim] x_mid[N,d] r2[N] h2[N,d] g[N,ff] u[N,ff] a[N,ff]` and, for each
@@ -29,6 +32,9 @@ pub struct ActLayout {
     final_sizes: [usize; 4],
     scratch_sizes: [usize; SCRATCH_SLOTS],
     layers: usize,
+    /// Rows of the chunked head's scratch in the final section instead of the full logits
+    /// (`None`: the full logits `[N, vocab]`).
+    pub head_rows: Option<usize>,
     /// Inference-only: one layer section reused by every layer (no backward possible).
     pub shared: bool,
 }
@@ -90,8 +96,25 @@ impl ActLayout {
                 n * r,
             ],
             layers: c.num_hidden_layers,
+            head_rows: None,
             shared: false,
         }
+    }
+
+    /// The trainer's layout: [`new`](Self::new) with the chunked head's scratch of
+    /// `head_rows` rows (hidden states + logits, see [`crate::head`]) in place of the full
+    /// logits; `forward` then computes no logits.
+    pub fn training(
+        c: &ModelConfig,
+        b: usize,
+        t: usize,
+        lora: Option<&LoraConfig>,
+        head_rows: usize,
+    ) -> Self {
+        let mut al = Self::new(c, b, t, lora);
+        al.final_sizes[3] = crate::head::scratch_len(c.vocab_size, c.hidden_size, head_rows);
+        al.head_rows = Some(head_rows);
+        al
     }
 
     /// Inference-only layout (scoring, prefill): one layer section is reused by all layers,
@@ -140,12 +163,26 @@ impl ActLayout {
     pub fn scratch<'a>(&self, sec: &'a mut [f32]) -> Result<[&'a mut [f32]; SCRATCH_SLOTS]> {
         carve(sec, self.scratch_sizes)
     }
-    /// Offset of the logits `[N, vocab]` inside the whole buffer.
+    /// Offset of the logits `[N, vocab]` (the head scratch in a [`training`](Self::training)
+    /// layout) inside the whole buffer.
     pub fn logits_offset(&self) -> usize {
         self.layers * self.per_layer() + self.final_sizes[..3].iter().sum::<usize>()
     }
     /// Offset of the final normed hidden states `[N, d]` inside the whole buffer.
     pub fn hidden_offset(&self) -> usize {
         self.layers * self.per_layer() + self.final_sizes[..2].iter().sum::<usize>()
+    }
+
+    /// The chunked head's operands in a buffer laid out by `self`: `(hidden [N, d], head
+    /// scratch, dh [N, d])` — the final normed hidden states, the final section's last slot,
+    /// and the scratch slot [`crate::backward::backward_body`] reads `∂L/∂h` from.
+    pub fn head_parts<'a>(
+        &self,
+        buf: &'a mut [f32],
+    ) -> Result<(&'a [f32], &'a mut [f32], &'a mut [f32])> {
+        let [_, fin, scratch] = self.sections(buf)?;
+        let [_, _, hidden, head] = self.final_parts(fin)?;
+        let [_, dh, ..] = self.scratch(scratch)?;
+        Ok((hidden, head, dh))
     }
 }

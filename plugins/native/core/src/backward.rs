@@ -83,6 +83,13 @@ pub fn backward(
     mut grads: Grads<'_>,
 ) -> Result<()> {
     check(model, lora, tokens, al, acts, &grads)?;
+    if al.head_rows.is_some() {
+        return Err(NativeError::Input(
+            "backward from dlogits needs the full logits (ActLayout::new); a training layout \
+             goes through crate::head and backward_body"
+                .into(),
+        ));
+    }
     let c = &model.cfg;
     let w = model.w();
     let (n, d) = (al.n, c.hidden_size);
@@ -96,6 +103,21 @@ pub fn backward(
             linear_dw(g, dlogits, hf, n, d, c.vocab_size, 1.0);
         }
     }
+    body_backward(model, lora, tokens, al, acts, grads)
+}
+
+/// Backward of the body alone with the gradient of the final normed hidden states already in
+/// place: the `dh` slot of [`ActLayout::head_parts`], where [`crate::head::head_loss`] writes
+/// it (the trainer's path; no copy of `[N, d]`).
+pub fn backward_body(
+    model: &Model,
+    lora: Option<&LoraAdapter>,
+    tokens: &[u32],
+    al: &ActLayout,
+    acts: &mut [f32],
+    grads: Grads<'_>,
+) -> Result<()> {
+    check(model, lora, tokens, al, acts, &grads)?;
     body_backward(model, lora, tokens, al, acts, grads)
 }
 

@@ -194,6 +194,13 @@ pub fn forward_observed(
     inputs: &mut InputHook<'_>,
 ) -> Result<()> {
     check_inputs(model, tokens, al, acts)?;
+    if with_logits && al.head_rows.is_some() {
+        return Err(NativeError::Input(
+            "a training layout (ActLayout::training) holds no full logits; run the chunked \
+             head (crate::head) instead"
+                .into(),
+        ));
+    }
     let c = &model.cfg;
     let w = model.w();
     let (n, d) = (al.n, c.hidden_size);

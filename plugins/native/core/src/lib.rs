@@ -16,6 +16,7 @@ pub mod drafter;
 pub mod engine;
 pub mod error;
 pub mod forward;
+pub mod head;
 pub mod init;
 pub mod layout;
 pub mod linalg;

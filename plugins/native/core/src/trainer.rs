@@ -1,23 +1,31 @@
 //! `Trainer`: forward + loss + backward + AdamW over provider buffers.
 //!
 //! Buffers: `grads` (layout of the trainable parameters: base weights in full fine-tuning,
-//! the adapter in LoRA mode), `optimizer` (m then v, same layout), `activations`
-//! (grown through the provider when a larger batch arrives).
+//! the adapter in LoRA mode), `optimizer` (m then v, same layout), `activations` (one
+//! micro-batch's: sized up front by [`Trainer::reserve_activations`], grown through the
+//! provider when a larger micro-batch arrives). A step runs in micro-batches
+//! ([`MicroBatch`]) with the whole batch's loss normaliser; the LM head and loss run over the
+//! loss positions only, in chunks ([`crate::head`]): the full logits never exist.
 
 use std::path::Path;
 
 use crate::acts::ActLayout;
-use crate::backward::{Grads, backward};
+use crate::backward::{Grads, backward_body};
 use crate::buffer::{BufferProvider, BufferTag, Region};
 use crate::error::{NativeError, Result};
 use crate::forward::forward;
+use crate::head::{self, HeadBatch, HeadGrads, head_loss};
 use crate::lora::LoraAdapter;
-use crate::loss::{Loss, LossStats, apply_loss};
+use crate::loss::{Loss, LossStats, LossTerms, batch_normalizer};
 use crate::model::Model;
 use crate::optim::{AdamW, clip_grad_norm};
 use crate::value_head::ValueHead;
 
 mod critic;
+mod micro;
+
+pub use micro::MicroBatch;
+use micro::StatSums;
 
 /// A batch of `b` right-padded sequences of `t` tokens (token-aligned arrays, see
 /// [`crate::loss`]).
@@ -55,6 +63,10 @@ pub struct Trainer {
     /// The value head when this trainer is a value model (see [`critic`]); its body is
     /// the model (or the adapter in LoRA mode).
     pub value_head: Option<ValueHead>,
+    /// How a batch is split into micro-batches (default: one).
+    pub micro_batch: MicroBatch,
+    /// Memory budget of the LM head's chunk scratch, bytes ([`head::HEAD_BUDGET_BYTES`]).
+    pub head_budget_bytes: usize,
     grads: Box<dyn Region>,
     m: Box<dyn Region>,
     v: Box<dyn Region>,
@@ -86,6 +98,8 @@ impl Trainer {
             opt,
             max_grad_norm: Some(1.0),
             value_head: None,
+            micro_batch: MicroBatch::default(),
+            head_budget_bytes: head::HEAD_BUDGET_BYTES,
             acts: None,
             logprobs: Vec::new(),
         })
@@ -134,31 +148,46 @@ impl Trainer {
         Ok(())
     }
 
-    /// Checks `batch`, sizes the activations buffer for it and runs the forward pass that
-    /// saves what backward needs. Shared by [`accumulate`](Self::accumulate) and
-    /// [`logprobs`](Self::logprobs).
+    /// Rows of the chunked head's scratch for a pass over `n` tokens.
+    fn head_rows(&self, n: usize) -> usize {
+        let c = &self.model.cfg;
+        head::chunk_rows(c.vocab_size, c.hidden_size, self.head_budget_bytes).min(n.max(1))
+    }
+
+    /// The activations layout of a pass over `b` sequences of `t` tokens.
+    fn layout(&self, b: usize, t: usize) -> ActLayout {
+        let rows = self.head_rows(b * t);
+        ActLayout::training(
+            &self.model.cfg,
+            b,
+            t,
+            self.lora.as_ref().map(|l| &l.cfg),
+            rows,
+        )
+    }
+
+    /// Allocates the activations buffer for micro-batches of up to `tokens` (padded) tokens
+    /// now, so that memory is flat from the first step ([`MicroBatch::tokens`]; a longer
+    /// sequence still grows it).
+    pub fn reserve_activations(
+        &mut self,
+        tokens: usize,
+        provider: &mut dyn BufferProvider,
+    ) -> Result<()> {
+        let al = self.layout(1, tokens.max(1));
+        self.ensure_acts(&al, provider)
+    }
+
+    /// Checks `batch`, sizes the activations buffer for it and runs the body's forward pass
+    /// that saves what backward needs (no logits: the head runs in [`pass`](Self::pass) or
+    /// the value head's code).
     fn forward_batch(
         &mut self,
         batch: &Batch<'_>,
         provider: &mut dyn BufferProvider,
     ) -> Result<ActLayout> {
-        self.forward_batch_with(batch, provider, true)
-    }
-
-    /// [`forward_batch`](Self::forward_batch), the logits only `with_logits`.
-    fn forward_batch_with(
-        &mut self,
-        batch: &Batch<'_>,
-        provider: &mut dyn BufferProvider,
-        with_logits: bool,
-    ) -> Result<ActLayout> {
         self.check_batch(batch)?;
-        let al = ActLayout::new(
-            &self.model.cfg,
-            batch.b,
-            batch.t,
-            self.lora.as_ref().map(|l| &l.cfg),
-        );
+        let al = self.layout(batch.b, batch.t);
         self.ensure_acts(&al, provider)?;
         let acts = self
             .acts
@@ -171,20 +200,22 @@ impl Trainer {
             batch.tokens,
             &al,
             acts,
-            with_logits,
+            false,
         )?;
         Ok(al)
     }
 
-    /// Forward + loss + backward; gradients are ADDED to the grads buffer (call
-    /// [`zero_grad`](Self::zero_grad) between steps). Returns loss statistics; the new
-    /// per-token logprobs are available from [`last_logprobs`](Self::last_logprobs).
-    pub fn accumulate(
+    /// One pass over one micro-batch: forward, the chunked head + loss over the loss rows
+    /// and, when `train`, the backward (gradients ADDED). Logprobs of the counted tokens go
+    /// into `lp_out` (token-aligned, every other entry 0).
+    fn pass(
         &mut self,
         batch: &Batch<'_>,
         loss: &Loss<'_>,
         normalizer: Option<f32>,
+        train: bool,
         provider: &mut dyn BufferProvider,
+        lp_out: &mut [f32],
     ) -> Result<LossStats> {
         let al = self.forward_batch(batch, provider)?;
         let acts = self
@@ -192,63 +223,111 @@ impl Trainer {
             .as_mut()
             .map(|a| a.as_mut_slice())
             .unwrap_or_default();
-        let vocab = self.model.cfg.vocab_size;
-        let lo = al.logits_offset();
-        self.logprobs.resize(al.n, 0.0);
-        let stats = apply_loss(
-            &mut acts[lo..lo + al.n * vocab],
-            vocab,
+        let lora = self.lora.is_some();
+        let stats = {
+            let (hidden, scratch, dh) = al.head_parts(acts)?;
+            let hb = HeadBatch {
+                hidden,
+                tokens: batch.tokens,
+                t: batch.t,
+                mask: batch.mask,
+                loss,
+                normalizer,
+            };
+            let grads = train.then(|| HeadGrads {
+                dh,
+                weight: match lora {
+                    true => None,
+                    false => Some(&mut self.grads.as_mut_slice()[self.model.offs.lm_head.clone()]),
+                },
+            });
+            head_loss(&self.model, &hb, scratch, grads, lp_out)?
+        };
+        if train {
+            let grads = trainable_grads(self.grads.as_mut_slice(), lora);
+            backward_body(
+                &self.model,
+                self.lora.as_ref(),
+                batch.tokens,
+                &al,
+                acts,
+                grads,
+            )?;
+        }
+        Ok(stats)
+    }
+
+    /// Runs [`pass`](Self::pass) over the micro-batches of `batch` ([`MicroBatch`]; sequences
+    /// whole, sorted by length, each micro-batch trimmed to its longest loss position), every
+    /// one normalised by the whole batch's normaliser; the logprobs land in `lp_out`.
+    fn passes(
+        &mut self,
+        batch: &Batch<'_>,
+        loss: &Loss<'_>,
+        normalizer: Option<f32>,
+        train: bool,
+        provider: &mut dyn BufferProvider,
+        lp_out: &mut Vec<f32>,
+    ) -> Result<LossStats> {
+        self.check_batch(batch)?;
+        // Checks the loss inputs over the whole batch (also when no sequence carries loss).
+        LossTerms::new(
+            self.model.cfg.vocab_size,
             batch.tokens,
             batch.t,
             batch.mask,
             loss,
             normalizer,
-            &mut self.logprobs,
         )?;
-        let grads = trainable_grads(self.grads.as_mut_slice(), self.lora.is_some());
-        backward(
-            &self.model,
-            self.lora.as_ref(),
-            batch.tokens,
-            &al,
-            acts,
-            grads,
-        )?;
-        Ok(stats)
+        let z = normalizer.unwrap_or_else(|| batch_normalizer(loss, batch.t, batch.mask));
+        lp_out.clear();
+        lp_out.resize(batch.b * batch.t, 0.0);
+        let mut sums = StatSums::default();
+        for mb in micro::plan(batch, &self.micro_batch) {
+            let part = mb.part(batch, loss);
+            let sub = part.batch();
+            let mut lp = vec![0f32; sub.b * sub.t];
+            let s = self.pass(&sub, &part.loss(loss), Some(z), train, provider, &mut lp)?;
+            mb.scatter(&lp, batch.t, lp_out);
+            sums.add(&s);
+        }
+        Ok(sums.stats())
     }
 
-    /// Forward only: per-token logprobs of `batch` under the current parameters
-    /// (token-aligned, entry 0 of each row = 0). Use for reference / behaviour logprobs.
-    /// Gradients are untouched.
+    /// Forward + loss + backward; gradients are ADDED to the grads buffer (call
+    /// [`zero_grad`](Self::zero_grad) between steps). The batch runs in micro-batches
+    /// ([`micro_batch`](Self::micro_batch)) normalised by `normalizer` (`None`: this batch's
+    /// own, [`batch_normalizer`]), so the result does not depend on their size beyond float
+    /// rounding. Returns loss statistics; the new logprobs of the counted tokens are
+    /// available from [`last_logprobs`](Self::last_logprobs).
+    pub fn accumulate(
+        &mut self,
+        batch: &Batch<'_>,
+        loss: &Loss<'_>,
+        normalizer: Option<f32>,
+        provider: &mut dyn BufferProvider,
+    ) -> Result<LossStats> {
+        let mut lp = std::mem::take(&mut self.logprobs);
+        let out = self.passes(batch, loss, normalizer, true, provider, &mut lp);
+        self.logprobs = lp;
+        out
+    }
+
+    /// Forward only: the logprobs of the counted tokens of `batch` (mask ≠ 0) under the
+    /// current parameters, token-aligned, every other entry 0 (the head runs over those
+    /// positions only). Use for reference / behaviour logprobs. Gradients are untouched.
     pub fn logprobs(
         &mut self,
         batch: &Batch<'_>,
         provider: &mut dyn BufferProvider,
     ) -> Result<Vec<f32>> {
-        let al = self.forward_batch(batch, provider)?;
-        let acts = self
-            .acts
-            .as_mut()
-            .map(|a| a.as_mut_slice())
-            .unwrap_or_default();
-        let vocab = self.model.cfg.vocab_size;
-        let lo = al.logits_offset();
-        let mut out = vec![0.0; al.n];
-        let ones = vec![1.0; al.n];
-        apply_loss(
-            &mut acts[lo..lo + al.n * vocab],
-            vocab,
-            batch.tokens,
-            batch.t,
-            &ones,
-            &Loss::Sft,
-            None,
-            &mut out,
-        )?;
-        Ok(out)
+        let mut lp = Vec::new();
+        self.passes(batch, &Loss::Sft, None, false, provider, &mut lp)?;
+        Ok(lp)
     }
 
-    /// Per-token logprobs of the last [`accumulate`](Self::accumulate) (token-aligned).
+    /// Logprobs of the counted tokens of the last [`accumulate`](Self::accumulate)
+    /// (token-aligned, every other entry 0).
     pub fn last_logprobs(&self) -> &[f32] {
         &self.logprobs
     }

@@ -13,7 +13,7 @@ use tandem_native_core::lora::{LoraAdapter, LoraConfig};
 use tandem_native_core::loss::{Aggregation, KlEstimator, Loss, PolicyLossConfig, RatioLevel};
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
-use tandem_native_core::trainer::Trainer;
+use tandem_native_core::trainer::{MicroBatch, Trainer};
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::{
     CheckpointInfo, ComponentConfig, ComponentStats, HostBox, LogLevel, LossKind, Metric,
@@ -281,7 +281,17 @@ impl TrainerImpl for NativeTrainer {
         };
         let total = model.layout.num_params() as u64;
         let adapter = lora.as_ref().map(|l| l.layout.num_params() as u64);
-        let trainer = Trainer::new(model, lora, opt, &mut provider).ctx("trainer `native`")?;
+        let mut trainer = Trainer::new(model, lora, opt, &mut provider).ctx("trainer `native`")?;
+        trainer.micro_batch = MicroBatch {
+            tokens: o.micro_batch_tokens.unwrap_or(usize::MAX).max(1),
+            sequences: o.micro_batch_sequences.unwrap_or(usize::MAX).max(1),
+        };
+        trainer.head_budget_bytes = o.head_chunk_mib.max(1) << 20;
+        if let Some(tokens) = o.micro_batch_tokens {
+            trainer
+                .reserve_activations(tokens, &mut provider)
+                .ctx("trainer `native` activations")?;
+        }
         log(
             &self.host,
             LogLevel::Info,

@@ -44,6 +44,14 @@ pub struct TrainerOptions {
     pub init_preset: Option<String>,
     /// Seed of the preset's random weights.
     pub init_seed: u64,
+    /// Most padded tokens per micro-batch of a step (gradient accumulation; the loss keeps
+    /// the whole batch's normalisation). Also sizes the activations once at init, so memory
+    /// is flat from the first step. `None`: the whole batch in one pass.
+    pub micro_batch_tokens: Option<usize>,
+    /// Most sequences per micro-batch (`None`: no limit).
+    pub micro_batch_sequences: Option<usize>,
+    /// Memory budget of the LM head's chunk (hidden rows + logits over the vocabulary), MiB.
+    pub head_chunk_mib: usize,
 }
 
 impl Default for TrainerOptions {
@@ -58,6 +66,9 @@ impl Default for TrainerOptions {
             digest: true,
             init_preset: None,
             init_seed: 0,
+            micro_batch_tokens: None,
+            micro_batch_sequences: None,
+            head_chunk_mib: tandem_native_core::head::HEAD_BUDGET_BYTES >> 20,
         }
     }
 }

@@ -34,7 +34,7 @@ impl Trainer {
         provider: &mut dyn BufferProvider,
     ) -> Result<(crate::acts::ActLayout, Vec<f32>)> {
         self.head()?;
-        let al = self.forward_batch_with(batch, provider, false)?;
+        let al = self.forward_batch(batch, provider)?;
         let d = self.model.cfg.hidden_size;
         let ho = al.hidden_offset();
         let acts = self.acts.as_ref().map(|a| a.as_slice()).unwrap_or_default();

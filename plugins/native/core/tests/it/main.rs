@@ -14,6 +14,7 @@ mod gradcheck_model;
 mod gradcheck_value;
 mod hf_parity;
 mod io;
+mod micro_batch;
 mod spec;
 mod spec_dist;
 mod train;
