@@ -37,5 +37,6 @@ mod rl_ppo;
 mod rl_variants;
 mod serve;
 mod sglang_loop;
+mod tracking;
 mod transport_services;
 mod workers;

@@ -10,6 +10,7 @@ pub mod error;
 mod eval;
 mod generate;
 mod launch;
+mod log;
 pub mod logging;
 mod model;
 mod plugins;
@@ -81,6 +82,12 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Greedy accuracy of a model on a task's held-out set (the run's `[eval]`, reproduced).
     Eval(eval::EvalArgs),
+    /// Experiment trackers: `tandem log push RUN_DIR` sends a run's metrics to them.
+    Log {
+        /// What to do.
+        #[command(subcommand)]
+        command: log::LogCommand,
+    },
     /// Run one worker process (started by `tandem run`'s launcher, not by hand).
     #[command(hide = true)]
     Worker(tandem_runtime::worker::WorkerArgs),
@@ -123,6 +130,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Command::Generate(args) => generate::run(&cli.plugin_dirs, args),
         Command::Serve(args) => serve::run(&cli.plugin_dirs, args),
         Command::Eval(args) => eval::run(&cli.plugin_dirs, args),
+        Command::Log { command } => log::run(&cli.plugin_dirs, command),
         Command::Worker(args) => tandem_runtime::worker::run(args).map_err(CliError::from),
     }
 }

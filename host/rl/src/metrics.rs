@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 pub struct StepMetrics {
     /// RL step (1-based).
     pub step: u32,
+    /// Unix time (s) the line was written: the trackers' timestamp of the step.
+    pub time: f64,
     /// Mean reward of the rollout.
     pub reward_mean: f64,
     /// Standard deviation of the rewards.
@@ -214,6 +216,7 @@ impl MetricsLog {
     pub fn push_before(&mut self, weight_version: u64, result: &EvalResult) -> Result<(), RlError> {
         let mut m = StepMetrics {
             step: 0,
+            time: tandem_track::tensorboard::unix_now(),
             weight_version,
             ..StepMetrics::default()
         };
@@ -250,6 +253,7 @@ fn line_of(m: &StepMetrics) -> String {
     if m.step == 0 {
         let v = serde_json::json!({
             "step": 0,
+            "time": m.time,
             "weight_version": m.weight_version,
             "eval_accuracy": m.eval_accuracy,
             "eval_problems": m.eval_problems,

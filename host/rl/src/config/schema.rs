@@ -58,6 +58,9 @@ pub struct JobFile {
     /// Where the workers start.
     #[serde(default)]
     pub launcher: LauncherSection,
+    /// Experiment trackers (TensorBoard, Weights & Biases, MLflow).
+    #[serde(default)]
+    pub logging: tandem_track::LoggingSection,
 }
 
 impl JobFile {

@@ -108,7 +108,7 @@ pub struct RunSummary {
 /// needs nothing started: trainer ranks, task, bridge settings, model directory, plugin
 /// options), so nothing below refuses the job after the run directory exists.
 pub fn run(plan: &RunPlan, registry: &Registry, opts: RunOptions) -> Result<RunSummary, RlError> {
-    skeleton::execute(Loop::launch(plan, registry, &opts)?)
+    skeleton::execute(Loop::launch(plan, registry, &opts)?, plan, &opts)
 }
 
 impl skeleton::Job for Loop<'_> {
@@ -132,6 +132,14 @@ impl skeleton::Job for Loop<'_> {
 
     fn events(&self) -> &EventLog {
         &self.events
+    }
+
+    fn say(&self, line: &str) {
+        self.progress.println(line);
+    }
+
+    fn checkpoint(&self) -> Option<PathBuf> {
+        self.last_checkpoint.clone()
     }
 
     fn shutdown(self) -> Result<(), RlError> {

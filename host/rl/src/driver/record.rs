@@ -111,6 +111,7 @@ impl Loop<'_> {
         }
         self.ledger_figures(m);
         m.step_s = started.elapsed().as_secs_f64();
+        m.time = tandem_track::tensorboard::unix_now();
         m.overhead_s = (m.step_s - phases.values().sum::<f64>()).max(0.0);
         m.phases = phases;
         self.progress.step(m);

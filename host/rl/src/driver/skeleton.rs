@@ -3,7 +3,8 @@
 //! before anything is written, the model created or checked, the prompt codec, the launcher,
 //! the event log) and the run of the steps ([`execute`]: what comes before the first step,
 //! every step, the summary, the event log flushed whatever happened, the workers shut down
-//! after a run that succeeded).
+//! after a run that succeeded), with the run's trackers (`[logging]`) told of every
+//! `metrics.jsonl` line and ended with the run.
 //!
 //! A [`Job`] is what runs on it: the RL loop (`Loop`, whose steps an
 //! [`Algorithm`](crate::algorithm::Algorithm) trains) or a drafter job (`drafter`).
@@ -36,6 +37,10 @@ pub(crate) trait Job {
     fn finish(&mut self) -> Self::Summary;
     /// The job's event log.
     fn events(&self) -> &EventLog;
+    /// Shows a line above the job's progress display.
+    fn say(&self, line: &str);
+    /// The job's newest checkpoint.
+    fn checkpoint(&self) -> Option<PathBuf>;
     /// Shuts the job's workers down (each given [`SHUTDOWN_GRACE`] to exit).
     fn shutdown(self) -> Result<(), RlError>;
 }
@@ -43,17 +48,44 @@ pub(crate) trait Job {
 /// How long a worker may take to exit at the end of a job.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// Runs every step of `job`; the event log is flushed whatever happened, the workers are
-/// shut down after a job that succeeded.
-pub(crate) fn execute<J: Job>(mut job: J) -> Result<J::Summary, RlError> {
+/// How long the end of a run waits for its trackers' last backlog.
+const TRACKING_GRACE: Duration = Duration::from_secs(120);
+
+/// Runs every step of `job`, telling `plan`'s trackers of every metrics line; the event log
+/// is flushed and the trackers ended whatever happened, the workers are shut down after a
+/// job that succeeded.
+pub(crate) fn execute<J: Job>(
+    mut job: J,
+    plan: &RunPlan,
+    opts: &RunOptions,
+) -> Result<J::Summary, RlError> {
+    let tracker = start_tracking(plan, opts, job.steps().0)?;
+    let told = |job: &J, step: u32| {
+        if let Some(t) = &tracker {
+            t.notify();
+            for w in t.warnings() {
+                job.say(&w);
+                job.events().record(step, "tracking", "warning", &w);
+            }
+        }
+    };
     let result: Result<J::Summary, RlError> = (|| {
         job.before()?;
         let (first, last) = job.steps();
+        told(&job, first.saturating_sub(1));
         for step in first..=last {
             job.step(step)?;
+            told(&job, step);
         }
         Ok(job.finish())
     })();
+    if let Some(t) = tracker {
+        for w in t.finish(job.checkpoint(), result.is_err(), TRACKING_GRACE) {
+            job.say(&w);
+            job.events()
+                .record(job.steps().1, "tracking", "warning", &w);
+        }
+    }
     job.events().flush();
     let summary = result?;
     job.shutdown()?;
@@ -129,6 +161,29 @@ pub(crate) fn prepare(
         launcher,
         files,
         events,
+    })
+}
+
+/// The trackers of `plan`, started on the run directory (`None` without `[logging]`
+/// trackers). A resumed run's trackers send again from the step of its checkpoint, the one
+/// before `first_step`.
+fn start_tracking(
+    plan: &RunPlan,
+    opts: &RunOptions,
+    first_step: u32,
+) -> Result<Option<tandem_track::Tracker>, RlError> {
+    let run = tandem_track::RunInfo {
+        run_dir: opts.run_dir.clone(),
+        name: plan.name.clone(),
+        config: serde_json::to_value(plan).unwrap_or_default(),
+        job_text: plan.job.text.clone(),
+        restart_at: opts.resume.then(|| first_step.saturating_sub(1)),
+    };
+    tandem_track::Tracker::start(&plan.tracking, run).map_err(|e| {
+        RlError::usage(format!("[logging]: {e}")).with_help(format!(
+            "the tracking state {} is damaged: move it away to start the trackers' runs anew",
+            opts.run_dir.join(tandem_track::STATE_FILE).display()
+        ))
     })
 }
 

@@ -82,7 +82,7 @@ pub fn run(
         ))
         .with_help("start a new run; point [trainer.options] drafter at a saved drafter checkpoint to continue from it"));
     }
-    crate::driver::skeleton::execute(DrafterLoop::launch(plan, registry, &opts)?)
+    crate::driver::skeleton::execute(DrafterLoop::launch(plan, registry, &opts)?, plan, &opts)
 }
 
 impl crate::driver::skeleton::Job for DrafterLoop<'_> {
@@ -106,6 +106,14 @@ impl crate::driver::skeleton::Job for DrafterLoop<'_> {
 
     fn events(&self) -> &EventLog {
         &self.events
+    }
+
+    fn say(&self, line: &str) {
+        self.progress.println(line);
+    }
+
+    fn checkpoint(&self) -> Option<std::path::PathBuf> {
+        self.last_checkpoint.clone()
     }
 
     fn shutdown(self) -> Result<(), RlError> {

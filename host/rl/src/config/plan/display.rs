@@ -68,6 +68,7 @@ impl fmt::Display for RunPlan {
             )?;
         }
         writeln!(f, "  launcher   {}", self.launcher.summary)?;
+        tracking(f, &self.tracking)?;
         writeln!(f, "  transport  {}", self.transport.backend)?;
         for g in &self.transport.groups {
             writeln!(f, "    {g}")?;
@@ -109,6 +110,38 @@ impl fmt::Display for RunPlan {
         }
         Ok(())
     }
+}
+
+/// `  tracking   tensorboard DIR; wandb ENTITY/PROJECT (MODE, python P); mlflow URI (experiment E)`.
+fn tracking(f: &mut fmt::Formatter<'_>, t: &tandem_track::TrackPlan) -> fmt::Result {
+    if t.is_empty() {
+        return Ok(());
+    }
+    let mut parts = Vec::new();
+    if let Some(d) = &t.tensorboard {
+        parts.push(format!("tensorboard {}", d.display()));
+    }
+    if let Some(w) = &t.wandb {
+        let s = &w.section;
+        let entity = s
+            .entity
+            .as_deref()
+            .map(|e| format!("{e}/"))
+            .unwrap_or_default();
+        parts.push(format!(
+            "wandb {entity}{} ({}, python {})",
+            s.project,
+            s.mode.as_str(),
+            w.python.display()
+        ));
+    }
+    if let Some(m) = &t.mlflow {
+        parts.push(format!(
+            "mlflow {} (experiment {})",
+            m.tracking_uri, m.experiment
+        ));
+    }
+    writeln!(f, "  tracking   {}", parts.join("; "))
 }
 
 /// `  engine     native x2 from plugin `native` (built-in) on cpu, cpu`.

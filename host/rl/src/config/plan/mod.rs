@@ -61,6 +61,8 @@ pub struct RunPlan {
     pub transport: TransportPlan,
     /// `[launcher]`: how the workers start and where.
     pub launcher: LauncherPlan,
+    /// `[logging]`: the trackers the run's metrics go to.
+    pub tracking: tandem_track::TrackPlan,
 }
 
 impl RunPlan {

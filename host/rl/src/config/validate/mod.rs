@@ -8,7 +8,8 @@
 //! Slurm needs; what a placement across hosts rules out), `model`, `environment` (built,
 //! starting nothing; the chat template of a chat environment), `eval`, `algorithm`, `drafter` (a drafter job's
 //! components, bridge and held-out set), `critic` (PPO's value model), `transport` (plan, timeout,
-//! `[memory]`), `roles` (each role's options made into JSON once, checked by its plugin's
+//! `[memory]`), `logging` (the trackers: an MLflow address, the W&B sidecar's
+//! Python), `roles` (each role's options made into JSON once, checked by its plugin's
 //! `validate_config` with rank 0's component config as the run builds it, and the
 //! capabilities the component has with them), then `bridge` (the bridge, its plan, and the
 //! update kinds and digests both sides must have with their options), the critic's and
@@ -27,6 +28,7 @@ mod eval;
 mod fit;
 mod issues;
 mod launcher;
+mod logging;
 mod model;
 mod placement;
 mod roles;
@@ -92,6 +94,7 @@ pub fn validate_with(
     let drafter_trainer = drafter::check_rl(&mut issues, registry, j);
     let critic = critic::check(&mut issues, registry, j);
     let transport_groups = transport::check(&mut issues, j, devices_ok);
+    logging::check(&mut issues, j);
     let output_dir = overrides
         .output_dir
         .clone()
@@ -197,6 +200,10 @@ pub fn validate_with(
         }),
     };
     let p = &j.placement;
+    let tracking = j.logging.plan(
+        &output_dir,
+        job.path.parent().unwrap_or(std::path::Path::new(".")),
+    );
     Ok(RunPlan {
         name: j.run.name.clone(),
         job: JobRecord {
@@ -234,5 +241,6 @@ pub fn validate_with(
             settings: j.launcher.clone(),
             summary: launcher,
         },
+        tracking,
     })
 }
