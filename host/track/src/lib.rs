@@ -15,6 +15,8 @@
 //! `tandem log push RUN_DIR` ([`push`]). A resumed run continues the same W&B and MLflow runs.
 //! The run's loop never waits for a tracker: [`Tracker`] sends from its own thread.
 
+#![forbid(unsafe_code)]
+
 mod error;
 mod flatten;
 mod mlflow;

@@ -204,7 +204,7 @@ impl Sink for WandbSink {
             return Ok(());
         };
         let summary = match checkpoint {
-            Some(c) => json!({"checkpoint": c.display().to_string()}),
+            Some(c) => json!({"tandem.checkpoint": c.display().to_string()}),
             None => json!({}),
         };
         let req = json!({"op": "finish", "summary": summary, "exit_code": i32::from(failed)});
