@@ -39,30 +39,9 @@ fn tracking_warnings(t: &Scratch) -> Vec<String> {
 }
 
 /// Every numeric field of a metrics line as a tracker names it (nested: `a/b`; booleans 0/1),
-/// without `step` and `time`.
+/// without `step` and `time`: the tracking crate's own reading of a line.
 fn scalars(line: &serde_json::Value) -> Vec<(String, f64)> {
-    fn walk(v: &serde_json::Value, prefix: &str, out: &mut Vec<(String, f64)>) {
-        let Some(obj) = v.as_object() else { return };
-        for (k, v) in obj {
-            if prefix.is_empty() && (k == "step" || k == "time") {
-                continue;
-            }
-            let name = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}/{k}")
-            };
-            match v {
-                serde_json::Value::Number(n) => out.push((name, n.as_f64().unwrap())),
-                serde_json::Value::Bool(b) => out.push((name, f64::from(u8::from(*b)))),
-                serde_json::Value::Object(_) => walk(v, &name, out),
-                _ => {}
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(line, "", &mut out);
-    out
+    tandem_track::Line::of(line).unwrap().scalars
 }
 
 /// The Python of the trackers' packages; panics with how to get it, so an `--ignored` run
