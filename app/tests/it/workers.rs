@@ -34,6 +34,7 @@ fn spec(role: Role, rank: u32, component: &str, options: &str, plugins: &Path) -
         run_dir: "".into(),
         plugin_dirs: vec![plugins.to_path_buf()],
         transport: None,
+        cpus: Vec::new(),
     }
 }
 

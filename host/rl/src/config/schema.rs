@@ -163,6 +163,19 @@ pub struct PlacementSection {
     pub train_frac: Spanned<f64>,
     /// Fraction of each device's memory the engine may use.
     pub infer_frac: Spanned<f64>,
+    /// CPU cores each role's workers run on (`[placement.cpus]`).
+    pub cpus: CpuPins,
+}
+
+/// `[placement.cpus]`: the CPU cores each role's workers (and the processes they start) run
+/// on, e.g. engine on core 0 and trainer on core 1 of a 2-core machine; empty: all.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CpuPins {
+    /// Cores of every engine rank.
+    pub engine: Vec<u32>,
+    /// Cores of every trainer rank (the drafter trainer and PPO's critic too).
+    pub trainer: Vec<u32>,
 }
 
 impl Default for PlacementSection {
@@ -172,6 +185,7 @@ impl Default for PlacementSection {
             devices: vec!["cpu".into()],
             train_frac: Spanned::new(0..0, 0.45),
             infer_frac: Spanned::new(0..0, 0.45),
+            cpus: CpuPins::default(),
         }
     }
 }

@@ -356,6 +356,10 @@ impl Launch<'_> {
             run_dir: absolute(&self.opts.run_dir),
             plugin_dirs: self.opts.plugin_dirs.iter().map(|d| absolute(d)).collect(),
             transport: None,
+            cpus: match role {
+                Role::Engine => self.plan.placement.cpus.engine.clone(),
+                Role::Trainer => self.plan.placement.cpus.trainer.clone(),
+            },
         }
     }
 }

@@ -14,7 +14,10 @@
 //! within [`PARENT_POLL`], even in the middle of a plugin call.
 
 mod bridge;
+mod pin;
 mod serve;
+
+pub use pin::allowed_cpus;
 
 use crate::error::RuntimeError;
 use crate::registry::Registry;
@@ -82,6 +85,9 @@ pub struct WorkerSpec {
     /// The transport world this worker joins (the data plane), if the run has one.
     #[serde(default)]
     pub transport: Option<TransportSpec>,
+    /// CPU cores this worker and what it starts run on (`[placement.cpus]`; empty: all).
+    #[serde(default)]
+    pub cpus: Vec<u32>,
 }
 
 /// The transport world a worker joins, written by the controller that hosts its rendezvous
@@ -158,6 +164,7 @@ impl WorkerSpec {
             run_dir: run_dir.to_path_buf(),
             plugin_dirs,
             transport: None,
+            cpus: Vec::new(),
         }
     }
 
@@ -302,6 +309,15 @@ fn construct(
             args.rank
         ))
         .with_help("pass the spec the launcher wrote for this rank"));
+    }
+    pin::pin_process(&spec.cpus)?;
+    if !spec.cpus.is_empty() {
+        tracing::info!(
+            "{} rank {} pinned to CPUs {:?}",
+            spec.role,
+            spec.rank,
+            pin::allowed_cpus()
+        );
     }
     let services = match &spec.transport {
         None => services,

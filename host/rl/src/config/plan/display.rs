@@ -24,6 +24,12 @@ impl fmt::Display for RunPlan {
             p.train_frac,
             p.infer_frac
         )?;
+        let c = &p.cpus;
+        for (name, cpus) in [("engine", &c.engine), ("trainer", &c.trainer)] {
+            if !cpus.is_empty() {
+                writeln!(f, "             {name} workers pinned to CPUs {cpus:?}")?;
+            }
+        }
         role(f, "engine", &self.engine)?;
         role(f, "trainer", &self.trainer)?;
         if let Some(c) = &self.critic {

@@ -131,6 +131,8 @@ pub struct PlacementPlan {
     pub train_frac: f64,
     /// Engine's memory fraction per device.
     pub infer_frac: f64,
+    /// CPU cores of each role's workers.
+    pub cpus: crate::config::CpuPins,
 }
 
 /// One role of the run (engine, trainer, drafter trainer): its component and its ranks.

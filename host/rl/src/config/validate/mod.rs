@@ -77,6 +77,7 @@ pub fn validate_with(
     let mut issues = Issues::new(job);
     run::check(&mut issues, &j.run);
     let devices_ok = placement::check(&mut issues, &j.placement);
+    placement::check_cpus(&mut issues, j);
     let (engine, trainer) = placement::components(&mut issues, registry, j);
     let launcher = launcher::check(&mut issues, j, registry);
     let model_path = job.resolve_path(&j.model.path);
@@ -222,6 +223,7 @@ pub fn validate_with(
             devices: p.devices.clone(),
             train_frac: *p.train_frac.get_ref(),
             infer_frac: *p.infer_frac.get_ref(),
+            cpus: p.cpus.clone(),
         },
         engine,
         trainer,

@@ -1,5 +1,6 @@
-//! `[placement]` (memory fractions, devices), the `[engine]` / `[trainer]` components the
-//! registry must provide, and the trainer's rank count the loop can drive.
+//! `[placement]` (memory fractions, devices, the CPU cores of `[placement.cpus]`), the
+//! `[engine]` / `[trainer]` components the registry must provide, and the trainer's rank
+//! count the loop can drive.
 
 use super::issues::Issues;
 use crate::config::{JobFile, PlacementMode, PlacementSection};
@@ -69,6 +70,27 @@ pub(super) fn check(issues: &mut Issues<'_>, p: &PlacementSection) -> bool {
         );
     }
     devices(issues, &p.devices)
+}
+
+/// `[placement.cpus]`: with workers on this machine (the local launcher), every core listed
+/// is one this process may run on.
+pub(super) fn check_cpus(issues: &mut Issues<'_>, j: &JobFile) {
+    if j.launcher.kind != crate::config::LauncherKind::Local {
+        return;
+    }
+    let allowed = tandem_runtime::worker::allowed_cpus();
+    for (role, cpus) in [
+        ("engine", &j.placement.cpus.engine),
+        ("trainer", &j.placement.cpus.trainer),
+    ] {
+        if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+            issues.at(
+                &format!("placement.cpus.{role}"),
+                format!("CPU {bad} is not one this machine lets Tandem run on"),
+                format!("name cores among {allowed:?}"),
+            );
+        }
+    }
 }
 
 /// Every device is `cpu` or `cuda:N`, and there is at least one.
