@@ -9,10 +9,9 @@ use crate::common::rl::*;
 /// A job of `o` whose `[placement]` gains `cpus` (TOML of `[placement.cpus]`).
 fn pinned_job(t: &Scratch, o: &JobOpts, cpus: &str) -> std::path::PathBuf {
     let path = t.job(o);
-    let text = std::fs::read_to_string(&path).unwrap().replace(
-        "[model]",
-        &format!("[placement.cpus]\n{cpus}\n\n[model]"),
-    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("[model]", &format!("[placement.cpus]\n{cpus}\n\n[model]"));
     std::fs::write(&path, &text).unwrap();
     path
 }
@@ -30,7 +29,8 @@ fn each_roles_workers_run_on_the_cores_the_job_names() {
     let out = t.tandem(&["check", job.to_str().unwrap()]);
     assert!(out.status.success(), "{}", out.stderr_text());
     assert!(
-        out.stdout_text().contains(&format!("engine workers pinned to CPUs [{engine}]")),
+        out.stdout_text()
+            .contains(&format!("engine workers pinned to CPUs [{engine}]")),
         "{}",
         out.stdout_text()
     );
