@@ -15,6 +15,7 @@ mod hosts;
 mod abi_versions;
 mod bench_output;
 mod bridges;
+mod chat_template;
 mod check;
 mod check_run;
 mod checkpoints;

@@ -93,6 +93,13 @@ pub enum ModelCommand {
         #[arg(long, value_enum, default_value = "base")]
         dtype: MergeDtype,
     },
+    /// Check that the model's chat template renders a conversation append-only (turn by turn
+    /// it only adds text, and the added pieces tokenize as the whole does): what multi-turn
+    /// training needs.
+    CheckTemplate {
+        /// The model directory (tokenizer.json and a chat template).
+        model: PathBuf,
+    },
 }
 
 /// `--dtype` of `tandem model merge-lora`.
@@ -163,6 +170,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             out,
             dtype,
         } => merge_lora(&base, &adapter, &out, dtype),
+        ModelCommand::CheckTemplate { model } => check_template(&model),
     }
 }
 
@@ -226,6 +234,26 @@ fn init(registry: &Registry, preset: &str, out: &Path, seed: u64) -> Result<(), 
         "wrote a {preset} model ({} parameters, seed {seed}) to {}",
         info.total_params,
         out.display()
+    );
+    Ok(())
+}
+
+/// `tandem model check-template MODEL`: the append-only check on the probe conversation.
+fn check_template(model: &Path) -> Result<(), CliError> {
+    let (bos, eos) = tandem_model::tokens::special_ids(model)?;
+    let path = model.join("tokenizer.json");
+    let tk = tokenizers::Tokenizer::from_file(&path).map_err(|e| {
+        CliError::usage(format!("{}: {e}", path.display()))
+            .with_help("the model directory needs its tokenizer.json")
+    })?;
+    let template = tandem_model::chat::ChatTemplate::load(model, &tk, bos, eos.first().copied())?;
+    let found = template.check_append_only(&tk, &tandem_model::chat::probe_conversation())?;
+    println!(
+        "the chat template of {} is append-only: {} turns rendered one by one give the same {} \
+         tokens as the whole conversation",
+        model.display(),
+        found.turns,
+        found.tokens
     );
     Ok(())
 }

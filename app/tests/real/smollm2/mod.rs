@@ -305,3 +305,21 @@ digits = 1
         .collect();
     assert_eq!(chat[0], 1, "the chat template opens with <|im_start|>");
 }
+
+#[test]
+#[ignore = "needs TANDEM_REF_PYTHON (torch + transformers + gguf) and PyPI on first use"]
+fn the_imported_chat_template_renders_append_only() {
+    let (_, dir) = model();
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["model", "check-template"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("is append-only: 6 turns"), "{text}");
+}

@@ -104,6 +104,15 @@ impl ChatTemplate {
 
     /// The text of `messages` followed by the assistant's turn (`add_generation_prompt`).
     pub fn render(&self, messages: &[Message]) -> Result<String> {
+        self.render_turns(messages, true)
+    }
+
+    /// The text of `messages`, the assistant's turn opened when `add_generation_prompt`.
+    pub fn render_turns(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let bad = |e: Error| {
             ModelError::invalid(&self.origin, format!("chat template: {}", one_line(&e)))
                 .with_help("fix the template")
@@ -129,7 +138,7 @@ impl ChatTemplate {
                     .iter()
                     .map(|m| Value::from_pairs([("role", &m.role), ("content", &m.content)]))
                     .collect::<Vec<_>>(),
-                add_generation_prompt => true,
+                add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
             })
@@ -176,6 +185,10 @@ fn one_line(e: &Error) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+mod incremental;
+
+pub use incremental::{AppendOnly, probe_conversation};
 
 #[cfg(test)]
 mod tests;

@@ -122,3 +122,47 @@ fn a_missing_template_is_one_line_naming_the_directory() {
     let e = ChatTemplate::load(dir.path(), &tokenizer(), None, None).unwrap_err();
     assert!(e.to_string().contains("tokenizer_config.json"), "{e}");
 }
+
+#[test]
+fn chatml_renders_append_only_turn_by_turn() {
+    let t = ChatTemplate::new(CHATML, "", "<|im_end|>");
+    let found = t
+        .check_append_only(&tokenizer(), &probe_conversation())
+        .unwrap();
+    assert_eq!(found.turns, 6);
+    assert!(found.tokens > 6, "{found:?}");
+}
+
+#[test]
+fn a_template_that_drops_past_reasoning_is_not_append_only() {
+    // Qwen3's way: an assistant turn before the last user message loses its <think> part.
+    let drops = "{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' and not loop.last %}{% set c = c.split('</think>')[-1] %}{% endif %}<|im_start|>{{ m['role'] }}\n{{ c }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let t = ChatTemplate::new(drops, "", "<|im_end|>");
+    let mut conversation = probe_conversation();
+    conversation[2].content = "<think>12 and 30</think>42".into();
+    let e = t
+        .check_append_only(&tokenizer(), &conversation)
+        .unwrap_err();
+    let line = e.to_string();
+    assert!(
+        line.contains("not append-only") && line.contains("turn 4 (user)"),
+        "{line}"
+    );
+    assert!(!line.contains('\n'), "one line: {line}");
+}
+
+#[test]
+fn pieces_that_tokenize_differently_joined_are_not_append_only() {
+    // No separator between messages: "ab" then "cd" is one word joined, two apart.
+    let t = ChatTemplate::new(
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "",
+        "",
+    );
+    let conversation = [Message::new("user", "ab"), Message::new("assistant", "cd")];
+    let e = t
+        .check_append_only(&tokenizer(), &conversation)
+        .unwrap_err();
+    assert!(e.to_string().contains("turn 2 (assistant)"), "{e}");
+    assert!(e.to_string().contains("joins differently"), "{e}");
+}
