@@ -19,14 +19,44 @@ timed; the median is reported. Progress lines on stderr start with "tandem-bench
 OMP_WAIT_POLICY=PASSIVE unless they are set (why: bench/cli/src/native_ref.rs); run by
 hand, set them too.
 
+The RL-shaped step of `tandem bench native` (bench/cli/src/native_rl.rs) adds
+"prompt_lens": [B ints] (rows then differ in length), "micro_batch": M (sequences per
+micro-batch, gradients accumulated, the token mean over the whole batch) and
+"completion_only": true (the decoder's hidden states of every position, the LM head and
+log-softmax over the completion positions only). Its answer adds "peak_rise_bytes" (peak
+resident set, VmHWM reset through /proc/self/clear_refs before the model is loaded, minus the
+resident set then) and "peak_bytes".
+
 Prints one JSON line: {"median_s", "seconds": [...], "first_loss", "first_grad_norm",
-"threads", "torch"}. A missing torch/transformers is one line {"unavailable": why} and exit 3.
+"threads", "torch", "peak_rise_bytes", "peak_bytes"}. A missing torch/transformers is one line {"unavailable": why} and exit 3.
 """
 
 import json
 import statistics
 import sys
 import time
+
+
+def status_kb(key):
+    """A /proc/self/status field in kB (nan if unreadable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return float("nan")
+
+
+def reset_peak():
+    """Resets the peak resident set (VmHWM) and returns the current one, bytes."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return status_kb("VmRSS:") * 1024
 
 
 def main() -> int:
@@ -42,6 +72,7 @@ def main() -> int:
     threads = int(req["threads"])
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    base_rss = reset_peak()
     model = AutoModelForCausalLM.from_pretrained(req["model"], dtype=torch.float32)
     if req.get("lora"):
         try:
@@ -62,31 +93,55 @@ def main() -> int:
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=float(req["lr"]), betas=(0.9, 0.999), eps=1e-8,
                             weight_decay=0.0)
-    tokens = torch.tensor(req["tokens"], dtype=torch.long)
-    b, t = tokens.shape
-    p = int(req["prompt_len"])
-    mask = torch.zeros(b, t - 1)
-    mask[:, p - 1:] = 1.0  # targets j >= p, i.e. shifted positions j - 1 >= p - 1
-    adv = torch.tensor(req["advantages"], dtype=torch.float32)[:, None]
+    rows = [list(r) for r in req["tokens"]]
+    b = len(rows)
+    plens = req.get("prompt_lens") or [int(req["prompt_len"])] * b
+    adv_all = [float(a) for a in req["advantages"]]
     eps = float(req["clip_eps"])
+    micro = int(req.get("micro_batch") or b)
+    completion_only = bool(req.get("completion_only"))
+    core = model.get_base_model() if req.get("lora") else model
+    total = float(sum(len(r) - p for r, p in zip(rows, plens)))
 
-    def logprobs():
-        logits = model(input_ids=tokens).logits[:, :-1, :]
-        return torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:, None])[..., 0]
+    def parts():
+        # Micro-batches of `micro` rows, right-padded to their longest; targets j >= prompt
+        # length, i.e. logits at j - 1.
+        for s in range(0, b, micro):
+            rs = rows[s:s + micro]
+            t = max(len(r) for r in rs)
+            tokens = torch.tensor([r + [0] * (t - len(r)) for r in rs], dtype=torch.long)
+            bi, ti = [], []
+            for k, (r, p) in enumerate(zip(rs, plens[s:s + micro])):
+                bi += [k] * (len(r) - p)
+                ti += list(range(p - 1, len(r) - 1))
+            bi, ti = torch.tensor(bi), torch.tensor(ti)
+            adv = torch.tensor(adv_all[s:s + micro])[bi]
+            yield tokens, bi, ti, adv
+
+    def logprobs(tokens, bi, ti):
+        if completion_only:
+            h = core.model(input_ids=tokens).last_hidden_state[bi, ti]
+            logits = core.lm_head(h)
+        else:
+            logits = model(input_ids=tokens).logits[bi, ti]
+        return torch.log_softmax(logits, dim=-1).gather(-1, tokens[bi, ti + 1][:, None])[:, 0]
 
     with torch.no_grad():
-        old = logprobs()
+        olds = [logprobs(tok, bi, ti) for tok, bi, ti, _ in parts()]
 
     def step():
-        lp = logprobs()
-        r = torch.exp(lp - old)
-        pg = -torch.minimum(r * adv, torch.clamp(r, 1.0 - eps, 1.0 + eps) * adv)
-        loss = (pg * mask).sum() / mask.sum()
-        loss.backward()
+        loss_sum = 0.0
+        for (tok, bi, ti, adv), old in zip(parts(), olds):
+            lp = logprobs(tok, bi, ti)
+            r = torch.exp(lp - old)
+            pg = -torch.minimum(r * adv, torch.clamp(r, 1.0 - eps, 1.0 + eps) * adv)
+            loss = pg.sum() / total
+            loss.backward()
+            loss_sum += float(loss)
         norm = torch.nn.utils.clip_grad_norm_(params, float(req["grad_clip"]))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss), float(norm)
+        return loss_sum, float(norm)
 
     first_loss, first_norm = step()  # warm-up
     seconds = []
@@ -103,6 +158,8 @@ def main() -> int:
         "threads": threads,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "peak_rise_bytes": (status_kb("VmHWM:") * 1024) - base_rss,
+        "peak_bytes": status_kb("VmHWM:") * 1024,
     }))
     return 0
 

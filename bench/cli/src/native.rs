@@ -22,7 +22,13 @@
 //! pool's thread count; vLLM binds its threads itself (on 2 cores: one for the model, one
 //! reserved for its scheduler — binding both to the model measured 2.5× slower).
 //!
-//! Without a Python with vLLM / torch (see [`super::native_ref`]) a figure stands beside the
+//! - `smollm2 rl step b64 full|lora`: the RL-shaped step (64 sequences of ~60 prompt + 48
+//!   completion tokens, completion-only loss, micro-batches), time and peak memory rise
+//!   beside torch's and the GEMM bound: see [`rl`]. Targets: full ≤ 0.7× torch's time and
+//!   ≤ 0.5× its peak memory rise, LoRA ≤ 0.8× its time.
+//!
+//! `TANDEM_BENCH_NATIVE_PARTS` (comma-separated `decode`, `step`, `rl`; default all) picks
+//! the parts that run. Without a Python with vLLM / torch (see [`super::native_ref`]) a figure stands beside the
 //! machine bound instead — decode: min(batch · memcpy ÷ weight bytes, GEMM rate ÷ 2 · params);
 //! step: (6 · params, 4 for LoRA, + 12 · layers · T · d) · tokens ÷ GEMM rate — with one line
 //! on stderr saying why. `--quick` (the tests) measures the `tiny` preset with 8 new tokens
@@ -30,6 +36,9 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+#[path = "native_rl.rs"]
+mod rl;
 
 use super::Figure;
 use super::native_ref::{self, DecodeRef, StepRef};
@@ -138,9 +147,21 @@ fn run_in(scratch: &Path, quick: bool) -> Result<Vec<Figure>, CliError> {
         machine: m,
         dims,
     };
-    let mut figures = ctx.decode()?;
-    for lora in [false, true] {
-        figures.push(ctx.step(lora)?);
+    let parts = std::env::var("TANDEM_BENCH_NATIVE_PARTS").unwrap_or_default();
+    let part = |p: &str| parts.is_empty() || parts.split(',').any(|x| x.trim() == p);
+    let mut figures = Vec::new();
+    if part("decode") {
+        figures.extend(ctx.decode()?);
+    }
+    if part("step") {
+        for lora in [false, true] {
+            figures.push(ctx.step(lora)?);
+        }
+    }
+    if part("rl") && !quick {
+        for lora in [false, true] {
+            figures.extend(ctx.rl_step(lora)?);
+        }
     }
     Ok(figures)
 }

@@ -125,6 +125,18 @@ pub fn torch_step(
     steps: usize,
     threads: usize,
 ) -> Result<StepRef, String> {
+    Ok(torch_step_answer(scratch, model, batch, lora, steps, threads)?.0)
+}
+
+/// [`torch_step`] and the script's whole answer.
+fn torch_step_answer(
+    scratch: &Path,
+    model: &Path,
+    batch: &Value,
+    lora: bool,
+    steps: usize,
+    threads: usize,
+) -> Result<(StepRef, Value), String> {
     eprintln!(
         "torch: the same step ({}), warm-up + {steps} timed",
         if lora { "lora" } else { "full" }
@@ -149,11 +161,45 @@ pub fn torch_step(
         v[k].as_f64()
             .ok_or_else(|| format!("bench_torch_step.py answered {v}"))
     };
-    Ok(StepRef {
+    let step = StepRef {
         version: v["torch"].as_str().unwrap_or("?").to_owned(),
         median_s: num("median_s")?,
         first_loss: num("first_loss")?,
         first_grad_norm: num("first_grad_norm")?,
+    };
+    Ok((step, v))
+}
+
+/// torch's RL-shaped step figures: the step's, and its peak memory.
+#[derive(Debug, Clone)]
+pub struct RlStepRef {
+    /// Time and first-step figures.
+    pub step: StepRef,
+    /// Peak resident set minus the resident set before the model was loaded, bytes.
+    pub peak_rise_bytes: f64,
+    /// Peak resident set, bytes.
+    pub peak_bytes: f64,
+}
+
+/// torch's RL-shaped step (`batch`: token rows, `prompt_lens`, advantages, loss settings,
+/// `micro_batch`, `completion_only`), full fine-tuning or LoRA, with its peak memory.
+pub fn torch_rl_step(
+    scratch: &Path,
+    model: &Path,
+    batch: &Value,
+    lora: bool,
+    steps: usize,
+    threads: usize,
+) -> Result<RlStepRef, String> {
+    let (step, v) = torch_step_answer(scratch, model, batch, lora, steps, threads)?;
+    let num = |k: &str| {
+        v[k].as_f64()
+            .ok_or_else(|| format!("bench_torch_step.py answered {v} (no {k})"))
+    };
+    Ok(RlStepRef {
+        step,
+        peak_rise_bytes: num("peak_rise_bytes")?,
+        peak_bytes: num("peak_bytes")?,
     })
 }
 
