@@ -92,11 +92,10 @@ impl Sinks {
         let mut state = TrackState::load(&run.run_dir)?;
         if let Some(s) = run.restart_at {
             for st in state.targets.values_mut() {
-                st.sent = match (st.sent, s.checked_sub(1)) {
-                    (Some(sent), Some(before)) => Some(sent.min(before)),
-                    (_, None) => None,
-                    (None, Some(_)) => None,
-                };
+                st.sent = st
+                    .sent
+                    .zip(s.checked_sub(1))
+                    .map(|(sent, before)| sent.min(before));
             }
         }
         Ok(Sinks {
