@@ -14,6 +14,8 @@
 //! - [`module`]: the append-only root module every plugin library exports.
 //! - [`lifecycle`]: the engine state machine (which lifecycle call is legal when), shared by
 //!   the host, engine plugins and the conformance suite.
+//! - [`files`]: the run-directory file contract (state file, versions, weights digest), pure
+//!   Rust beside the ABI.
 //! - [`sdk`]: what plugin authors write against: plain Rust traits, the panic guard, and
 //!   [`export_plugin!`].
 //!
@@ -23,6 +25,7 @@
 pub mod caps;
 pub mod compat;
 pub mod error;
+pub mod files;
 pub mod lifecycle;
 pub mod module;
 pub mod sdk;

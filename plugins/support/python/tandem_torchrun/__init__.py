@@ -5,7 +5,7 @@
 - ``channel``: the framed JSON channel to the plugin.
 - ``loss``: the policy and SFT losses (the native trainer's definition, in torch).
 - ``batch``: right-padded batches and their completion masks.
-- ``files``: checkpoint files — the state file, fsync, atomic publication.
+- ``files``: the run-directory file contract (twin of ``tandem_plugin_api::files``): state file, versions, publication, weights digest.
 - ``state``: the init/offload guard, actor/ref snapshots, memory tags, stats (the base class of the workers' trainers).
 
 The plugin library embeds this package and writes it beside its own worker package.
