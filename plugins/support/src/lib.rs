@@ -7,6 +7,8 @@
 //! - [`model`]: what a server reads of a model directory before serving it (its positions).
 //! - [`python`]: which Python interpreter to drive (the `python` option, `$TANDEM_PYTHON`,
 //!   or the venv `scripts/setup-python.sh` recorded), or one error saying how to get one.
+//! - [`server_engine`]: an engine that is an HTTP-driven inference server, launched and
+//!   supervised or attached (the `vllm` and `sglang` plugins).
 //! - [`torchrun`]: a trainer that is a torchrun job of Python ranks driven over a control
 //!   channel (the `fsdp` and `megatron` plugins).
 //!
@@ -17,6 +19,7 @@ pub mod model;
 pub mod process;
 pub mod python;
 pub mod quote;
+pub mod server_engine;
 pub mod torchrun;
 
 pub use log::log_tail;

@@ -8,10 +8,8 @@
 #[cfg(test)]
 mod conformance_tests;
 pub mod engine;
-pub mod http;
 pub mod options;
 pub mod response;
-pub mod server;
 
 use std::path::Path;
 use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
@@ -19,6 +17,7 @@ use tandem_plugin_api::{
     Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
     EngineBox, HostBox, PauseMode, PluginError, PluginManifest, RString, RVec, UpdateKind,
 };
+use tandem_plugin_support::server_engine::options::{launcher_problems, wrong_component};
 
 pub use engine::VllmEngine;
 pub use options::VllmOptions;
@@ -70,7 +69,7 @@ impl Plugin for VllmPlugin {
                 config.component
             )));
         }
-        Ok(engine_box(VllmEngine::new(&config, host)?))
+        Ok(engine_box(engine::new_engine(&config, host)?))
     }
 
     fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {
@@ -80,15 +79,8 @@ impl Plugin for VllmPlugin {
     }
 
     fn validate_config(kind: ComponentKind, config: &ComponentConfig) -> Vec<ConfigProblem> {
-        if kind != ComponentKind::Engine || config.component.as_str() != "vllm" {
-            return vec![ConfigProblem::new(
-                "",
-                format!(
-                    "plugin `vllm` has no {} `{}`",
-                    kind.as_str(),
-                    config.component
-                ),
-            )];
+        if let Some(p) = wrong_component(&engine::DIALECT, kind, &config.component) {
+            return vec![p];
         }
         // The options, then the Python environment the server would be launched with (what
         // the constructor resolves first): a missing venv is refused before anything starts.
@@ -97,28 +89,7 @@ impl Plugin for VllmPlugin {
             return problems;
         }
         let launcher = VllmOptions::parse(&config.options_json).and_then(|o| o.launcher());
-        match launcher {
-            Err(e) => {
-                let message = e.message.as_str();
-                let message = message.strip_prefix("engine `vllm`: ").unwrap_or(message);
-                vec![ConfigProblem::new("python", message).with_help(e.help)]
-            }
-            // A bare name is looked up on PATH at spawn; a path must exist.
-            Ok(l)
-                if l.origin != "the `command` option"
-                    && l.program.contains('/')
-                    && !Path::new(&l.program).is_file() =>
-            {
-                vec![
-                    ConfigProblem::new(
-                        "python",
-                        format!("Python `{}` (from {}) does not exist", l.program, l.origin),
-                    )
-                    .with_help(tandem_plugin_support::python::SETUP_HELP),
-                ]
-            }
-            Ok(_) => Vec::new(),
-        }
+        launcher_problems(&engine::DIALECT, launcher)
     }
 }
 

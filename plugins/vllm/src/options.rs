@@ -3,26 +3,17 @@
 //! from it.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use serde::Deserialize;
+use tandem_plugin_api::ConfigProblem;
 use tandem_plugin_api::sdk::{self, Result};
-use tandem_plugin_api::{ConfigProblem, PluginError};
-use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
+use tandem_plugin_support::server_engine::Launcher;
+use tandem_plugin_support::server_engine::options::{
+    LaunchOptions, PublicBind, launch_problems, timeout_problems,
+};
 
-/// The program that starts a server, its leading arguments, and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launcher {
-    /// The program (an interpreter, or the first word of `command`).
-    pub program: String,
-    /// Arguments before the model and flags (`-m vllm.entrypoints.openai.api_server`).
-    pub args: Vec<String>,
-    /// Where `program` came from (the `python` option, `$TANDEM_PYTHON`, the pointer file of
-    /// `scripts/setup-python.sh`, the `command` option), for error messages.
-    pub origin: String,
-}
+use crate::engine::DIALECT;
 
 /// `options` of the `vllm` engine component.
 #[derive(Debug, Clone, Deserialize)]
@@ -145,49 +136,23 @@ impl VllmOptions {
 
     /// Static checks: bind address, launcher, timeouts, counts.
     pub fn problems(&self) -> Vec<ConfigProblem> {
-        let mut p = Vec::new();
-        match self.host.parse::<IpAddr>() {
-            Err(_) => p.push(
-                ConfigProblem::new("host", format!("`{}` is not an IP address", self.host))
-                    .with_help(
-                        "use 127.0.0.1 (or a private address with allow_public_bind = true)",
-                    ),
-            ),
-            Ok(ip) if !ip.is_loopback() && !self.allow_public_bind => p.push(
-                ConfigProblem::new(
-                    "host",
-                    format!(
-                        "refusing to bind vLLM to {ip}: its dev-mode lifecycle routes (/pause, \
-                         /sleep, /collective_rpc, adapter loading) have no authentication"
-                    ),
-                )
-                .with_help(
-                    "bind to 127.0.0.1, or set allow_public_bind = true on a private network only",
-                ),
-            ),
-            Ok(_) => {}
-        }
-        if self.python.is_some() && self.command.is_some() {
-            p.push(
-                ConfigProblem::new("command", "give either `python` or `command`, not both")
-                    .with_help("remove one of them"),
-            );
-        }
-        if self.command.as_ref().is_some_and(Vec::is_empty) {
-            p.push(
-                ConfigProblem::new("command", "`command` is empty")
-                    .with_help("e.g. command = [\"vllm\", \"serve\"], or remove it"),
-            );
-        }
-        for (what, v) in [
+        let public = PublicBind {
+            why: "its dev-mode lifecycle routes (/pause, /sleep, /collective_rpc, adapter \
+                  loading) have no authentication",
+            help: "bind to 127.0.0.1, or set allow_public_bind = true on a private network only",
+        };
+        let launch = LaunchOptions {
+            host: &self.host,
+            allow_public_bind: self.allow_public_bind,
+            python: self.python.as_deref(),
+            command: self.command.as_deref(),
+        };
+        let mut p = launch_problems(&DIALECT, launch, public);
+        p.extend(timeout_problems(&[
             ("startup_timeout_s", self.startup_timeout_s),
             ("request_timeout_s", self.request_timeout_s),
             ("control_timeout_s", self.control_timeout_s),
-        ] {
-            if v == 0 {
-                p.push(ConfigProblem::new(what, "must be at least 1 (seconds)"));
-            }
-        }
+        ]));
         for (what, v) in [
             ("max_num_seqs", self.max_num_seqs),
             ("cpu_kvcache_gib", self.cpu_kvcache_gib),
@@ -215,48 +180,17 @@ impl VllmOptions {
         p
     }
 
-    /// Timeout of a generation or scoring request.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_secs(self.request_timeout_s)
-    }
-
-    /// Timeout of a control call.
-    pub fn control_timeout(&self) -> Duration {
-        Duration::from_secs(self.control_timeout_s)
-    }
-
-    /// The launcher: program and leading arguments (before the model and flags). The
-    /// interpreter is `python`, else `$TANDEM_PYTHON`, else the venv `scripts/setup-python.sh`
+    /// The launcher: `command`, else `python -m vllm.entrypoints.openai.api_server` with the
+    /// interpreter from `python`, `$TANDEM_PYTHON` or the venv `scripts/setup-python.sh`
     /// recorded (`tandem_plugin_support::python`).
     pub fn launcher(&self) -> Result<Launcher> {
-        if let Some(cmd) = &self.command {
-            let mut it = cmd.iter().cloned();
-            let program = it.next().unwrap_or_default();
-            return Ok(Launcher {
-                program,
-                args: it.collect(),
-                origin: "the `command` option".into(),
-            });
-        }
-        let python = resolve_python(self.python.as_deref().map(Path::new)).map_err(|e| {
-            PluginError::invalid_input(format!("engine `vllm`: {e}")).with_help(format!(
-                "{}; or set ${PYTHON_ENV} or `python = \"...\"` in [engine] options",
-                e.help()
-            ))
-        })?;
-        let origin = python.source.to_string();
-        let program = python.path.into_os_string().into_string().map_err(|p| {
-            PluginError::invalid_input(format!(
-                "engine `vllm`: the Python path {} (from {origin}) is not valid UTF-8",
-                Path::new(&p).display()
-            ))
-            .with_help("install the venv under a UTF-8 path")
-        })?;
-        Ok(Launcher {
-            program,
-            args: vec!["-m".into(), "vllm.entrypoints.openai.api_server".into()],
-            origin,
-        })
+        Launcher::resolve(
+            "vllm",
+            self.command.as_deref(),
+            self.python.as_deref(),
+            "vllm.entrypoints.openai.api_server",
+            "",
+        )
     }
 
     /// Server arguments after the launcher.
@@ -327,16 +261,6 @@ impl VllmOptions {
         e.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         e
     }
-}
-
-/// `<run_dir>/logs/vllm-<rank>.log` (run dir empty: the system temp dir).
-pub fn log_path(run_dir: &str, rank: u32) -> PathBuf {
-    let base = if run_dir.is_empty() {
-        std::env::temp_dir().join("tandem-vllm")
-    } else {
-        PathBuf::from(run_dir)
-    };
-    base.join("logs").join(format!("vllm-{rank}.log"))
 }
 
 /// The worker extension module (see `python/tandem_vllm_ext.py`), written into a directory

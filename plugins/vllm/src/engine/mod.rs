@@ -1,231 +1,308 @@
-//! The `vllm` engine component: [`EngineImpl`] mapped onto one supervised vLLM OpenAI server
-//! (see `plugins/vllm/NOTES.md` for the route each call uses and what was measured on CPU).
+//! The `vllm` engine: the shared server-engine kit
+//! ([`tandem_plugin_support::server_engine`]) driving one supervised vLLM OpenAI server per
+//! rank. This module is what is vLLM's own: how the server starts, `health` from its
+//! `/weight_info`, and the lifecycle routes (`/pause?mode=…`, `/resume`,
+//! `/reset_prefix_cache`). Generation while paused fails with `InvalidState` in the kit
+//! (vLLM itself would answer 503). Memory release is not declared on CPU (vLLM's CPU worker
+//! frees nothing in sleep mode), so `release_memory`/`resume_memory` answer `NotSupported`.
 //!
-//! Concurrency: the server slot is locked only to start, stop or read the client; HTTP calls
-//! run outside every lock, so `pause_generation` from one thread reaches vLLM while another
-//! waits in `generate`. Which lifecycle call is legal when is the shared [`EngineMachine`]'s
-//! decision (the host checks the same machine and `tandem-conformance` holds this engine to
-//! it): generation while paused fails with `InvalidState` here (vLLM itself would answer 503),
-//! flush only right after a pause, updates only while paused and never to a lower version.
-//! Memory release is not declared on CPU (vLLM's CPU worker frees nothing in sleep mode), so
-//! `release_memory`/`resume_memory` answer `NotSupported`.
-//!
-//! One file per concern: `calls.rs` (the server slot and HTTP calls), `serve.rs` (health,
-//! generate, score), `update.rs` (weight updates and adapters); the lifecycle calls, which
-//! only move the machine around one route each, are here.
+//! `serve.rs`: `/v1/completions` for generate and score; `update.rs`: checkpoint reload in
+//! place or restart, adapter routes, the version label.
 
-mod calls;
 mod serve;
 mod update;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use serde_json::Value;
-use tandem_plugin_api::lifecycle::{EngineMachine, EngineState, TransitionError};
-use tandem_plugin_api::sdk::{EngineImpl, Result};
+use serde_json::{Value, json};
+use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{
-    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
-    Metric, PauseMode, PluginError, RVec, UpdateReport, WeightUpdate,
+    ComponentConfig, EngineHealth, ErrorCode, HostBox, PauseMode, PluginError,
+};
+use tandem_plugin_support::server_engine::launch::{Health, LaunchSpec};
+use tandem_plugin_support::server_engine::{
+    Backend, Client, Deadline, Dialect, Server, ServerEngine,
 };
 
-use crate::options::{VllmOptions, log_path};
-use crate::server::Server;
+use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, VllmOptions};
 
-struct State {
-    machine: EngineMachine,
-    version: u64,
-    served_dir: PathBuf,
-    active_adapter: Option<String>,
-    adapters: BTreeSet<String>,
-    metrics: Vec<(&'static str, f64)>,
-}
+/// The `vllm` engine component.
+pub type VllmEngine = ServerEngine<Vllm>;
 
-fn illegal(e: TransitionError) -> PluginError {
-    PluginError::invalid_state(format!("engine `vllm`: {e}"))
-}
-
-impl State {
-    fn set_metric(&mut self, name: &'static str, value: f64) {
-        match self.metrics.iter_mut().find(|(n, _)| *n == name) {
-            Some(m) => m.1 = value,
-            None => self.metrics.push((name, value)),
-        }
-    }
-}
-
-/// The engine component.
-pub struct VllmEngine {
+/// What is vLLM's own in the engine: its options and the original model directory.
+pub struct Vllm {
     opts: VllmOptions,
-    rank: u32,
-    log: PathBuf,
     /// The original model directory: tokenizer files for every server, also on checkpoints.
     tokenizer: PathBuf,
-    host: HostBox,
-    server: Mutex<Option<Server>>,
-    state: Mutex<State>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+/// vLLM's names and helps.
+pub static DIALECT: Dialect = Dialect {
+    component: "vllm",
+    display: "vLLM",
+    timeout_help: "raise request_timeout_s / control_timeout_s, or check the server log (a \
+                   sleeping or paused vLLM queues requests)",
+    unexpected_help: "the server does not answer like vLLM 0.32's OpenAI server in dev mode; \
+                      read its log",
+    missing_route_help: "the server lacks this route: is it vLLM 0.32 with \
+                         VLLM_SERVER_DEV_MODE=1?",
+    status_503: ErrorCode::InvalidState,
+    lora_help: "set enable_lora = true (and max_lora_rank ≥ the adapter's r) in [engine] options",
+};
+
+/// Validates the options and the model directory; the server starts on `start` (or the
+/// first call that needs it).
+pub fn new_engine(config: &ComponentConfig, host: HostBox) -> Result<VllmEngine> {
+    let opts = VllmOptions::parse(&config.options_json)?;
+    if config.model_path.is_empty() {
+        return Err(PluginError::invalid_input(
+            "engine `vllm` needs a model directory (model_path is empty)",
+        ));
+    }
+    opts.launcher()?;
+    let tokenizer = PathBuf::from(config.model_path.as_str());
+    Ok(ServerEngine::new(Vllm { opts, tokenizer }, config, host))
 }
 
-/// Version stored by the trainer in a checkpoint it exported (`tandem_trainer_state.json`).
-fn saved_version(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join("tandem_trainer_state.json")).ok()?;
-    serde_json::from_str::<Value>(&text)
-        .ok()?
-        .get("weight_version")?
-        .as_u64()
+/// Writes the worker extension module next to the logs (`<run_dir>/vllm-ext/`) and returns
+/// its directory (put on the server's `PYTHONPATH`).
+fn write_extension(log: &Path) -> Result<PathBuf> {
+    let base = log
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    let dir = base.join("vllm-ext");
+    let (name, text) = EXTENSION_MODULE;
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(name), text))
+        .map_err(|e| {
+            PluginError::io(format!(
+                "engine `vllm`: writing the worker extension into {}: {e}",
+                dir.display()
+            ))
+        })?;
+    Ok(dir)
 }
 
-impl VllmEngine {
-    /// Validates the options and the model directory; the server starts on `start` (or the
-    /// first call that needs it).
-    pub fn new(config: &ComponentConfig, host: HostBox) -> Result<Self> {
-        let opts = VllmOptions::parse(&config.options_json)?;
-        if config.model_path.is_empty() {
-            return Err(PluginError::invalid_input(
-                "engine `vllm` needs a model directory (model_path is empty)",
-            ));
-        }
-        let dir = PathBuf::from(config.model_path.as_str());
-        opts.launcher()?;
-        Ok(VllmEngine {
-            rank: config.rank,
-            log: log_path(config.run_dir.as_str(), config.rank),
-            tokenizer: dir.clone(),
-            host,
-            state: Mutex::new({
-                let version = saved_version(&dir).unwrap_or(0);
-                State {
-                    machine: EngineMachine::new(version),
-                    version,
-                    served_dir: dir,
-                    active_adapter: None,
-                    adapters: BTreeSet::new(),
-                    metrics: Vec::new(),
-                }
-            }),
-            server: Mutex::new(None),
-            opts,
+impl Vllm {
+    /// Launches a server on `dir` (tokenizer from the original model directory) and waits for
+    /// `/health`.
+    fn launch(&self, engine: &VllmEngine, dir: &Path) -> Result<Server> {
+        engine.launching(dir);
+        let log = engine.log_file();
+        let ext_dir = write_extension(log)?;
+        let python_path = match std::env::var("PYTHONPATH") {
+            Ok(p) if !p.is_empty() => format!("{}:{p}", ext_dir.display()),
+            _ => ext_dir.display().to_string(),
+        };
+        let mut env = vec![("PYTHONPATH".to_owned(), python_path)];
+        env.extend(self.opts.server_env());
+        let spec = LaunchSpec {
+            dialect: &DIALECT,
+            launcher: self.opts.launcher()?,
+            package: "vllm",
+            python_help: "run `bash scripts/setup.sh` (scripts/setup-python.sh creates the \
+                          venv), or point `python` in [engine] options or $TANDEM_PYTHON at the \
+                          venv's python",
+            install_help: "create the venv with `bash scripts/setup.sh` (scripts/setup-python.sh) \
+                           and point `python` / $TANDEM_PYTHON at its python, or unset them to \
+                           use the one it records",
+            model: dir,
+            host: &self.opts.host,
+            port: self.opts.port,
+            rank: engine.rank(),
+            log,
+            env,
+            api_key: None,
+            trace: None,
+            health: Health {
+                route: "/health",
+                probe: Duration::from_secs(5),
+                timeout: Duration::from_secs(self.opts.startup_timeout_s),
+                option: "startup_timeout_s",
+                exit_help: "read the log for vLLM's own error",
+            },
+        };
+        Server::launch(spec, |port| {
+            let mut a = self
+                .opts
+                .server_args(dir, &self.tokenizer, port, engine.rank());
+            a.extend(["--worker-extension-cls".into(), EXTENSION_CLASS.into()]);
+            a
         })
     }
+
+    /// Labels the served weights with `version` (`health` reads it back).
+    fn report_version(&self, engine: &VllmEngine, client: &Client, version: u64) -> Result<()> {
+        client
+            .post(
+                "/update_weight_version",
+                Some(&json!({ "new_version": version.to_string() })),
+                self.timeout(Deadline::Control),
+            )
+            .map_err(|e| engine.call_error(e, "POST /update_weight_version"))?;
+        Ok(())
+    }
 }
 
-impl EngineImpl for VllmEngine {
-    fn component(&self) -> &str {
-        "vllm"
+impl Backend for Vllm {
+    fn dialect(&self) -> &'static Dialect {
+        &DIALECT
     }
 
-    fn start(&self) -> Result<()> {
-        self.client().map(drop)
-    }
-
-    fn health(&self) -> Result<EngineHealth> {
-        self.server_health()
-    }
-
-    fn shutdown(&self) -> Result<()> {
-        if let Some(mut s) = lock(&self.server).take() {
-            s.stop();
-        }
-        Ok(())
-    }
-
-    fn generate(&self, request: GenerateRequest) -> Result<GenerateResponse> {
-        self.complete(request)
-    }
-
-    fn score(&self, sequences: Vec<RVec<u32>>) -> Result<Vec<RVec<f32>>> {
-        self.score_sequences(sequences)
-    }
-
-    fn pause_generation(&self, mode: PauseMode) -> Result<()> {
-        // Paused before the call, so no new request starts while vLLM drains; back to
-        // Serving if the server refuses.
-        let before = {
-            let mut st = lock(&self.state);
-            let before = st.machine.clone();
-            st.machine.pause().map_err(illegal)?;
-            before
-        };
-        let wait = matches!(mode, PauseMode::Wait);
-        let res = self.post(&format!("/pause?mode={}", mode.as_str()), None, !wait);
-        if res.is_err() {
-            lock(&self.state).machine = before;
-        }
-        res.map(drop)
-    }
-
-    fn continue_generation(&self) -> Result<()> {
-        let mut next = lock(&self.state).machine.clone();
-        next.continue_generation().map_err(illegal)?;
-        self.post("/resume", None, true)?;
-        lock(&self.state).machine = next;
-        Ok(())
-    }
-
-    fn flush_cache(&self) -> Result<()> {
-        let mut next = lock(&self.state).machine.clone();
-        next.flush().map_err(illegal)?;
-        self.flush_prefix_cache()?;
-        lock(&self.state).machine = next;
-        Ok(())
-    }
-
-    fn release_memory(&self, tags: Vec<String>) -> Result<()> {
-        Err(no_release("release_memory", &tags))
-    }
-
-    fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
-        Err(no_release("resume_memory", &tags))
-    }
-
-    fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
-        // `Updating` while the update runs: concurrent lifecycle calls are refused meanwhile.
-        lock(&self.state)
-            .machine
-            .begin_update(update.version)
-            .map_err(illegal)?;
-        let result = self.apply_update(&update);
-        lock(&self.state).machine.finish_update(result.is_ok());
-        result
-    }
-
-    fn load_adapter(&self, name: String, dir: String) -> Result<()> {
-        self.load_lora(name, dir)
-    }
-
-    fn unload_adapter(&self, name: String) -> Result<()> {
-        self.unload_lora(name)
-    }
-
-    fn stats(&self) -> Result<ComponentStats> {
-        let pid = lock(&self.server).as_ref().map(|s| s.pid);
-        let st = lock(&self.state);
-        let mut metrics: Vec<Metric> = st.metrics.iter().map(|(n, v)| Metric::new(n, *v)).collect();
-        if let Some(pid) = pid {
-            metrics.push(Metric::new("server_pid", f64::from(pid)));
-        }
-        let state = match (pid, st.machine.state()) {
-            (None, _) => "stopped",
-            (Some(_), EngineState::Serving) => "serving",
-            (Some(_), _) => "paused",
-        };
-        Ok(ComponentStats {
-            weight_version: st.version,
-            state: state.into(),
-            metrics: metrics.into(),
+    fn timeout(&self, deadline: Deadline) -> Duration {
+        Duration::from_secs(match deadline {
+            Deadline::Request => self.opts.request_timeout_s,
+            Deadline::Control => self.opts.control_timeout_s,
         })
     }
-}
 
-/// Memory release is declared only where it frees memory: not on vLLM's CPU worker.
-fn no_release(op: &str, tags: &[String]) -> PluginError {
-    PluginError::not_supported(&format!("{op}({})", tags.join(", ")), "vllm").with_help(
-        "vLLM's CPU worker frees no memory in sleep mode; run the engine with needs_offload = \
-         false (CUDA sleep mode is designed, see plugins/vllm/NOTES.md)",
-    )
+    fn lora(&self) -> bool {
+        self.opts.enable_lora
+    }
+
+    fn start(&self, engine: &VllmEngine) -> Result<Server> {
+        let dir = engine.state().served_dir.clone();
+        self.launch(engine, &dir)
+    }
+
+    fn started(&self, engine: &VllmEngine, client: &Client) -> Result<()> {
+        let version = engine.state().version;
+        self.report_version(engine, client, version)
+    }
+
+    fn health(&self, engine: &VllmEngine) -> Result<EngineHealth> {
+        let client = engine.client()?;
+        let info = engine
+            .get("/weight_info")?
+            .map_err(|e| engine.call_error(e, "GET /weight_info"))?;
+        let reported = serde_json::from_str::<Value>(&info)
+            .ok()
+            .and_then(|v| v.get("weight_version")?.as_str()?.parse::<u64>().ok());
+        let Some(version) = reported else {
+            return Err(PluginError::runtime(format!(
+                "engine `vllm`: the server reports weight version {info}, not a Tandem version"
+            )));
+        };
+        let st = engine.state();
+        Ok(EngineHealth {
+            ready: st.machine.can_generate(),
+            weight_version: version,
+            detail: format!(
+                "{} at {} serving {} (log {})",
+                st.machine.state().to_string().to_lowercase(),
+                client.base(),
+                st.served_dir.display(),
+                engine.log_file().display()
+            )
+            .into(),
+        })
+    }
+
+    fn pause(&self, engine: &VllmEngine, mode: PauseMode) -> Result<()> {
+        // vLLM drains a `wait` pause itself: it may take as long as a request.
+        let d = match mode {
+            PauseMode::Wait => Deadline::Request,
+            _ => Deadline::Control,
+        };
+        let path = format!("/pause?mode={}", mode.as_str());
+        engine.post(&path, None, d).map(drop)
+    }
+
+    fn continue_generation(&self, engine: &VllmEngine) -> Result<()> {
+        engine.post("/resume", None, Deadline::Control).map(drop)
+    }
+
+    /// `/reset_prefix_cache`.
+    fn flush(&self, engine: &VllmEngine) -> Result<()> {
+        let v = engine.post_json("/reset_prefix_cache", &json!({}), Deadline::Control);
+        // Older servers answer an empty body; a JSON answer must say success.
+        match v {
+            Ok(v) if v.get("success") == Some(&Value::Bool(false)) => Err(PluginError::new(
+                ErrorCode::InvalidState,
+                "engine `vllm`: /reset_prefix_cache refused (requests still running)",
+            )
+            .with_help("pause the engine before flushing its cache")),
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ErrorCode::Runtime && e.message.contains("not JSON") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Memory release is declared only where it frees memory: not on vLLM's CPU worker.
+    fn check_memory(&self, op: &str, tags: &[String]) -> Result<()> {
+        Err(
+            PluginError::not_supported(&format!("{op}({})", tags.join(", ")), "vllm").with_help(
+                "vLLM's CPU worker frees no memory in sleep mode; run the engine with \
+                 needs_offload = false (CUDA sleep mode is designed, see plugins/vllm/NOTES.md)",
+            ),
+        )
+    }
+
+    fn release(&self, _engine: &VllmEngine, tags: &[String]) -> Result<()> {
+        self.check_memory("release_memory", tags)
+    }
+
+    fn resume(&self, _engine: &VllmEngine, tag: &str) -> Result<()> {
+        self.check_memory("resume_memory", &[tag.to_owned()])
+    }
+
+    fn generate(
+        &self,
+        engine: &VllmEngine,
+        request: &tandem_plugin_api::GenerateRequest,
+        adapter: Option<&str>,
+    ) -> Result<Vec<tandem_plugin_api::Completion>> {
+        self.complete(engine, request, adapter)
+    }
+
+    fn score(
+        &self,
+        engine: &VllmEngine,
+        sequences: &[tandem_plugin_api::RVec<u32>],
+        adapter: Option<&str>,
+    ) -> Result<Vec<tandem_plugin_api::RVec<f32>>> {
+        self.prompt_logprobs(engine, sequences, adapter)
+    }
+
+    fn unsupported_update(&self, payload: &tandem_plugin_api::UpdatePayload) -> PluginError {
+        update::unsupported(payload)
+    }
+
+    fn load_checkpoint(
+        &self,
+        engine: &VllmEngine,
+        dir: &Path,
+        _update: &tandem_plugin_api::WeightUpdate,
+    ) -> Result<String> {
+        self.apply_checkpoint(engine, dir).map(|()| String::new())
+    }
+
+    fn load_adapter(&self, engine: &VllmEngine, name: &str, dir: &str, loaded: bool) -> Result<()> {
+        self.load_lora(engine, name, dir, loaded)
+    }
+
+    fn unload_adapter(&self, engine: &VllmEngine, name: &str) -> Result<()> {
+        engine
+            .post(
+                "/v1/unload_lora_adapter",
+                Some(&json!({ "lora_name": name })),
+                Deadline::Control,
+            )
+            .map(drop)
+    }
+
+    fn reloads_adapters(&self) -> bool {
+        true
+    }
+
+    fn settle_version(
+        &self,
+        engine: &VllmEngine,
+        update: &tandem_plugin_api::WeightUpdate,
+    ) -> Result<()> {
+        let client = engine.client()?;
+        self.report_version(engine, &client, update.version)
+    }
 }

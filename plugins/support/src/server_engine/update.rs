@@ -1,0 +1,116 @@
+//! Weight updates and adapters (the lifecycle around them included): an update kind the
+//! server does not apply is `NotSupported` in any state; otherwise the machine enters
+//! `Updating` (a version below the served one is refused before the server is asked),
+//! [`ServerEngine::apply_update`] applies it, and the machine leaves `Updating` with the new
+//! version or the old one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::{PluginError, UpdatePayload, UpdateReport, WeightUpdate};
+
+use super::Backend;
+use super::engine::{ServerEngine, lock};
+
+/// Bytes of the files directly in `dir` (what an update moved).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+impl<B: Backend> ServerEngine<B> {
+    /// `apply_weight_update`: the kind check, the lifecycle, then [`Self::apply_update`].
+    pub(super) fn update(&self, update: &WeightUpdate) -> Result<UpdateReport> {
+        match &update.payload {
+            UpdatePayload::CheckpointDir { .. } => {}
+            UpdatePayload::Adapter { .. } => self.require_lora("an adapter update")?,
+            other => return Err(self.backend.unsupported_update(other)),
+        }
+        lock(&self.state)
+            .machine
+            .begin_update(update.version)
+            .map_err(|e| self.illegal(e))?;
+        let result = self.apply_update(update);
+        lock(&self.state).machine.finish_update(result.is_ok());
+        result
+    }
+
+    /// The one place an update reaches the server: a `CheckpointDir` is loaded by the
+    /// backend ([`Backend::load_checkpoint`]: reload in place, restart, or load from disk),
+    /// an `Adapter` is loaded under its versioned name, made generation's default, and the
+    /// previous one unloaded; then the backend settles the server's version label and the
+    /// engine serves `update.version`. The lifecycle check is the caller's.
+    pub fn apply_update(&self, update: &WeightUpdate) -> Result<UpdateReport> {
+        let started = Instant::now();
+        let (bytes, digest) = match &update.payload {
+            UpdatePayload::CheckpointDir { dir } => {
+                let dir = PathBuf::from(dir.as_str());
+                let digest = self.backend.load_checkpoint(self, &dir, update)?;
+                (dir_bytes(&dir), digest)
+            }
+            UpdatePayload::Adapter { name, dir } => {
+                let previous = lock(&self.state).active_adapter.clone();
+                let loaded = lock(&self.state).adapters.contains(name.as_str());
+                if loaded && !self.backend.reloads_adapters() {
+                    // Re-applied under the same name to a server that refuses a loaded name.
+                    self.unload_lora(name)?;
+                }
+                self.load_lora(name, dir)?;
+                lock(&self.state).active_adapter = Some(name.to_string());
+                if let Some(prev) = previous.filter(|p| p.as_str() != name.as_str()) {
+                    self.unload_lora(&prev)?;
+                }
+                lock(&self.state).set_metric("adapter_update_s", started.elapsed().as_secs_f64());
+                // Servers checksum base weights, not adapters: no digest to report.
+                (dir_bytes(Path::new(dir.as_str())), String::new())
+            }
+            other => return Err(self.backend.unsupported_update(other)),
+        };
+        self.backend.settle_version(self, update)?;
+        lock(&self.state).version = update.version;
+        Ok(UpdateReport {
+            version: update.version,
+            digest: digest.into(),
+            bytes_copied: bytes,
+        })
+    }
+
+    fn require_lora(&self, op: &str) -> Result<()> {
+        if self.backend.lora() {
+            Ok(())
+        } else {
+            let d = self.backend.dialect();
+            Err(PluginError::not_supported(op, d.component).with_help(d.lora_help))
+        }
+    }
+
+    /// `load_adapter`: the backend's load route, then the adapter is known as loaded.
+    pub(super) fn load_lora(&self, name: &str, dir: &str) -> Result<()> {
+        self.require_lora("load_adapter")?;
+        let loaded = lock(&self.state).adapters.contains(name);
+        let started = Instant::now();
+        self.backend.load_adapter(self, name, dir, loaded)?;
+        let mut st = lock(&self.state);
+        st.set_metric("lora_load_s", started.elapsed().as_secs_f64());
+        st.adapters.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// `unload_adapter`: the backend's unload route; generation's default is dropped with it.
+    pub(super) fn unload_lora(&self, name: &str) -> Result<()> {
+        self.require_lora("unload_adapter")?;
+        self.backend.unload_adapter(self, name)?;
+        let mut st = lock(&self.state);
+        st.adapters.remove(name);
+        if st.active_adapter.as_deref() == Some(name) {
+            st.active_adapter = None;
+        }
+        Ok(())
+    }
+}
