@@ -1,12 +1,19 @@
 //! Engine + trainer checks: every update kind both sides declare (and the trainer's options
 //! allow) goes from the trainer's export to the engine, which then serves exactly the
-//! trainer's weights; versions never go down and a damaged update is refused with the
-//! previous weights still served.
+//! trainer's weights; versions never go down; every sync carries a digest the engine
+//! verifies, and a damaged update (a wrong digest, a weights file damaged between export and
+//! load) is refused with the previous weights still served; the run directory keeps at most
+//! the two newest exported versions.
 
 use crate::engine::EngineHarness;
 use crate::expect::{ok, one, refused};
 use crate::harness::{Failure, Outcome};
 use crate::trainer::{TrainerHarness, max_diff};
+use std::path::{Path, PathBuf};
+
+use tandem_plugin_api::UpdatePayload;
+use tandem_plugin_api::files::digest::weight_files;
+use tandem_plugin_api::files::versions::versions;
 use tandem_plugin_api::lifecycle::EngineOp;
 use tandem_plugin_api::{ErrorCode, RVec, UpdateKind, UpdateReport, WeightUpdate};
 
@@ -183,6 +190,58 @@ fn refused_keeps_serving(
     Ok(err)
 }
 
+/// The common kinds that ship a directory of files (`checkpoint_dir`, `adapter`).
+fn file_kinds(e: &EngineHarness, t: &TrainerHarness) -> Vec<UpdateKind> {
+    common_kinds(e, t)
+        .into_iter()
+        .filter(|k| matches!(k, UpdateKind::CheckpointDir | UpdateKind::Adapter))
+        .collect()
+}
+
+/// The directory a file update ships.
+fn update_dir(update: &WeightUpdate, rule: &'static str) -> Result<PathBuf, Failure> {
+    match &update.payload {
+        UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. } => {
+            Ok(PathBuf::from(dir.as_str()))
+        }
+        other => Err(Failure::new(
+            rule,
+            format!("a file update carries a {} payload", other.kind().as_str()),
+        )),
+    }
+}
+
+/// Flips the last byte of the largest weights file of `dir` (the data of its last tensor);
+/// returns the file and the byte's position, to undo it with a second call of [`flip`].
+fn damage(dir: &Path, rule: &'static str) -> Result<(PathBuf, u64), Failure> {
+    let files = weight_files(dir).map_err(|e| Failure::new(rule, e.to_string()))?;
+    let largest = files
+        .into_iter()
+        .max_by_key(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .ok_or_else(|| Failure::new(rule, format!("{} holds no weights file", dir.display())))?;
+    let len = std::fs::metadata(&largest)
+        .map(|m| m.len())
+        .map_err(|e| Failure::new(rule, format!("{}: {e}", largest.display())))?;
+    let at = len.saturating_sub(1);
+    flip(&largest, at, rule)?;
+    Ok((largest, at))
+}
+
+/// XORs the byte at `at` of `file` with 0x40.
+fn flip(file: &Path, at: u64, rule: &'static str) -> Result<(), Failure> {
+    use std::os::unix::fs::FileExt;
+    let io = |e: std::io::Error| Failure::new(rule, format!("{}: {e}", file.display()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .map_err(io)?;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, at).map_err(io)?;
+    b[0] ^= 0x40;
+    f.write_all_at(&b, at).map_err(io)
+}
+
 /// The engine + trainer checks.
 pub mod checks {
     use super::*;
@@ -293,6 +352,121 @@ pub mod checks {
                     report.digest
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Every sync of every common kind carries a digest, and the engine reports the same
+    /// digest for what it then serves (it verified what it loaded).
+    pub fn syncs_carry_verified_digests(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let rule = "a sync carries a digest the engine verifies";
+        first_kind(e, t)?;
+        for kind in common_kinds(e, t) {
+            let update = train_and_export(t, kind, rule)?;
+            if update.digest.is_empty() {
+                return Err(Failure::new(
+                    rule,
+                    format!(
+                        "the trainer's {} export carries no digest (a pair that cannot digest \
+                         declares `no_digests` with the reason)",
+                        kind.as_str()
+                    ),
+                ));
+            }
+            let report = apply(e, update.clone())?;
+            if report.digest != update.digest {
+                let got = if report.digest.is_empty() {
+                    "none"
+                } else {
+                    report.digest.as_str()
+                };
+                return Err(Failure::new(
+                    rule,
+                    format!(
+                        "{} v{}: the trainer exported {}, the engine reports {got}",
+                        kind.as_str(),
+                        update.version,
+                        update.digest
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A weights file damaged between export and load (one byte of tensor data) is refused
+    /// as `corrupt`, the previous weights still served; the same update, repaired, applies.
+    pub fn damaged_file_refused(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let rule = "a weights file damaged after the export is refused";
+        for kind in file_kinds(e, t) {
+            sync(e, t, kind)?;
+            let served = engine_logprobs(e, t)?;
+            let good = train_and_export(t, kind, rule)?;
+            let dir = update_dir(&good, rule)?;
+            let (file, at) = damage(&dir, rule)?;
+            let what = format!(
+                "{} v{} with {} damaged",
+                kind.as_str(),
+                good.version,
+                file.display()
+            );
+            let err = refused_keeps_serving(e, t, good.clone(), rule, &what, &served)?;
+            if err.code != ErrorCode::Corrupt {
+                return Err(Failure::new(
+                    rule,
+                    format!(
+                        "a damaged weights file must be `corrupt`, got {}",
+                        one(&err)
+                    ),
+                ));
+            }
+            flip(&file, at, rule)?;
+            let report = apply(e, good.clone())?;
+            if report.version != good.version {
+                return Err(Failure::new(
+                    rule,
+                    format!("the repaired update reports version {}", report.version),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// After three syncs of a file kind, the exports' parent directory (`weights/`,
+    /// `adapters/`) holds at most the two newest versions, the newest being the last sync's,
+    /// and no stage directory.
+    pub fn keeps_two_versions(e: &mut EngineHarness, t: &mut TrainerHarness) -> Outcome {
+        let rule = "the run directory keeps at most the two newest versions";
+        for kind in file_kinds(e, t) {
+            let mut last = None;
+            for _ in 0..3 {
+                let update = train_and_export(t, kind, rule)?;
+                apply(e, update.clone())?;
+                last = Some(update);
+            }
+            let Some(last) = last else { continue };
+            let dir = update_dir(&last, rule)?;
+            let parent = dir.parent().unwrap_or(&dir);
+            let found = versions(parent).map_err(|e| Failure::new(rule, e.to_string()))?;
+            let stages: Vec<String> = std::fs::read_dir(parent)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.ends_with(".stage"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if found.len() > 2 || found.last() != Some(&last.version) || !stages.is_empty() {
+                return Err(Failure::new(
+                    rule,
+                    format!(
+                        "after exporting v{} {}, {} holds versions {found:?} and stages {stages:?}",
+                        last.version,
+                        kind.as_str(),
+                        parent.display()
+                    ),
+                ));
+            }
         }
         Ok(())
     }

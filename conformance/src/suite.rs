@@ -121,6 +121,7 @@ macro_rules! __tandem_group {
             $why
             pair_exports_are_served = exports_are_served,
             pair_lower_version_refused = lower_version_refused,
+            pair_keeps_two_versions = keeps_two_versions,
         );
         $crate::__tandem_digest_test!($nd $why);
     };
@@ -252,6 +253,8 @@ macro_rules! __tandem_digest_test {
         $crate::__tandem_pair_tests!(
             $why
             pair_digest_mismatch_refused = digest_mismatch_refused,
+            pair_syncs_carry_verified_digests = syncs_carry_verified_digests,
+            pair_damaged_file_refused = damaged_file_refused,
         );
     };
 }

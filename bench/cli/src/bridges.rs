@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use super::Figure;
 use tandem_cli::error::CliError;
 use tandem_control::Role;
+use tandem_plugin_api::files::dir_bytes;
 use tandem_plugin_api::{ComponentStats, LossConfig, LossKind, TrainBatch, TrainSequence};
 use tandem_rl::bridge::BridgeDriver;
 use tandem_rl::warmstart::create_preset;
@@ -371,17 +372,6 @@ fn write_model(scratch: &Path, size: &str) -> Result<PathBuf, CliError> {
     let registry = Registry::discover(&[]).map_err(RuntimeError::Plugins)?;
     create_preset(&registry, &out, size, 7)?;
     Ok(out)
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .filter(|m| m.is_file() && m.len() > 0)
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// memcpy bandwidth (GB/s) over 64 MiB, best of 5.

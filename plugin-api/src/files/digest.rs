@@ -24,6 +24,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::FilesError;
 use super::safetensors::{Entry, read_entries};
+use crate::error::{ErrorCode, PluginError};
+use crate::types::WeightUpdate;
 
 /// The digest's format tag.
 pub const PREFIX: &str = "st256";
@@ -210,10 +212,31 @@ pub fn verify_dir(dir: &Path, expected: &str) -> Result<String, FilesError> {
         return Err(FilesError::corrupt(
             dir,
             format!(
-                "the weights' digest is {found}, the trainer exported {expected}: a file was \
-                 damaged or replaced after the export"
+                "digest mismatch: the files hold {found}, the trainer exported {expected} (a \
+                 file was damaged or replaced after the export)"
             ),
         ));
     }
     Ok(found)
+}
+
+/// What an engine does with a `checkpoint_dir` or `adapter` update before it loads a byte:
+/// [`verify_dir`] of the update's directory against the update's digest. A mismatch or a
+/// damaged file is one `corrupt` error that says the update was not applied (the engine
+/// keeps serving what it served); the result is the digest to report as served.
+pub fn verify_update(update: &WeightUpdate, dir: &Path) -> Result<String, PluginError> {
+    verify_dir(dir, update.digest.as_str()).map_err(|e| {
+        let code = match e {
+            FilesError::Io { .. } => ErrorCode::Io,
+            FilesError::Corrupt { .. } => ErrorCode::Corrupt,
+        };
+        PluginError::new(
+            code,
+            format!(
+                "weight update v{}: {e}; the update was not applied",
+                update.version
+            ),
+        )
+        .with_help("the engine keeps serving its previous weights; export the version again")
+    })
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::error::RlError;
+use tandem_plugin_api::files::dir_bytes;
 use tandem_plugin_api::{RString, UpdatePayload, UpdateReport, WeightUpdate};
 use tandem_runtime::launch::RemoteEngine;
 
@@ -122,18 +123,6 @@ pub(super) fn shipped_bytes(update: &WeightUpdate, engines: usize) -> u64 {
         UpdatePayload::SharedRegion { .. } => 0,
     };
     each * engines as u64
-}
-
-/// Total size of the files directly in `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// The tail of a sync error when the engines at `switched` already serve `version`.

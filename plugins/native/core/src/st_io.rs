@@ -284,6 +284,16 @@ fn single_run(
     Ok(Some((f, path.clone(), start)))
 }
 
+/// Whether `files` are byte for byte the f32 buffer of `layout` (see `single_run`): a
+/// [`load_into`] of them reads straight into the buffer, one run.
+pub fn is_weights_bytes(
+    files: &[PathBuf],
+    layout: &ParamLayout,
+    rename: &dyn Fn(&str) -> Option<String>,
+) -> Result<bool> {
+    single_run(files, layout, rename).map(|r| r.is_some())
+}
+
 /// [`load_into`] that also returns the digest ([`crate::digest`]) of `buf` once loaded,
 /// computed inside the read (each block hashed while it is in the cache) when the files are
 /// the buffer's bytes, else in a pass after it.

@@ -23,6 +23,7 @@ use tandem_native_core::buffer::{BufferProvider, BufferTag, Region, VecProvider}
 use tandem_native_core::drafter::{Drafter, DrafterInit, DrafterTrainer, SeqFeatures, TttConfig};
 use tandem_native_core::model::Model;
 use tandem_native_core::optim::AdamW;
+use tandem_plugin_api::files::dir_bytes;
 use tandem_plugin_api::sdk::{Result, TrainerImpl};
 use tandem_plugin_api::stats;
 use tandem_plugin_api::{
@@ -472,17 +473,4 @@ fn not_host(op: &str) -> PluginError {
         format!("{op}: this trainer's buffers are heap vectors (no host memory services)"),
     )
     .with_help("run the trainer inside a `tandem worker` process, which attaches memory services")
-}
-
-/// Bytes of the files directly in `dir`.
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }

@@ -34,7 +34,7 @@ mod update;
 
 use super::common::{Ctx, check_tags, host_call, log, parse_options};
 use super::provider::{Backing, PluginProvider};
-use crate::trainer::state::saved_version;
+use tandem_plugin_api::files::state::saved_version;
 
 /// Tags the engine can release (their regions come back at the same address).
 pub const RELEASABLE: [&str; 3] = ["weights", "kv_cache", "activations"];

@@ -8,14 +8,14 @@
 //!   the weights exist once. Later updates of the same region are a fence + version bump (0
 //!   bytes copied). The trainer must not write while the engine serves (the bridge pauses
 //!   generation for the optimizer step).
-//! - `CheckpointDir`: reloaded in place. A checkpoint that is the weights' bytes (what the
-//!   trainer writes) has its config and its digest (streamed from the file) checked, then is
-//!   read straight into the served weights, hashed again as it is read — no staged copy; a
-//!   read that fails half-way marks the weights damaged (generation refuses) instead of
-//!   serving a silent mix. Other checkpoints are staged beside the served weights, checked,
-//!   then copied in. The dir the engine already serves at the same version (an engine
-//!   restarted on the checkpoint) is acknowledged without reloading.
-//! - `Adapter` (`lora`): loaded under its versioned name, digest checked, then made the active
+//! - `CheckpointDir`: reloaded in place. Its config and the run directory's `st256` digest of
+//!   its files ([`tandem_plugin_api::files::digest`]) are checked first; a checkpoint that is
+//!   the weights' bytes (what the trainer writes) is then read straight into the served
+//!   weights — no staged copy; a read that fails half-way marks the weights damaged
+//!   (generation refuses) instead of serving a silent mix. Other checkpoints are staged
+//!   beside the served weights, then copied in. The dir the engine already serves at the same
+//!   version (an engine restarted on the checkpoint) is acknowledged without reloading.
+//! - `Adapter` (`lora`): its files' digest checked, loaded under its versioned name, then made the active
 //!   adapter (used by requests naming none, and by `score`) — the switch happens between
 //!   requests, under the engine lock — and the previously active adapter is unloaded. Its
 //!   buffer is kept as the spare the next update of the same shape is read into: a sync then
@@ -32,6 +32,7 @@ use tandem_native_core::digest::digest;
 use tandem_native_core::layout::ParamLayout;
 use tandem_native_core::lora::LoraAdapter;
 use tandem_native_core::st_io;
+use tandem_plugin_api::files::digest::verify_update;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{
     DType, ErrorCode, PluginError, TensorSpec, UpdatePayload, UpdateReport, WeightUpdate,
@@ -150,8 +151,7 @@ impl NativeEngine {
         {
             let inner = lock(&self.inner);
             if inner.served_dir == dir && inner.weight_version == update.version {
-                let served = served_digest(update, inner.engine.model.w());
-                check_digest(update, &served, "checkpoint dir")?;
+                let served = verify_update(update, dir)?;
                 return Ok((0, served));
             }
             if let Some(key) = &inner.shared {
@@ -163,6 +163,12 @@ impl NativeEngine {
             }
         }
         let cfg = ModelConfig::from_dir(dir).ctx("weight update")?;
+        // The files are checked against the trainer's digest before a byte is loaded (the
+        // run directory's `st256`, computed from the files as stored; outside the engine
+        // lock, so generation goes on meanwhile): a damaged checkpoint leaves the served
+        // weights untouched. A published version is never rewritten, so the load below reads
+        // the bytes just checked.
+        let served = verify_update(update, dir)?;
         let mut guard = lock(&self.inner);
         let inner = &mut *guard;
         let model = &mut inner.engine.model;
@@ -180,48 +186,27 @@ impl NativeEngine {
         let what = format!("weight update {}", dir.display());
         let bytes = (model.layout.total_len() * 4) as u64;
         // A checkpoint that is the weights' bytes (one f32 file in layout order, as the
-        // trainer writes it) is checked first, its digest streamed from the file, and then
-        // read straight into the served weights: no staged copy, so the engine holds the
-        // weights once during a reload. The read in place hashes what it reads; should it
-        // fail or differ from the check (the file changed or an I/O error half-way), the
+        // trainer writes it) is read straight into the served weights: no staged copy, so the
+        // engine holds the weights once during a reload. Should the read fail half-way, the
         // weights are a mix and the engine refuses to serve them until an update loads.
-        let verify = !update.digest.is_empty();
-        let checked = if verify {
-            st_io::digest_files(&files, &model.layout, &rename).ctx(&what)?
-        } else {
-            None
-        };
-        if let Some(pre) = &checked {
-            check_digest(update, pre, &dir.display().to_string())?;
+        if st_io::is_weights_bytes(&files, &model.layout, &rename).ctx(&what)? {
             let n = model.layout.total_len();
             let dst = &mut model.weights.as_mut_slice()[..n];
-            let read = st_io::load_into_digest(&files, &model.layout, dst, &rename);
-            let served = match read {
-                Ok((_, d)) if &d == pre => d,
-                Ok((_, d)) => {
-                    format!("the file changed while it was read in place ({d} after {pre})")
-                }
-                Err(e) => format!("reading it in place failed half-way: {e}"),
-            };
-            if &served != pre {
-                let why = format!("{what}: {served}");
+            if let Err(e) = st_io::load_into(&files, &model.layout, dst, &rename) {
+                let why = format!("{what}: reading it in place failed half-way: {e}");
                 *lock(&self.damaged) = Some(why.clone());
                 return Err(PluginError::new(ErrorCode::Corrupt, why).with_help(
                     "the engine refuses to generate until a weight update loads completely; \
                      restart it on a good checkpoint",
                 ));
             }
-            inner.served_dir = dir.to_path_buf();
-            *lock(&self.damaged) = None;
-            return Ok((bytes, served));
+        } else {
+            // Other files (sharded, other dtypes or order): loaded beside the served weights
+            // first, so a checkpoint that does not fit leaves them untouched.
+            let mut staged = vec![0f32; model.layout.total_len()];
+            st_io::load_into(&files, &model.layout, &mut staged, &rename).ctx(&what)?;
+            model.copy_weights_from(&staged).ctx("weight update")?;
         }
-        // Other files (sharded, other dtypes or order), or no check asked for: loaded beside
-        // the served weights first, so a bad checkpoint leaves them untouched.
-        let mut staged = vec![0f32; model.layout.total_len()];
-        st_io::load_into(&files, &model.layout, &mut staged, &rename).ctx(&what)?;
-        let served = served_digest(update, &staged);
-        check_digest(update, &served, &dir.display().to_string())?;
-        model.copy_weights_from(&staged).ctx("weight update")?;
         inner.served_dir = dir.to_path_buf();
         *lock(&self.damaged) = None;
         Ok((bytes, served))
@@ -233,19 +218,15 @@ impl NativeEngine {
         let inner: &mut Inner = &mut guard;
         // Loaded into its own buffer (the replaced adapter's when the shape matches) and
         // checked before the engine sees it: on an error the active adapter keeps serving.
-        let (ad, served) = LoraAdapter::load_reusing(
+        let served = verify_update(update, dir)?;
+        let (ad, _) = LoraAdapter::load_reusing(
             dir,
             &inner.engine.model.cfg,
             &mut inner.spare_adapter,
             &mut inner.provider,
-            !update.digest.is_empty(),
+            false,
         )
         .ctx(&what)?;
-        let served = served.unwrap_or_default();
-        if let Err(e) = check_digest(update, &served, &what) {
-            inner.spare_adapter = Some(ad.weights);
-            return Err(e);
-        }
         let bytes = (ad.layout.total_len() * 4) as u64;
         inner
             .engine

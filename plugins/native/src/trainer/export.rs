@@ -7,18 +7,18 @@
 //!   region is the bridge's business: `ipc` engines serve it in place (its plan keeps
 //!   `weights` resident, and the engine refuses to release them), `broadcast` reads it only
 //!   while it sends; the trainer cannot tell them apart and does not try.
-//! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): an atomic
-//!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`): files written into a
-//!   staging directory with the trainer state, renamed into place. Checkpoints are durable:
-//!   every file and the directory are fsynced before the rename, the parent after it.
-//!   Adapters are not fsynced (re-exportable from the trainer; a sync should cost what
-//!   writing the adapter costs). Both keep the two newest versions (the one exported and
-//!   the one engines served before): an export recycles an older version's dir (its files
-//!   overwritten in place, see [`st_write`]) and removes the rest.
+//! - `CheckpointDir` (`checkpoint`, full fine-tuning) and `Adapter` (`lora`): a version
+//!   directory under the run dir (`weights/v<N>` / `adapters/v<N>`) through the run-directory
+//!   file contract ([`tandem_plugin_api::files::versions`]): files written into the stage
+//!   with the trainer state, published by rename. Checkpoints are durable (fsynced);
+//!   adapters are not (re-exportable from the trainer; a sync should cost what writing the
+//!   adapter costs). The parent keeps the two newest versions; the stage recycles an older
+//!   version's dir (its files overwritten in place, see [`st_write`]).
 //!
-//! Every export carries the digest ([`tandem_native_core::digest`]) of what it exports (computed inside
-//! the write for files): all base weights, or the adapter tensors in LoRA mode (unless
-//! `options.digest = false`: empty).
+//! Every export carries a digest of what it exports (unless `options.digest = false`:
+//! empty): for files the run directory's `st256` digest of the tensors written (what an
+//! engine computes from the files), for the shared region the in-memory digest
+//! ([`tandem_native_core::digest`]) of all base weights.
 
 use std::path::Path;
 use std::sync::atomic::{Ordering, fence};
@@ -30,7 +30,12 @@ use tandem_plugin_api::{
     WeightUpdate,
 };
 
-use super::{NativeTrainer, STATE_FILE, st_write};
+use tandem_plugin_api::files::state::{STATE_FILE, TrainerState, write_state};
+use tandem_plugin_api::files::versions::{
+    VersionKind, keep_only, prepare_stage, publish, version_dir, versions_parent,
+};
+
+use super::{NativeTrainer, st_write};
 use crate::common::Ctx;
 use crate::provider::region_key;
 
@@ -83,14 +88,16 @@ impl NativeTrainer {
             ));
         }
         let v = self.version;
-        let sub = if lora { "adapters" } else { "weights" };
-        let parent = Path::new(self.config.run_dir.as_str()).join(sub);
-        let dir = parent.join(format!("v{v}"));
-        let stage = parent.join(format!(".v{v}.stage"));
-        std::fs::create_dir_all(&parent)
-            .map_err(|e| PluginError::io(format!("creating {}: {e}", parent.display())))?;
-        recycle_version_dir(&parent, v, &stage)?;
-        // The digest is computed inside the write (each block hashed as it is written).
+        let kind = if lora {
+            VersionKind::Adapters
+        } else {
+            VersionKind::Weights
+        };
+        let parent = versions_parent(Path::new(self.config.run_dir.as_str()), kind);
+        let dir = version_dir(&parent, v);
+        let stage = prepare_stage(&parent, v, true)?;
+        std::fs::create_dir_all(&stage)
+            .map_err(|e| PluginError::io(format!("creating {}: {e}", stage.display())))?;
         let digest = if lora {
             self.write_adapter(&stage)?
         } else {
@@ -98,23 +105,7 @@ impl NativeTrainer {
         };
         // A checkpoint is durable state (fsynced); an adapter is re-exported from the trainer
         // at will, so it is only made visible atomically (rename), not forced to disk.
-        if !lora {
-            sync_dir_files(&stage)?;
-        }
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| PluginError::io(format!("removing {}: {e}", dir.display())))?;
-        }
-        std::fs::rename(&stage, &dir).map_err(|e| {
-            PluginError::io(format!(
-                "renaming {} to {}: {e}",
-                stage.display(),
-                dir.display()
-            ))
-        })?;
-        if !lora {
-            sync_path(&parent)?;
-        }
+        publish(&stage, &dir, !lora)?;
         let dir_s = RString::from(dir.display().to_string());
         let payload = if lora {
             UpdatePayload::Adapter {
@@ -151,7 +142,7 @@ impl NativeTrainer {
             "adapter_model.safetensors",
             STATE_FILE,
         ];
-        keep_only(dir, &files).map_err(|e| PluginError::io(format!("{what}: {e}")))?;
+        keep_only(dir, &files)?;
         let digest = st_write::write(
             &dir.join("adapter_model.safetensors"),
             &ad.layout,
@@ -159,9 +150,9 @@ impl NativeTrainer {
             with_digest,
         )
         .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
-        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
-        let path = dir.join(STATE_FILE);
-        tandem_native_core::st_io::write_in_place(&path, state.to_string().as_bytes())
+        let state = serde_json::to_string(&TrainerState::new(version, tr.opt.step))
+            .map_err(|e| PluginError::runtime(format!("{what}: {e}")))?;
+        tandem_native_core::st_io::write_in_place(&dir.join(STATE_FILE), state.as_bytes())
             .map_err(|e| PluginError::io(format!("{what}: {e}")))?;
         Ok(digest.unwrap_or_default())
     }
@@ -175,7 +166,7 @@ impl NativeTrainer {
         let what = format!("writing checkpoint {}", dir.display());
         let io = |e: std::io::Error| PluginError::io(format!("{what}: {e}"));
         std::fs::create_dir_all(dir).map_err(io)?;
-        keep_only(dir, &["config.json", "model.safetensors", STATE_FILE]).map_err(io)?;
+        keep_only(dir, &["config.json", "model.safetensors", STATE_FILE])?;
         tr.model.cfg.save(dir).ctx(&what)?;
         let digest = st_write::write(
             &dir.join("model.safetensors"),
@@ -184,8 +175,7 @@ impl NativeTrainer {
             with_digest,
         )
         .map_err(io)?;
-        let state = serde_json::json!({"weight_version": version, "adam_step": tr.opt.step});
-        std::fs::write(dir.join(STATE_FILE), state.to_string()).map_err(io)?;
+        write_state(dir, &TrainerState::new(version, tr.opt.step))?;
         Ok(digest.unwrap_or_default())
     }
 
@@ -241,91 +231,4 @@ impl NativeTrainer {
             digest: digest.into(),
         })
     }
-}
-
-/// Prepares the staging dir `stage` of version `v` (adapter or checkpoint) under `parent`,
-/// recycling an older version's dir so the export overwrites its files' page-cache pages
-/// instead of allocating new ones (fresh pages cost more than the copy, several times more
-/// in a VM): an existing `stage` (left by an export that did not finish), else `v<v>` (a
-/// repeated export of the same version), else the oldest `v<k>` older than the newest
-/// version below `v`. `parent` keeps at most the two newest versions: the one being exported
-/// and the one engines served before (an engine that fails to switch keeps serving it);
-/// older ones are recycled or removed, so a run does not keep a copy of the model per sync.
-/// A recycled dir is only renamed into place as `v<v>` once every file in it is rewritten
-/// (and, for a checkpoint, fsynced).
-fn recycle_version_dir(parent: &Path, v: u64, stage: &Path) -> Result<()> {
-    if stage.exists() {
-        return Ok(());
-    }
-    let rd = std::fs::read_dir(parent)
-        .map_err(|e| PluginError::io(format!("reading {}: {e}", parent.display())))?;
-    let mut older: Vec<u64> = rd
-        .filter_map(|e| {
-            let name = e.ok()?.file_name();
-            let k: u64 = name.to_str()?.strip_prefix('v')?.parse().ok()?;
-            (k <= v).then_some(k)
-        })
-        .collect();
-    older.sort_unstable();
-    let source = if older.last() == Some(&v) {
-        Some(v)
-    } else {
-        // Keep the newest older version; recycle the oldest of the rest, remove the others.
-        older.pop();
-        let mut rest = older.into_iter();
-        let first = rest.next();
-        for k in rest {
-            let d = parent.join(format!("v{k}"));
-            std::fs::remove_dir_all(&d)
-                .map_err(|e| PluginError::io(format!("removing {}: {e}", d.display())))?;
-        }
-        first
-    };
-    if let Some(k) = source {
-        let from = parent.join(format!("v{k}"));
-        std::fs::rename(&from, stage).map_err(|e| {
-            PluginError::io(format!(
-                "renaming {} to {}: {e}",
-                from.display(),
-                stage.display()
-            ))
-        })?;
-    }
-    Ok(())
-}
-
-/// Removes every entry of `dir` (a recycled version's dir) not named in `names`: what an
-/// export writes is all the new version holds.
-fn keep_only(dir: &Path, names: &[&str]) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if !names.iter().any(|n| entry.file_name() == **n) {
-            let path = entry.path();
-            if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(&path)?;
-            } else {
-                std::fs::remove_file(&path)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn sync_path(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| PluginError::io(format!("fsync {}: {e}", path.display())))
-}
-
-/// fsyncs every file of `dir`, then `dir` itself.
-fn sync_dir_files(dir: &Path) -> Result<()> {
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?;
-    for entry in rd {
-        let path = entry
-            .map_err(|e| PluginError::io(format!("reading {}: {e}", dir.display())))?
-            .path();
-        sync_path(&path)?;
-    }
-    sync_path(dir)
 }

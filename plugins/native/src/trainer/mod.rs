@@ -38,7 +38,7 @@ pub use options::{LoraOptions, TrainerOptions};
 pub const OFFLOADABLE: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
 const SNAPSHOT_TAGS: [&str; 2] = ["weights", "optimizer"];
 const SCRATCH_SNAPSHOT: &str = "native.trainer/scratch";
-const STATE_FILE: &str = "tandem_trainer_state.json";
+use tandem_plugin_api::files::state::STATE_FILE;
 
 /// In-plugin snapshot (Vec backing) or the metadata of a host snapshot.
 struct Snap {
@@ -310,7 +310,7 @@ impl TrainerImpl for NativeTrainer {
         self.provider = Some(provider);
         // A model directory exported by an earlier run carries its weight version: versions
         // keep going up across restarts.
-        if let Some(v) = state::saved_version(&dir) {
+        if let Some(v) = tandem_plugin_api::files::state::saved_version(&dir) {
             self.version = self.version.max(v);
         }
         Ok(TrainerInfo {

@@ -25,9 +25,7 @@ const CHUNK: usize = 1 << 18;
 /// safetensors file (`format = pt`). The data section follows the layout's order, so each
 /// run of tensors lying back to back in `buf` is one positional write (the whole adapter, usually),
 /// and a reader with the same layout can read it back as one run too. With `digest`, also
-/// returns the digest ([`tandem_native_core::digest`]) of `buf`: when `buf` is one run (the layout fills it
-/// back to back, as the trainer's weights and adapters do) each block is hashed just before
-/// it is written, else in a pass of its own.
+/// returns the file's weights digest ([`digest`], the run directory's `st256`).
 pub fn write(
     path: &Path,
     layout: &ParamLayout,
@@ -40,22 +38,6 @@ pub fn write(
         path,
         entries.iter().map(|e| (e.name.as_str(), &e.shape[..])),
     )?;
-    let whole = offset == buf.len() * 4
-        && entries
-            .iter()
-            .scan(0usize, |next, e| {
-                let at = *next == e.offset;
-                *next = e.offset + e.numel();
-                Some(at)
-            })
-            .all(|x| x);
-    if digest && whole && cfg!(target_endian = "little") {
-        let d = tandem_native_core::digest::digest_writing(buf, |at, c| {
-            f.write_all_at(bytemuck::cast_slice(c), data_start + 4 * at as u64)
-        })?;
-        f.set_len(data_start + offset as u64)?;
-        return Ok(Some(d));
-    }
     // (file byte offset, buffer range) of the current run of back-to-back tensors.
     let mut run: Option<(u64, std::ops::Range<usize>)> = None;
     let mut at = data_start;
@@ -75,7 +57,31 @@ pub fn write(
         write_values(&f, pos, &buf[cur])?;
     }
     f.set_len(data_start + offset as u64)?;
-    Ok(digest.then(|| tandem_native_core::digest::digest(buf)))
+    digest.then(|| self::digest(layout, buf)).transpose()
+}
+
+/// The weights digest ([`tandem_plugin_api::files::digest`]) of the tensors of `layout` in
+/// `buf` as [`write`] stores them: F32, their bytes the values' (little-endian machines).
+/// The tensors are hashed in parallel.
+pub fn digest(layout: &ParamLayout, buf: &[f32]) -> std::io::Result<String> {
+    use rayon::prelude::*;
+    use tandem_plugin_api::files::digest::{combine, tensor_hash};
+    let hashes = layout
+        .entries()
+        .par_iter()
+        .map(|e| {
+            let shape: Vec<u64> = e.shape.iter().map(|&d| d as u64).collect();
+            tensor_hash(
+                &e.name,
+                "F32",
+                &shape,
+                bytemuck::cast_slice(&buf[e.range()]),
+            )
+        })
+        .collect();
+    combine(hashes).map_err(|name| {
+        std::io::Error::other(format!("two tensors of the layout are named `{name}`"))
+    })
 }
 
 /// Writes the flat f32 tensors `(name, values)` (shape `[values.len()]`, in this order) to
@@ -195,29 +201,28 @@ mod tests {
     }
 
     #[test]
-    fn the_fused_digest_is_the_weights_digest_and_the_file_the_same() {
+    fn the_digest_is_the_run_directory_digest_of_the_file_written() {
         let m = tiny(8);
         let dir = tempfile::tempdir().unwrap();
-        let (a, b) = (
-            dir.path().join("a.safetensors"),
-            dir.path().join("b.safetensors"),
-        );
-        assert_eq!(super::write(&a, &m.layout, m.w(), false).unwrap(), None);
-        let d = super::write(&b, &m.layout, m.w(), true).unwrap();
-        assert_eq!(d, Some(tandem_native_core::digest::digest(m.w())));
-        assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
-        // Read back with the digest fused into the read, and streamed without a buffer.
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let (fa, fb) = (a.join("model.safetensors"), b.join("model.safetensors"));
+        assert_eq!(super::write(&fa, &m.layout, m.w(), false).unwrap(), None);
+        let d = super::write(&fb, &m.layout, m.w(), true).unwrap();
+        assert!(std::fs::read(&fa).unwrap() == std::fs::read(&fb).unwrap());
+        // What an engine computes from the files equals what the trainer computed.
+        let from_files = tandem_plugin_api::files::digest::digest_dir(&b).unwrap();
+        assert_eq!(d.as_deref(), Some(from_files.as_str()));
+        assert!(from_files.starts_with("st256:"), "{from_files}");
         let mut back = vec![0f32; m.layout.total_len()];
-        let files = [b];
         let same = |n: &str| Some(n.to_string());
-        let (_, rd) = st_io::load_into_digest(&files, &m.layout, &mut back, &same).unwrap();
-        assert_eq!(Some(rd), d);
+        st_io::load_into(&[fb], &m.layout, &mut back, &same).unwrap();
         assert!(
             back.iter()
                 .zip(m.w())
                 .all(|(x, y)| x.to_bits() == y.to_bits())
         );
-        assert_eq!(st_io::digest_files(&files, &m.layout, &same).unwrap(), d);
     }
 
     #[test]

@@ -16,6 +16,8 @@ use tandem_native_core::layout::ParamLayout;
 use tandem_native_core::lora::LoraAdapter;
 use tandem_native_core::st_io;
 use tandem_native_core::trainer::Trainer;
+use tandem_plugin_api::files::dir_bytes;
+use tandem_plugin_api::files::state::{TrainerState, write_state};
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{CheckpointInfo, LogLevel, PluginError, RString};
 
@@ -123,12 +125,9 @@ impl NativeTrainer {
             write_index(dir, &tr.model.layout)?;
         }
         let head = critic::save_head(tr, dir)?;
-        let state = serde_json::json!(
-            {"weight_version": version, "adam_step": tr.opt.step, "value_head": head}
-        );
-        let path = dir.join(STATE_FILE);
-        std::fs::write(&path, state.to_string())
-            .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))?;
+        let mut state = TrainerState::new(version, tr.opt.step);
+        state.extra.insert("value_head".into(), head.into());
+        write_state(dir, &state)?;
         Ok(CheckpointInfo {
             dir: dir.display().to_string().into(),
             weight_version: version,
@@ -254,21 +253,4 @@ fn write_index(dir: &Path, layout: &ParamLayout) -> Result<()> {
     let path = dir.join(INDEX_FILE);
     std::fs::write(&path, index.to_string())
         .map_err(|e| PluginError::io(format!("writing {}: {e}", path.display())))
-}
-
-/// The `weight_version` recorded in `<dir>/tandem_trainer_state.json`, if any.
-pub fn saved_version(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join(STATE_FILE)).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get("weight_version")?.as_u64()
-}
-
-pub(super) fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
