@@ -286,6 +286,9 @@ impl Server {
         let r = call(self.engine.apply_weight_update(update));
         let mut g = self.lock();
         g.machine.finish_update(r.is_ok());
+        if r.is_ok() {
+            g.weights_dir = (dir.to_string(), None);
+        }
         if let (Ok(_), Some(l)) = (&r, label) {
             g.label = l;
         }

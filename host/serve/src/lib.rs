@@ -229,6 +229,7 @@ pub fn start(
         engine,
         version,
         label,
+        opts.model.display().to_string(),
         opts.max_running_requests,
         opts.batch_wait,
     );

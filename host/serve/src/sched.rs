@@ -167,6 +167,9 @@ pub struct Sched {
     pub label: String,
     /// Loaded adapters: name -> directory.
     pub adapters: BTreeMap<String, String>,
+    /// The directory the served weights were loaded from (the model, then each
+    /// `/update_weights_from_disk`), and its weights digest once computed.
+    pub weights_dir: (String, Option<String>),
     /// `/begin_weight_update` opened a session.
     pub update_session: bool,
     /// Stop taking work.
@@ -257,11 +260,13 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server over `engine`, serving weights of `version` labelled `label`.
+    /// A server over `engine`, serving weights of `version` labelled `label`, loaded from
+    /// `weights_dir`.
     pub fn new(
         engine: EngineBox,
         version: u64,
         label: String,
+        weights_dir: String,
         max_take: usize,
         batch_wait: Duration,
     ) -> Arc<Server> {
@@ -277,6 +282,7 @@ impl Server {
                 released: BTreeSet::new(),
                 label,
                 adapters: BTreeMap::new(),
+                weights_dir: (weights_dir, None),
                 update_session: false,
                 shutdown: false,
                 next_id: 1,

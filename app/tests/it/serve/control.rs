@@ -278,6 +278,13 @@ fn update_weights_from_disk_with_versions() {
     assert_eq!(srv.post("/begin_weight_update", &json!({})).0, 400);
     ok(&srv, "/end_weight_update", json!({}));
     assert_eq!(srv.post("/end_weight_update", &json!({})).0, 400);
+    // The checksum is the weights digest of the directory last loaded, from its files.
     let v = ok(&srv, "/weights_checker", json!({"action": "checksum"}));
     assert_eq!(v["success"], true);
+    let want = tandem_plugin_api::files::digest::digest_dir(std::path::Path::new(base)).unwrap();
+    assert_eq!(v["checksum"], want.as_str(), "{v}");
+    assert_eq!(
+        ok(&srv, "/weights_checker", json!({}))["checksum"],
+        want.as_str()
+    );
 }

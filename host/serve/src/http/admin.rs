@@ -376,8 +376,11 @@ fn checksum() -> String {
     "checksum".into()
 }
 
-/// `GET|POST /weights_checker {action}`: `checksum` answers with the served version; the
-/// native engine reports no digest of weights it loaded from disk, so no `checksum` field.
+/// `GET|POST /weights_checker {action}`: `checksum` answers with the served version and, in
+/// `checksum`, the run directory's weights digest ([`tandem_plugin_api::files::digest`]) of
+/// the directory the served weights were loaded from (the model, or the last
+/// `/update_weights_from_disk`): computed from its files once, on the first request after a
+/// load, off the async threads.
 pub async fn weights_checker(State(app): State<Shared>, body: Bytes) -> Response {
     let req: CheckReq = match parse(&body) {
         Ok(r) => r,
@@ -389,11 +392,36 @@ pub async fn weights_checker(State(app): State<Shared>, body: Bytes) -> Response
             &format!("action `{}` is not supported by tandem serve", req.action),
         );
     }
-    let label = app.server.lock().label.clone();
-    outcome(
-        true,
-        &format!("weights at version {label}; the native engine reports no digest"),
-    )
+    let (label, (dir, known)) = {
+        let g = app.server.lock();
+        (g.label.clone(), g.weights_dir.clone())
+    };
+    let digest = match known {
+        Some(d) => Ok(d),
+        None => {
+            let at = dir.clone();
+            tokio::task::spawn_blocking(move || {
+                tandem_plugin_api::files::digest::digest_dir(std::path::Path::new(&at))
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the digest task failed: {e}")))
+        }
+    };
+    match digest {
+        Ok(d) => {
+            let mut g = app.server.lock();
+            if g.weights_dir.0 == dir {
+                g.weights_dir.1 = Some(d.clone());
+            }
+            drop(g);
+            reply(
+                StatusCode::OK,
+                json!({"success": true, "message": format!("weights at version {label} from {dir}"), "checksum": d}),
+            )
+        }
+        Err(e) => outcome(false, &format!("checksum of the weights in {dir}: {e}")),
+    }
 }
 
 #[cfg(test)]
