@@ -9,10 +9,7 @@ use tandem_plugin_api::{Completion, ErrorCode, FinishReason, GenerateRequest, Pl
 
 /// The error for an answer of `route` that lacks `what`.
 pub fn unexpected(route: &str, what: &str) -> PluginError {
-    PluginError::runtime(format!(
-        "engine `sglang`: {route}: unexpected answer: {what}"
-    ))
-    .with_help(
+    crate::engine::DIALECT.unexpected(route, what).with_help(
         "the server does not answer like SGLang 0.5.23; set trace_requests in [engine] options \
          to record the exchange",
     )
@@ -256,6 +253,35 @@ pub fn checksum(v: &Value) -> Result<Option<String>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tandem_plugin_support::quote::error_message;
+
+    #[test]
+    fn quotes_each_sglang_error_shape_on_one_line() {
+        assert_eq!(
+            error_message(r#"{"error": {"message": "LoRA is\n not enabled"}}"#),
+            "LoRA is not enabled"
+        );
+        assert_eq!(
+            error_message(r#"{"error": "unknown field `foo`"}"#),
+            "unknown field `foo`"
+        );
+        assert_eq!(
+            error_message(
+                r#"{"object":"error","message":"bad","type":"Bad Request","param":null,"code":400}"#
+            ),
+            "bad"
+        );
+        assert_eq!(
+            error_message(
+                r#"{"success": false, "error_message": "no such adapter", "loaded_adapters": {}}"#
+            ),
+            "no such adapter"
+        );
+        assert_eq!(
+            error_message("Cache not flushed: requests running\n"),
+            "Cache not flushed: requests running"
+        );
+    }
     use tandem_plugin_api::{ROption, SamplingParams};
 
     fn request(prompts: Vec<Vec<u32>>, top_k: u32, seed: Option<u64>) -> GenerateRequest {

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
-use tandem_plugin_api::ConfigProblem;
 use tandem_plugin_api::sdk::{self, Result};
+use tandem_plugin_api::{ConfigCaps, ConfigProblem, UpdateKind};
 use tandem_plugin_support::server_engine::Launcher;
+use tandem_plugin_support::server_engine::launch::bind_args;
 use tandem_plugin_support::server_engine::options::{
     LaunchOptions, PublicBind, launch_problems, timeout_problems,
 };
@@ -69,6 +70,17 @@ pub struct VllmOptions {
     pub env: BTreeMap<String, String>,
 }
 
+/// How a checkpoint directory reaches the served weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointApply {
+    /// Stop the server and start a new one on the directory.
+    Restart,
+    /// `/collective_rpc tandem_reload_weights` (vLLM's `reload_weights` + the tied-`lm_head`
+    /// repair of the worker extension) into the running server.
+    Reload,
+}
+
 impl Default for VllmOptions {
     fn default() -> Self {
         VllmOptions {
@@ -97,16 +109,8 @@ impl Default for VllmOptions {
     }
 }
 
-/// How a checkpoint directory reaches the served weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckpointApply {
-    /// Stop the server and start a new one on the directory.
-    Restart,
-    /// `/collective_rpc tandem_reload_weights` (vLLM's `reload_weights` + the tied-`lm_head`
-    /// repair of the worker extension) into the running server.
-    Reload,
-}
+/// The module `python -m` runs.
+const SERVER_MODULE: &str = "vllm.entrypoints.openai.api_server";
 
 /// The name the model is served under (requests without an adapter use it).
 pub const SERVED_NAME: &str = "tandem-base";
@@ -184,13 +188,31 @@ impl VllmOptions {
     /// interpreter from `python`, `$TANDEM_PYTHON` or the venv `scripts/setup-python.sh`
     /// recorded (`tandem_plugin_support::python`).
     pub fn launcher(&self) -> Result<Launcher> {
-        Launcher::resolve(
-            "vllm",
-            self.command.as_deref(),
-            self.python.as_deref(),
-            "vllm.entrypoints.openai.api_server",
-            "",
-        )
+        let (command, python) = (self.command.as_deref(), self.python.as_deref());
+        Launcher::resolve("vllm", command, python, SERVER_MODULE, "")
+    }
+
+    /// What the engine does with these options serving `model`.
+    pub fn caps(&self, model: &Path) -> ConfigCaps {
+        // Adapters only with `--enable-lora` (the kit refuses them otherwise).
+        let kinds = if self.enable_lora {
+            vec![UpdateKind::Adapter, UpdateKind::CheckpointDir]
+        } else {
+            vec![UpdateKind::CheckpointDir]
+        };
+        // `--max-model-len`, else vLLM takes the model's position table.
+        let max_seq_len = self
+            .max_model_len
+            .or_else(|| tandem_plugin_support::model::max_positions(model));
+        ConfigCaps {
+            update_kinds: kinds.into(),
+            max_seq_len: max_seq_len.unwrap_or(0),
+            // `checkpoint_apply = "restart"` starts a new server on the directory.
+            restarts_on_checkpoint: self.checkpoint_apply == CheckpointApply::Restart,
+            // No weight digests; no speculation it manages (no `load_drafter`); `tandem serve`
+            // in front of vLLM's own server is untried, so it does not claim to serve.
+            ..ConfigCaps::default()
+        }
     }
 
     /// Server arguments after the launcher.
@@ -202,10 +224,9 @@ impl VllmOptions {
             // original model's.
             "--tokenizer".into(),
             tokenizer.display().to_string(),
-            "--host".into(),
-            self.host.clone(),
-            "--port".into(),
-            port.to_string(),
+        ];
+        a.extend(bind_args(&self.host, port));
+        a.extend([
             "--served-model-name".into(),
             SERVED_NAME.into(),
             "--dtype".into(),
@@ -218,7 +239,7 @@ impl VllmOptions {
             // Sampling defaults come from the request only, never from generation_config.json.
             "--generation-config".into(),
             "vllm".into(),
-        ];
+        ]);
         if let Some(n) = self.max_model_len {
             a.extend(["--max-model-len".into(), n.to_string()]);
         }
@@ -277,6 +298,7 @@ pub const EXTENSION_CLASS: &str = "tandem_vllm_ext.TandemWorkerExtension";
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use tandem_plugin_support::server_engine::testing::model_with_positions;
 
     #[test]
     fn public_bind_is_refused_unless_allowed() {
@@ -323,6 +345,23 @@ mod tests {
         let p = VllmOptions::problems_of(r#"{"checkpoint_apply": "swap"}"#);
         assert_eq!(p[0].key.as_str(), "checkpoint_apply");
         assert!(p[0].message.contains("unknown variant `swap`"), "{}", p[0]);
+    }
+
+    #[test]
+    fn it_says_lora_restarts_and_its_longest_sequence_as_its_options_do() {
+        let m = model_with_positions(128).unwrap();
+        let plain = VllmOptions::parse("{}").unwrap().caps(&m);
+        assert_eq!(plain.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
+        assert_eq!(plain.max_seq_len, 128, "the model's positions");
+        assert!(!plain.restarts_on_checkpoint && !plain.reports_digest && !plain.serves);
+        let opts = r#"{"enable_lora": true, "checkpoint_apply": "restart", "max_model_len": 96}"#;
+        let c = VllmOptions::parse(opts).unwrap().caps(&m);
+        assert_eq!(
+            c.update_kinds.as_slice(),
+            &[UpdateKind::Adapter, UpdateKind::CheckpointDir]
+        );
+        assert!(c.restarts_on_checkpoint);
+        assert_eq!(c.max_seq_len, 96);
     }
 
     #[test]

@@ -1,6 +1,5 @@
-//! Pause, continue, flush, release and resume: each checked against the [`EngineMachine`]
-//! first (an illegal call never reaches SGLang), then one route, and the machine moved only
-//! when SGLang accepted it.
+//! SGLang's pause, flush, release and resume routes (the kit checks each against the
+//! lifecycle first and moves it only when SGLang accepted the call):
 //!
 //! - pause: `/pause_generation {"mode"}` — `Abort` → `abort` (in-flight requests return with
 //!   finish reason abort), `Keep` → `keep_mode` (`retract` by default, or `in_place`),
@@ -8,9 +7,7 @@
 //! - flush: `GET /flush_cache`; SGLang answers 400 while requests run (unless paused in
 //!   `retract` mode), so a 400 is retried at 1 s up to `flush_retries` times (as slime does).
 //! - release / resume: Tandem's `weights` ↔ SGLang's `weights`, `kv_cache` ↔ `kv_cache` +
-//!   `cuda_graph`; a resume of both sends `weights` first, then the KV cache (slime's order).
-//!
-//! [`EngineMachine`]: tandem_plugin_api::lifecycle::EngineMachine
+//!   `cuda_graph`; the answer is JSON `null`.
 
 use std::time::Duration;
 
@@ -18,73 +15,47 @@ use serde_json::{Value, json};
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
 use tandem_plugin_api::{ErrorCode, PauseMode, PluginError};
+use tandem_plugin_support::server_engine::{CallError, Deadline};
 
-use super::calls::Deadline;
-use super::{SglangEngine, illegal, lock};
-use crate::http::CallError;
+use super::{Sglang, SglangEngine};
 
 /// SGLang's tags for a Tandem tag.
-fn sglang_tags(tag: &str) -> &'static [&'static str] {
+pub(super) fn sglang_tags(tag: &str) -> &'static [&'static str] {
     match tag {
         WEIGHTS => &["weights"],
         _ => &["kv_cache", "cuda_graph"],
     }
 }
 
-impl SglangEngine {
-    pub(super) fn pause(&self, mode: PauseMode) -> Result<()> {
-        // Paused before the call, so no new request starts while SGLang drains; back to the
-        // previous state if the server refuses.
-        let before = {
-            let mut st = lock(&self.state);
-            let before = st.machine.clone();
-            st.machine.pause().map_err(illegal)?;
-            before
+impl Sglang {
+    pub(super) fn pause_route(&self, engine: &SglangEngine, mode: PauseMode) -> Result<()> {
+        let sglang_mode = match mode {
+            PauseMode::Abort => "abort",
+            PauseMode::Keep => self.opts.keep_mode.as_str(),
+            PauseMode::Wait => {
+                engine.wait_idle(engine.timeout(Deadline::Request))?;
+                "in_place"
+            }
         };
-        let res = (|| {
-            let sglang_mode = match mode {
-                PauseMode::Abort => "abort",
-                PauseMode::Keep => self.opts.keep_mode.as_str(),
-                PauseMode::Wait => {
-                    self.wait_idle(self.opts.request_timeout())?;
-                    "in_place"
-                }
-            };
-            self.post_text(
+        engine
+            .post(
                 "/pause_generation",
-                &json!({ "mode": sglang_mode }),
+                Some(&json!({ "mode": sglang_mode })),
                 Deadline::Control,
             )
-        })();
-        if res.is_err() {
-            lock(&self.state).machine = before;
-        }
-        res.map(drop)
+            .map(drop)
     }
 
-    pub(super) fn resume_generation(&self) -> Result<()> {
-        let mut next = lock(&self.state).machine.clone();
-        next.continue_generation().map_err(illegal)?;
-        self.post_text("/continue_generation", &json!({}), Deadline::Control)?;
-        lock(&self.state).machine = next;
-        Ok(())
-    }
-
-    pub(super) fn flush(&self) -> Result<()> {
-        let mut next = lock(&self.state).machine.clone();
-        next.flush().map_err(illegal)?;
+    pub(super) fn flush_route(&self, engine: &SglangEngine) -> Result<()> {
         let mut last = String::new();
         for attempt in 0..=self.opts.flush_retries {
             if attempt > 0 {
                 std::thread::sleep(Duration::from_secs(1));
             }
-            match self.get_raw("/flush_cache")? {
-                Ok(_) => {
-                    lock(&self.state).machine = next;
-                    return Ok(());
-                }
+            match engine.get("/flush_cache")? {
+                Ok(_) => return Ok(()),
                 Err(CallError::Status(400, m)) => last = m,
-                Err(e) => return Err(self.call_error(e, "GET /flush_cache")),
+                Err(e) => return Err(engine.call_error(e, "GET /flush_cache")),
             }
         }
         Err(PluginError::new(
@@ -101,7 +72,7 @@ impl SglangEngine {
     }
 
     /// The declared tags (memory saver on) or `NotSupported`; an unknown tag is refused.
-    fn check_tags(&self, op: &str, tags: &[String]) -> Result<()> {
+    pub(super) fn check_tags(&self, op: &str, tags: &[String]) -> Result<()> {
         if !self.opts.enable_memory_saver {
             return Err(PluginError::not_supported(
                 &format!("{op}({})", tags.join(", ")),
@@ -122,40 +93,15 @@ impl SglangEngine {
         Ok(())
     }
 
-    pub(super) fn release(&self, tags: Vec<String>) -> Result<()> {
-        self.check_tags("release_memory", &tags)?;
-        let mut next = lock(&self.state).machine.clone();
-        next.release(&tags).map_err(illegal)?;
-        let mut sg: Vec<&str> = Vec::new();
-        for t in &tags {
-            sg.extend(sglang_tags(t));
-        }
-        self.memory_call("/release_memory_occupation", &sg)?;
-        lock(&self.state).machine = next;
-        Ok(())
-    }
-
-    pub(super) fn resume(&self, tags: Vec<String>) -> Result<()> {
-        self.check_tags("resume_memory", &tags)?;
-        let mut next = lock(&self.state).machine.clone();
-        next.resume(&tags).map_err(illegal)?;
-        // Weights first, then the KV cache (and its CUDA graphs), as slime resumes them.
-        for t in [WEIGHTS, KV_CACHE] {
-            if tags.iter().any(|x| x == t) {
-                self.memory_call("/resume_memory_occupation", sglang_tags(t))?;
-                let mut st = lock(&self.state);
-                // A partial resume is recorded, so a retry resumes only what is still out.
-                let _ = st.machine.resume(&[t]);
-            }
-        }
-        lock(&self.state).machine = next;
-        Ok(())
-    }
-
     /// `/release_memory_occupation` or `/resume_memory_occupation` with SGLang's tags; the
     /// answer is JSON `null`.
-    fn memory_call(&self, path: &str, tags: &[&str]) -> Result<()> {
-        let v = self.post_json(path, &json!({ "tags": tags }), Deadline::Control)?;
+    pub(super) fn memory_call(
+        &self,
+        engine: &SglangEngine,
+        path: &str,
+        tags: &[&str],
+    ) -> Result<()> {
+        let v = engine.post_json(path, &json!({ "tags": tags }), Deadline::Control)?;
         match v {
             Value::Null => Ok(()),
             other => Err(crate::response::unexpected(

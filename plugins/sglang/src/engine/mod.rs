@@ -1,215 +1,246 @@
-//! The `sglang` engine component: [`EngineImpl`] mapped onto one SGLang server per engine
-//! rank (launched here or attached by URL; see `plugins/sglang/NOTES.md` for the route of
-//! every call).
-//!
-//! Concurrency: the server slot is locked only to start, stop or read the client; HTTP calls
-//! run outside every lock, so `pause_generation` from one thread reaches SGLang while another
-//! waits in `generate`. Which lifecycle call is legal when is the shared [`EngineMachine`]'s
-//! decision, checked *before* the server is called (a flush the machine forbids never reaches
-//! SGLang); the machine moves only when the server accepted the call. Generation while
-//! paused fails with `InvalidState` here (SGLang itself would hold the request until
-//! `/continue_generation`).
-//!
-//! One file per concern: `calls.rs` (the server slot and HTTP calls), `serve.rs` (health,
-//! generate, score, the in-flight count `PauseMode::Wait` waits for), `memory.rs` (pause,
-//! flush, release and resume), `update.rs` (weight updates, digests and adapters).
+//! The `sglang` engine: the shared server-engine kit
+//! ([`tandem_plugin_support::server_engine`]) driving one SGLang server per engine rank,
+//! launched here or attached by URL (see `plugins/sglang/NOTES.md` for the route of every
+//! call). This module is what is SGLang's own: its names and helps, how the server starts
+//! (`attach.rs` for the attach-time checks), `health`, generation and scoring through
+//! `/generate`; `memory.rs` holds pause / continue / flush / release / resume, `update.rs`
+//! checkpoint loads with their digest check and rollback, the adapter routes and the version
+//! label. Generation while paused fails with `InvalidState` in the kit (SGLang itself would
+//! hold the request until `/continue_generation`).
 
-mod calls;
+mod attach;
 mod memory;
-mod serve;
 mod update;
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use serde_json::Value;
-use tandem_plugin_api::lifecycle::{EngineMachine, EngineState, TransitionError};
-use tandem_plugin_api::sdk::{EngineImpl, Result};
-use tandem_plugin_api::{
-    ComponentConfig, ComponentStats, EngineHealth, GenerateRequest, GenerateResponse, HostBox,
-    Metric, PauseMode, PluginError, RVec, UpdateReport, WeightUpdate,
-};
+use serde_json::json;
+use tandem_plugin_api::lifecycle::EngineState;
+use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::{Completion, ComponentConfig, EngineHealth, ErrorCode};
+use tandem_plugin_api::{HostBox, PauseMode, PluginError, RVec, UpdatePayload, WeightUpdate};
+use tandem_plugin_support::server_engine::launch::{Health, LaunchSpec};
+use tandem_plugin_support::server_engine::{Backend, CallError, Deadline, Dialect, Server};
+use tandem_plugin_support::server_engine::{Checkpoint, Generation, Scoring};
+use tandem_plugin_support::server_engine::{ServerEngine, Settings};
 
-use crate::options::{SglangOptions, log_path};
-use crate::server::Server;
+use crate::options::SglangOptions;
+use crate::response;
 
-struct State {
-    machine: EngineMachine,
-    version: u64,
-    /// The checkpoint directory the server serves (launch mode: the model dir at start).
-    served_dir: PathBuf,
-    /// The adapter generation uses when a request names none (the last adapter update's).
-    active_adapter: Option<String>,
-    adapters: BTreeSet<String>,
-    metrics: Vec<(&'static str, f64)>,
-}
+/// The `sglang` engine component.
+pub type SglangEngine = ServerEngine<Sglang>;
 
-fn illegal(e: TransitionError) -> PluginError {
-    PluginError::invalid_state(format!("engine `sglang`: {e}"))
-}
-
-impl State {
-    fn set_metric(&mut self, name: &'static str, value: f64) {
-        match self.metrics.iter_mut().find(|(n, _)| *n == name) {
-            Some(m) => m.1 = value,
-            None => self.metrics.push((name, value)),
-        }
-    }
-}
-
-/// The engine component.
-pub struct SglangEngine {
+/// What is SGLang's own in the engine: its options.
+pub struct Sglang {
     opts: SglangOptions,
-    rank: u32,
-    log: PathBuf,
-    host: HostBox,
-    server: Mutex<Option<Server>>,
-    state: Mutex<State>,
-    /// Generate / score calls in flight (what `PauseMode::Wait` waits for).
-    inflight: Mutex<usize>,
-    idle: Condvar,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+/// SGLang's names.
+pub static DIALECT: Dialect = Dialect::new("sglang", "SGLang", "SGLang 0.5.23 (or tandem serve)");
+
+/// Validates the options (and, in launch mode, the launcher); the server starts or is
+/// attached on `start` (or the first call that needs it).
+pub fn new_engine(config: &ComponentConfig, host: HostBox) -> Result<SglangEngine> {
+    let opts = SglangOptions::parse(&config.options_json, config.world_size.max(1))?;
+    if !opts.attach() {
+        if config.model_path.is_empty() {
+            return Err(PluginError::invalid_input(
+                "engine `sglang` needs a model directory (model_path is empty)",
+            )
+            .with_help("set [engine] model, or attach to a running server with `url`"));
+        }
+        opts.launcher()?;
+    }
+    let settings = Settings {
+        request_timeout_s: opts.request_timeout_s,
+        control_timeout_s: opts.control_timeout_s,
+        lora: opts.enable_lora,
+    };
+    Ok(ServerEngine::new(Sglang { opts }, settings, config, host))
 }
 
-/// Version stored by the trainer in a checkpoint it exported (`tandem_trainer_state.json`).
-fn saved_version(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join("tandem_trainer_state.json")).ok()?;
-    serde_json::from_str::<Value>(&text)
-        .ok()?
-        .get("weight_version")?
-        .as_u64()
+impl Sglang {
+    fn health_wait(&self) -> Health<'static> {
+        Health {
+            route: "/health_generate",
+            probe: Duration::from_secs(20),
+            timeout: Duration::from_secs(self.opts.health_timeout_s),
+            option: "health_timeout_s",
+            exit_help: "read the log; a CPU-only machine cannot run SGLang (attach to a server \
+                        with `url`)",
+        }
+    }
+
+    /// Launch mode: a new server on the served directory at the engine's version.
+    fn launch(&self, engine: &SglangEngine) -> Result<Server> {
+        let (dir, version) = {
+            let st = engine.state();
+            (st.served_dir.clone(), st.version)
+        };
+        engine.launching(&dir);
+        let spec = LaunchSpec {
+            dialect: &DIALECT,
+            launcher: self.opts.launcher()?,
+            package: "sglang",
+            python_help: "point `python` in [engine] options or $TANDEM_PYTHON at a Python with \
+                          SGLang, or attach with `url`",
+            install_help: "install sglang (a CUDA machine: `pip install sglang`) and point \
+                           `python` at it, or attach to a running server with `url`",
+            model: &dir,
+            host: &self.opts.host,
+            port: self.opts.port,
+            rank: engine.rank(),
+            log: engine.log_file(),
+            env: self.opts.server_env(),
+            api_key: self.opts.api_key.clone(),
+            trace: self.opts.trace()?,
+            health: self.health_wait(),
+        };
+        Server::launch(spec, |port| {
+            self.opts.server_args(&dir, port, engine.rank(), version)
+        })
+    }
 }
 
-impl SglangEngine {
-    /// Validates the options (and, in launch mode, the launcher); the server starts or is
-    /// attached on `start` (or the first call that needs it).
-    pub fn new(config: &ComponentConfig, host: HostBox) -> Result<Self> {
-        let opts = SglangOptions::parse(&config.options_json, config.world_size.max(1))?;
-        let dir = PathBuf::from(config.model_path.as_str());
-        if !opts.attach() {
-            if config.model_path.is_empty() {
-                return Err(PluginError::invalid_input(
-                    "engine `sglang` needs a model directory (model_path is empty)",
-                )
-                .with_help("set [engine] model, or attach to a running server with `url`"));
+impl Backend for Sglang {
+    const DIALECT: &'static Dialect = &DIALECT;
+    const LORA_HELP: &'static str = "set enable_lora = true (SGLang's --enable-lora, with \
+         max_lora_rank and lora_target_modules when it starts without adapters) in [engine] options";
+    // SGLang refuses a name already loaded: a re-applied adapter is unloaded first.
+    const RELOADS_ADAPTERS: bool = false;
+
+    fn start(&self, engine: &SglangEngine) -> Result<Server> {
+        match self.opts.url_of(engine.rank()) {
+            Some(url) => self.attach(engine, &url),
+            None => self.launch(engine),
+        }
+    }
+
+    fn health(&self, engine: &SglangEngine) -> Result<EngineHealth> {
+        // A paused SGLang holds /health_generate's probe request (and marks itself unhealthy
+        // after 20 s): it is asked only while serving.
+        let serving = engine.state().machine.can_generate();
+        let mut unhealthy = None;
+        if serving {
+            match engine.get("/health_generate")? {
+                Ok(_) => {}
+                Err(CallError::Status(code, m)) => {
+                    unhealthy = Some(format!("GET /health_generate answered {code} {m}"));
+                }
+                Err(e) => return Err(engine.call_error(e, "GET /health_generate")),
             }
-            opts.launcher()?;
         }
-        let version = saved_version(&dir).unwrap_or(0);
-        Ok(SglangEngine {
-            rank: config.rank,
-            log: log_path(config.run_dir.as_str(), config.rank),
-            host,
-            state: Mutex::new(State {
-                machine: EngineMachine::new(version),
-                version,
-                served_dir: dir,
-                active_adapter: None,
-                adapters: BTreeSet::new(),
-                metrics: Vec::new(),
-            }),
-            server: Mutex::new(None),
-            inflight: Mutex::new(0),
-            idle: Condvar::new(),
-            opts,
+        let served = self.served_version(engine)?;
+        let base = engine.client()?.base().to_owned();
+        let st = engine.state();
+        if served != st.version && !matches!(st.machine.state(), EngineState::Updating { .. }) {
+            return Err(PluginError::new(
+                ErrorCode::Corrupt,
+                format!(
+                    "engine `sglang`: GET /model_info: the server at {base} serves weight \
+                     version {served}, the engine applied version {}",
+                    st.version
+                ),
+            )
+            .with_help("something else updated the server's weights; restart the run"));
+        }
+        let mut detail = format!(
+            "{} at {base}",
+            st.machine.state().to_string().to_lowercase()
+        );
+        if let Some(u) = &unhealthy {
+            detail = format!("{detail}: {u}");
+        }
+        Ok(EngineHealth {
+            ready: serving && unhealthy.is_none(),
+            weight_version: served,
+            detail: detail.into(),
         })
     }
-}
 
-impl EngineImpl for SglangEngine {
-    fn component(&self) -> &str {
-        "sglang"
+    fn generate(&self, engine: &SglangEngine, job: Generation<'_>) -> Result<Vec<Completion>> {
+        let body = response::generate_body(job.request, job.adapter);
+        let v = engine.post_json("/generate", &body, Deadline::Request)?;
+        let sampling = &job.request.sampling;
+        response::completions(&v, job.request.prompts.len(), sampling.logprobs)
     }
 
-    fn start(&self) -> Result<()> {
-        self.client().map(drop)
+    fn score(&self, engine: &SglangEngine, job: Scoring<'_>) -> Result<Vec<RVec<f32>>> {
+        let body = response::score_body(job.sequences, job.adapter);
+        let v = engine.post_json("/generate", &body, Deadline::Request)?;
+        response::scores(&v, job.sequences)
     }
 
-    fn health(&self) -> Result<EngineHealth> {
-        self.server_health()
+    fn pause(&self, engine: &SglangEngine, mode: PauseMode) -> Result<()> {
+        self.pause_route(engine, mode)
     }
 
-    fn shutdown(&self) -> Result<()> {
-        if let Some(mut s) = lock(&self.server).take() {
-            s.stop();
+    fn continue_generation(&self, engine: &SglangEngine) -> Result<()> {
+        engine
+            .post("/continue_generation", Some(&json!({})), Deadline::Control)
+            .map(drop)
+    }
+
+    fn flush(&self, engine: &SglangEngine) -> Result<()> {
+        self.flush_route(engine)
+    }
+
+    fn check_memory(&self, op: &str, tags: &[String]) -> Result<()> {
+        self.check_tags(op, tags)
+    }
+
+    fn release(&self, engine: &SglangEngine, tags: &[String]) -> Result<()> {
+        let mut sg: Vec<&str> = Vec::new();
+        for t in tags {
+            sg.extend(memory::sglang_tags(t));
         }
-        Ok(())
+        self.memory_call(engine, "/release_memory_occupation", &sg)
     }
 
-    fn generate(&self, request: GenerateRequest) -> Result<GenerateResponse> {
-        self.complete(request)
+    fn resume(&self, engine: &SglangEngine, tag: &str) -> Result<()> {
+        self.memory_call(
+            engine,
+            "/resume_memory_occupation",
+            memory::sglang_tags(tag),
+        )
     }
 
-    fn score(&self, sequences: Vec<RVec<u32>>) -> Result<Vec<RVec<f32>>> {
-        self.score_sequences(sequences)
+    fn unsupported_update(&self, payload: &UpdatePayload) -> PluginError {
+        update::unsupported(payload)
     }
 
-    fn pause_generation(&self, mode: PauseMode) -> Result<()> {
-        self.pause(mode)
+    fn load_checkpoint(&self, engine: &SglangEngine, job: Checkpoint<'_>) -> Result<String> {
+        let started = std::time::Instant::now();
+        let digest = self.load_checked(engine, job.dir, job.update)?;
+        engine
+            .state()
+            .set_metric("checkpoint_update_s", started.elapsed().as_secs_f64());
+        Ok(digest)
     }
 
-    fn continue_generation(&self) -> Result<()> {
-        self.resume_generation()
+    fn load_adapter(
+        &self,
+        engine: &SglangEngine,
+        name: &str,
+        dir: &str,
+        _loaded: bool,
+    ) -> Result<()> {
+        self.adapter_route(
+            engine,
+            "/load_lora_adapter",
+            &json!({ "lora_name": name, "lora_path": dir }),
+        )
     }
 
-    fn flush_cache(&self) -> Result<()> {
-        self.flush()
+    fn unload_adapter(&self, engine: &SglangEngine, name: &str) -> Result<()> {
+        self.adapter_route(
+            engine,
+            "/unload_lora_adapter",
+            &json!({ "lora_name": name }),
+        )
     }
 
-    fn release_memory(&self, tags: Vec<String>) -> Result<()> {
-        self.release(tags)
-    }
-
-    fn resume_memory(&self, tags: Vec<String>) -> Result<()> {
-        self.resume(tags)
-    }
-
-    fn apply_weight_update(&self, update: WeightUpdate) -> Result<UpdateReport> {
-        // An undeclared kind (or one the options leave off) is `not_supported` in any state.
-        self.check_kind(&update.payload)?;
-        // `Updating` while the update runs: concurrent lifecycle calls are refused meanwhile;
-        // a version below the served one is refused here, before the server is called.
-        lock(&self.state)
-            .machine
-            .begin_update(update.version)
-            .map_err(illegal)?;
-        let result = self.apply_update(&update);
-        lock(&self.state).machine.finish_update(result.is_ok());
-        result
-    }
-
-    fn load_adapter(&self, name: String, dir: String) -> Result<()> {
-        self.load_lora(&name, &dir)
-    }
-
-    fn unload_adapter(&self, name: String) -> Result<()> {
-        self.unload_lora(&name)
-    }
-
-    fn stats(&self) -> Result<ComponentStats> {
-        let (started, pid) = {
-            let s = lock(&self.server);
-            (s.is_some(), s.as_ref().and_then(Server::pid))
-        };
-        let st = lock(&self.state);
-        let mut metrics: Vec<Metric> = st.metrics.iter().map(|(n, v)| Metric::new(n, *v)).collect();
-        if let Some(pid) = pid {
-            metrics.push(Metric::new("server_pid", f64::from(pid)));
-        }
-        let state = match (started, st.machine.state()) {
-            (false, _) => "stopped",
-            (true, EngineState::Serving) => "serving",
-            (true, EngineState::Released(_)) => "released",
-            (true, _) => "paused",
-        };
-        Ok(ComponentStats {
-            weight_version: st.version,
-            state: state.into(),
-            metrics: metrics.into(),
-        })
+    fn settle_version(&self, engine: &SglangEngine, update: &WeightUpdate) -> Result<()> {
+        self.settle(engine, update)
     }
 }

@@ -7,25 +7,18 @@
 //! rank on loopback.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use serde::Deserialize;
 use tandem_plugin_api::sdk::{self, Result};
-use tandem_plugin_api::{ConfigProblem, PluginError};
-use tandem_plugin_support::python::{PYTHON_ENV, resolve_python};
+use tandem_plugin_api::{ConfigCaps, ConfigProblem, PluginError, UpdateKind};
+use tandem_plugin_support::server_engine::launch::bind_args;
+use tandem_plugin_support::server_engine::options::{
+    LaunchOptions, PublicBind, launch_problems, timeout_problems,
+};
+use tandem_plugin_support::server_engine::{Launcher, Trace};
 
-/// The program that starts a server, its leading arguments, and where it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launcher {
-    /// The program (an interpreter, or the first word of `command`).
-    pub program: String,
-    /// Arguments before the server flags (`-m sglang.launch_server`).
-    pub args: Vec<String>,
-    /// Where `program` came from, for error messages.
-    pub origin: String,
-}
+use crate::engine::DIALECT;
 
 /// What `PauseMode::Keep` maps to on SGLang's `/pause_generation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -140,6 +133,8 @@ impl Default for SglangOptions {
 
 /// What the engine's errors about its options start with.
 const WHAT: &str = "engine `sglang`";
+/// The module `python -m` runs.
+const SERVER_MODULE: &str = "sglang.launch_server";
 
 fn is_url(u: &str) -> bool {
     (u.starts_with("http://") || u.starts_with("https://")) && u.len() > "https://".len()
@@ -183,38 +178,19 @@ impl SglangOptions {
     pub fn problems(&self, world_size: u32) -> Vec<ConfigProblem> {
         let mut p = Vec::new();
         self.attach_problems(world_size, &mut p);
-        match self.host.parse::<IpAddr>() {
-            Err(_) => p.push(
-                ConfigProblem::new("host", format!("`{}` is not an IP address", self.host))
-                    .with_help("use 127.0.0.1 (or an address with allow_public_bind = true)"),
-            ),
-            Ok(ip) if !ip.is_loopback() && !self.allow_public_bind => p.push(
-                ConfigProblem::new(
-                    "host",
-                    format!(
-                        "refusing to bind SGLang to {ip}: its control routes (weight updates, \
-                         memory release, pause) would be reachable from the network"
-                    ),
-                )
-                .with_help(
-                    "bind to 127.0.0.1, or set allow_public_bind = true and api_key on a \
-                     private network",
-                ),
-            ),
-            Ok(_) => {}
-        }
-        if self.python.is_some() && self.command.is_some() {
-            p.push(
-                ConfigProblem::new("command", "give either `python` or `command`, not both")
-                    .with_help("remove one of them"),
-            );
-        }
-        if self.command.as_ref().is_some_and(Vec::is_empty) {
-            p.push(
-                ConfigProblem::new("command", "`command` is empty")
-                    .with_help("e.g. command = [\"sglang\", \"serve\"], or remove it"),
-            );
-        }
+        let public = PublicBind {
+            why: "its control routes (weight updates, memory release, pause) would be reachable \
+                  from the network",
+            help: "bind to 127.0.0.1, or set allow_public_bind = true and api_key on a private \
+                   network",
+        };
+        let launch = LaunchOptions {
+            host: &self.host,
+            allow_public_bind: self.allow_public_bind,
+            python: self.python.as_deref(),
+            command: self.command.as_deref(),
+        };
+        p.extend(launch_problems(&DIALECT, launch, public));
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             p.push(ConfigProblem::new("api_key", "`api_key` is empty").with_help("remove it"));
         }
@@ -229,15 +205,11 @@ impl SglangOptions {
         if self.max_lora_rank == Some(0) {
             p.push(ConfigProblem::new("max_lora_rank", "must be at least 1"));
         }
-        for (what, v) in [
+        p.extend(timeout_problems(&[
             ("health_timeout_s", self.health_timeout_s),
             ("request_timeout_s", self.request_timeout_s),
             ("control_timeout_s", self.control_timeout_s),
-        ] {
-            if v == 0 {
-                p.push(ConfigProblem::new(what, "must be at least 1 (seconds)"));
-            }
-        }
+        ]));
         if self.tp_size == 0 {
             p.push(ConfigProblem::new("tp_size", "must be at least 1"));
         }
@@ -315,58 +287,63 @@ impl SglangOptions {
         }
     }
 
-    /// Timeout of a generation or scoring request.
-    pub fn request_timeout(&self) -> Duration {
-        Duration::from_secs(self.request_timeout_s)
-    }
-
-    /// Timeout of a control call.
-    pub fn control_timeout(&self) -> Duration {
-        Duration::from_secs(self.control_timeout_s)
-    }
-
     /// The launcher (launch mode): `command`, else `python -m sglang.launch_server` with the
     /// interpreter from `python`, `$TANDEM_PYTHON` or the venv pointer file.
     pub fn launcher(&self) -> Result<Launcher> {
-        if let Some(cmd) = &self.command {
-            let mut it = cmd.iter().cloned();
-            let program = it.next().unwrap_or_default();
-            return Ok(Launcher {
-                program,
-                args: it.collect(),
-                origin: "the `command` option".into(),
-            });
+        let or_attach = ", or attach to a running server with `url`";
+        let (command, python) = (self.command.as_deref(), self.python.as_deref());
+        Launcher::resolve("sglang", command, python, SERVER_MODULE, or_attach)
+    }
+
+    /// The request trace of `trace_requests`, opened for appending.
+    pub fn trace(&self) -> Result<Option<Trace>> {
+        self.trace_requests
+            .as_deref()
+            .map(|p| {
+                Trace::open(p).map_err(|e| {
+                    PluginError::io(format!("{WHAT}: opening the trace file {p}: {e}"))
+                        .with_help("point trace_requests at a writable path")
+                })
+            })
+            .transpose()
+    }
+
+    /// What the engine does with these options serving `model`.
+    pub fn caps(&self, model: &Path) -> ConfigCaps {
+        // Adapter updates only with `--enable-lora`.
+        let kinds = if self.enable_lora {
+            vec![UpdateKind::Adapter, UpdateKind::CheckpointDir]
+        } else {
+            vec![UpdateKind::CheckpointDir]
+        };
+        // A launched server's context is the model's (unless `--context-length` is passed
+        // through); an attached one's is its own, unknown here.
+        let launched = !self.attach()
+            && !self
+                .extra_args
+                .iter()
+                .any(|a| a.starts_with("--context-length"));
+        let max_seq_len = if launched {
+            tandem_plugin_support::model::max_positions(model)
+        } else {
+            None
+        };
+        ConfigCaps {
+            update_kinds: kinds.into(),
+            max_seq_len: max_seq_len.unwrap_or(0),
+            // Checkpoints reload in place (`/update_weights_from_disk`). Digests come from the
+            // server's `/weights_checker`: an attached `tandem serve` has it, a launched SGLang
+            // reports none.
+            reports_digest: self.attach(),
+            ..ConfigCaps::default()
         }
-        let python = resolve_python(self.python.as_deref().map(Path::new)).map_err(|e| {
-            PluginError::invalid_input(format!("{WHAT}: {e}")).with_help(format!(
-                "{}; or set ${PYTHON_ENV} or `python = \"...\"` in [engine] options, or attach \
-                 to a running server with `url`",
-                e.help()
-            ))
-        })?;
-        let origin = python.source.to_string();
-        let program = python.path.into_os_string().into_string().map_err(|p| {
-            PluginError::invalid_input(format!(
-                "{WHAT}: the Python path {} (from {origin}) is not valid UTF-8",
-                Path::new(&p).display()
-            ))
-        })?;
-        Ok(Launcher {
-            program,
-            args: vec!["-m".into(), "sglang.launch_server".into()],
-            origin,
-        })
     }
 
     /// `launch_server` arguments after the launcher.
     pub fn server_args(&self, model: &Path, port: u16, rank: u32, version: u64) -> Vec<String> {
-        let mut a: Vec<String> = vec![
-            "--model-path".into(),
-            model.display().to_string(),
-            "--host".into(),
-            self.host.clone(),
-            "--port".into(),
-            port.to_string(),
+        let mut a: Vec<String> = vec!["--model-path".into(), model.display().to_string()];
+        a.extend(bind_args(&self.host, port));
+        a.extend([
             "--skip-server-warmup".into(),
             "--weight-version".into(),
             version.to_string(),
@@ -374,7 +351,7 @@ impl SglangOptions {
             self.tp_size.to_string(),
             "--random-seed".into(),
             (self.seed + u64::from(rank)).to_string(),
-        ];
+        ]);
         if self.enable_memory_saver {
             a.push("--enable-memory-saver".into());
             if self.weights_cpu_backup {
@@ -429,16 +406,6 @@ fn lora_problem(key: &str) -> ConfigProblem {
 fn bad_url(key: &str, u: &str) -> ConfigProblem {
     ConfigProblem::new(key, format!("`{u}` is not an http(s) URL"))
         .with_help("e.g. \"http://127.0.0.1:30000\"")
-}
-
-/// `<run_dir>/logs/sglang-<rank>.log` (run dir empty: the system temp dir).
-pub fn log_path(run_dir: &str, rank: u32) -> PathBuf {
-    let base = if run_dir.is_empty() {
-        std::env::temp_dir().join("tandem-sglang")
-    } else {
-        PathBuf::from(run_dir)
-    };
-    base.join("logs").join(format!("sglang-{rank}.log"))
 }
 
 #[cfg(test)]

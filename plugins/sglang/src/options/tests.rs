@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 use super::*;
+use tandem_plugin_support::server_engine::testing::model_with_positions;
 
 fn keys(json: &str, world: u32) -> Vec<String> {
     SglangOptions::problems_of(json, world)
@@ -101,4 +102,30 @@ fn the_python_option_and_command_name_their_origin() {
     assert_eq!(l.origin, "the `python` option");
     let o = SglangOptions::parse(r#"{"command": ["sglang", "serve"]}"#, 1).unwrap();
     assert_eq!(o.launcher().unwrap().program, "sglang");
+}
+
+#[test]
+fn it_says_lora_digests_and_its_longest_sequence_as_its_options_do() {
+    let m = model_with_positions(128).unwrap();
+    let launched = SglangOptions::parse("{}", 1).unwrap().caps(&m);
+    assert_eq!(
+        launched.update_kinds.as_slice(),
+        &[UpdateKind::CheckpointDir]
+    );
+    assert_eq!(launched.max_seq_len, 128, "the model's positions");
+    assert!(!launched.reports_digest && !launched.restarts_on_checkpoint);
+    let opts = r#"{"url": "http://127.0.0.1:30000", "enable_lora": true}"#;
+    let attached = SglangOptions::parse(opts, 1).unwrap().caps(&m);
+    assert_eq!(
+        attached.update_kinds.as_slice(),
+        &[UpdateKind::Adapter, UpdateKind::CheckpointDir]
+    );
+    assert!(
+        attached.reports_digest,
+        "an attached tandem serve checksums its weights"
+    );
+    assert_eq!(
+        attached.max_seq_len, 0,
+        "an attached server's context is its own"
+    );
 }

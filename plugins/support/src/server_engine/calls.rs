@@ -20,7 +20,7 @@ impl<B: Backend> ServerEngine<B> {
     pub fn client(&self) -> Result<Client> {
         let mut slot = lock(&self.server);
         if let Some(s) = slot.as_ref() {
-            if let Some(e) = s.dead_error(self.backend.dialect()) {
+            if let Some(e) = s.dead_error(B::DIALECT) {
                 return Err(e);
             }
             return Ok(s.client.clone());
@@ -41,7 +41,7 @@ impl<B: Backend> ServerEngine<B> {
             LogLevel::Info,
             &format!(
                 "starting {} for rank {} on {} (log {})",
-                self.backend.dialect().display,
+                B::DIALECT.display,
                 self.rank,
                 dir.display(),
                 self.log.display()
@@ -58,7 +58,7 @@ impl<B: Backend> ServerEngine<B> {
             LogLevel::Info,
             &format!(
                 "{} rank {} healthy at {} after {:.1} s{pid}",
-                self.backend.dialect().display,
+                B::DIALECT.display,
                 self.rank,
                 server.client.base(),
                 server.startup_s
@@ -85,7 +85,7 @@ impl<B: Backend> ServerEngine<B> {
 
     /// Maps a failed call: a dead launched server becomes its own error with the log tail.
     pub fn call_error(&self, e: CallError, what: &str) -> PluginError {
-        let dialect = self.backend.dialect();
+        let dialect = B::DIALECT;
         if matches!(e, CallError::Connect(_)) {
             // Give the supervisor a moment to record the exit.
             std::thread::sleep(Duration::from_millis(300));
@@ -103,21 +103,21 @@ impl<B: Backend> ServerEngine<B> {
     pub fn post(&self, path: &str, body: Option<&Value>, d: Deadline) -> Result<String> {
         let client = self.client()?;
         client
-            .post(path, body, self.backend.timeout(d))
+            .post(path, body, self.timeout(d))
             .map_err(|e| self.call_error(e, &format!("POST {path}")))
     }
 
     /// `POST path` with a JSON body; the JSON of a 2xx answer.
     pub fn post_json(&self, path: &str, body: &Value, d: Deadline) -> Result<Value> {
         let text = self.post(path, Some(body), d)?;
-        parse(self.backend.dialect(), &text, &format!("POST {path}"))
+        parse(B::DIALECT, &text, &format!("POST {path}"))
     }
 
     /// `GET path` with the control deadline; the text of a 2xx answer, or the raw
     /// [`CallError`] for the caller to classify.
     pub fn get(&self, path: &str) -> Result<std::result::Result<String, CallError>> {
         let client = self.client()?;
-        Ok(client.get(path, self.backend.timeout(Deadline::Control)))
+        Ok(client.get(path, self.timeout(Deadline::Control)))
     }
 
     /// `GET path`; the JSON of a 2xx answer.
@@ -125,6 +125,6 @@ impl<B: Backend> ServerEngine<B> {
         let text = self
             .get(path)?
             .map_err(|e| self.call_error(e, &format!("GET {path}")))?;
-        parse(self.backend.dialect(), &text, &format!("GET {path}"))
+        parse(B::DIALECT, &text, &format!("GET {path}"))
     }
 }

@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde_json::Value;
 use tandem_plugin_api::lifecycle::{EngineMachine, EngineState, TransitionError};
@@ -21,7 +22,7 @@ use tandem_plugin_api::{
 };
 
 use super::options::log_path;
-use super::{Backend, Server};
+use super::{Backend, Deadline, Server, Settings};
 
 /// What the engine knows of what it serves.
 #[derive(Debug)]
@@ -67,6 +68,7 @@ fn saved_version(dir: &Path) -> Option<u64> {
 pub struct ServerEngine<B: Backend> {
     /// What this kind of server does (its options included).
     pub backend: B,
+    pub(super) settings: Settings,
     pub(super) rank: u32,
     pub(super) log: PathBuf,
     host: HostBox,
@@ -81,14 +83,10 @@ impl<B: Backend> ServerEngine<B> {
     /// The engine of `config`'s rank; the served version is the one the trainer stored in
     /// the model directory, else 0. The server starts on `start` (or the first call that
     /// needs it).
-    pub fn new(backend: B, config: &ComponentConfig, host: HostBox) -> Self {
+    pub fn new(backend: B, settings: Settings, config: &ComponentConfig, host: HostBox) -> Self {
         let dir = PathBuf::from(config.model_path.as_str());
         let version = saved_version(&dir).unwrap_or(0);
-        let log = log_path(
-            backend.dialect().component,
-            config.run_dir.as_str(),
-            config.rank,
-        );
+        let log = log_path(B::DIALECT.component, config.run_dir.as_str(), config.rank);
         ServerEngine {
             rank: config.rank,
             log,
@@ -105,7 +103,16 @@ impl<B: Backend> ServerEngine<B> {
             inflight: Mutex::new(0),
             idle: Condvar::new(),
             backend,
+            settings,
         }
+    }
+
+    /// The deadline of a call.
+    pub fn timeout(&self, deadline: Deadline) -> Duration {
+        Duration::from_secs(match deadline {
+            Deadline::Request => self.settings.request_timeout_s,
+            Deadline::Control => self.settings.control_timeout_s,
+        })
     }
 
     /// This engine's rank.
@@ -126,15 +133,12 @@ impl<B: Backend> ServerEngine<B> {
     /// A line in the host's log under the component's name.
     pub fn log(&self, level: LogLevel, msg: &str) {
         self.host
-            .log(level, self.backend.dialect().component.into(), msg.into());
+            .log(level, B::DIALECT.component.into(), msg.into());
     }
 
     /// An illegal lifecycle call, as this engine's `InvalidState`.
     pub fn illegal(&self, e: TransitionError) -> PluginError {
-        PluginError::invalid_state(format!(
-            "engine `{}`: {e}",
-            self.backend.dialect().component
-        ))
+        PluginError::invalid_state(format!("engine `{}`: {e}", B::DIALECT.component))
     }
 
     /// Moves a copy of the machine with `step` (refused: `InvalidState`), runs `call`, and
@@ -154,7 +158,7 @@ impl<B: Backend> ServerEngine<B> {
 
 impl<B: Backend> EngineImpl for ServerEngine<B> {
     fn component(&self) -> &str {
-        self.backend.dialect().component
+        B::DIALECT.component
     }
 
     fn start(&self) -> Result<()> {
@@ -166,7 +170,7 @@ impl<B: Backend> EngineImpl for ServerEngine<B> {
             return Ok(EngineHealth {
                 ready: false,
                 weight_version: lock(&self.state).version,
-                detail: format!("{} server not started", self.backend.dialect().display).into(),
+                detail: format!("{} server not started", B::DIALECT.display).into(),
             });
         }
         self.backend.health(self)

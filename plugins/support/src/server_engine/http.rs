@@ -98,7 +98,11 @@ impl CallError {
                     d.as_secs_f64()
                 ),
             )
-            .with_help(dialect.timeout_help),
+            .with_help(format!(
+                "raise request_timeout_s / control_timeout_s, or read the server log (a paused \
+                 or sleeping {} holds requests)",
+                dialect.display
+            )),
             CallError::Status(code, m) => {
                 let ec = match code {
                     400 | 404 | 422 => ErrorCode::InvalidInput,
@@ -106,13 +110,13 @@ impl CallError {
                     503 => dialect.status_503,
                     _ => ErrorCode::Runtime,
                 };
-                let help = match code {
-                    401 | 403 => "set api_key in [engine] options to the server's --api-key",
-                    404 => dialect.missing_route_help,
-                    503 => {
-                        "the server is starting, shutting down, paused or unhealthy: read its log"
-                    }
-                    _ => "read the server's message and log",
+                let help: String = match code {
+                    401 | 403 => "set api_key in [engine] options to the server's --api-key".into(),
+                    404 => format!("the server lacks this route: is it {}?", dialect.server),
+                    503 => "the server is starting, shutting down, paused or unhealthy: read its \
+                            log"
+                    .into(),
+                    _ => "read the server's message and log".into(),
                 };
                 PluginError::new(
                     ec,
@@ -280,15 +284,7 @@ fn classify(e: ureq::Error, timeout: Duration) -> CallError {
 mod tests {
     use super::*;
 
-    const DIALECT: Dialect = Dialect {
-        component: "x",
-        display: "X",
-        timeout_help: "raise it",
-        unexpected_help: "trace it",
-        missing_route_help: "is it X?",
-        status_503: ErrorCode::Unavailable,
-        lora_help: "enable it",
-    };
+    const DIALECT: Dialect = Dialect::new("x", "X", "X 1.0");
 
     #[test]
     fn a_status_maps_to_a_code_and_a_fix() {
@@ -304,7 +300,9 @@ mod tests {
         assert_eq!(e.code, ErrorCode::Unavailable);
         let e = CallError::Timeout(Duration::from_secs(2)).to_plugin(&DIALECT, "POST /generate");
         assert_eq!(e.code, ErrorCode::Timeout);
-        assert_eq!(e.help.as_str(), "raise it");
+        assert!(e.help.contains("paused or sleeping X"), "{e}");
+        let e = CallError::Status(404, "no".into()).to_plugin(&DIALECT, "GET /x");
+        assert!(e.help.contains("is it X 1.0?"), "{e}");
         let e = CallError::Connect("refused".into()).to_plugin(&DIALECT, "GET /health");
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(e.help.contains("X server is running"), "{e}");

@@ -149,6 +149,16 @@ fn unavailable(msg: String) -> PluginError {
     PluginError::new(ErrorCode::Unavailable, msg)
 }
 
+/// `--host HOST --port PORT`: where a launched server listens.
+pub fn bind_args(host: &str, port: u16) -> [String; 4] {
+    [
+        "--host".into(),
+        host.into(),
+        "--port".into(),
+        port.to_string(),
+    ]
+}
+
 /// The last error lines of `log` on one line (the error line(s) of a crash).
 pub fn log_tail(log: &Path) -> String {
     crate::log_tail(log, 2)

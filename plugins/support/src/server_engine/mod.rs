@@ -15,7 +15,9 @@
 //! - [`launch`]: the launcher (interpreter or `command`), pre-flight checks, the supervised
 //!   server process or an attached one, and the health wait.
 //! - [`http`]: the client (timeouts, bearer token, trace) and its errors.
-//! - [`options`]: the option checks and paths both plugins apply.
+//! - [`plugin`]: the exported `Plugin` of a plugin whose one component is such an engine.
+//! - [`options`]: the option checks and paths both plugins apply; [`testing`]: fixtures for
+//!   the plugins' `describe` tests.
 //!
 //! What differs between servers is a [`Backend`]: its [`Dialect`] (names and helps), how it
 //! starts, and one method per route-level step.
@@ -28,12 +30,12 @@ mod engine;
 pub mod http;
 pub mod launch;
 pub mod options;
+pub mod plugin;
 mod serve;
+pub mod testing;
 mod update;
 
 use std::path::Path;
-use std::time::Duration;
-
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{
     Completion, EngineHealth, ErrorCode, GenerateRequest, PauseMode, PluginError, RVec,
@@ -44,33 +46,50 @@ pub use engine::{ServerEngine, State};
 pub use http::{CallError, Client, Trace};
 pub use launch::{Launcher, Server};
 
-/// Names, helps and error mapping of one kind of server.
+/// Names and error mapping of one kind of server.
 #[derive(Debug)]
 pub struct Dialect {
     /// Component name (`vllm`): every error starts with ``engine `vllm` ``.
     pub component: &'static str,
     /// The server's own name in messages (`vLLM`).
     pub display: &'static str,
-    /// Help of a call that timed out.
-    pub timeout_help: &'static str,
-    /// Help of an answer that is not the documented shape.
-    pub unexpected_help: &'static str,
-    /// Help of a 404 (a route the server lacks).
-    pub missing_route_help: &'static str,
-    /// What a 503 means for this server.
+    /// The server and version the plugin speaks to, as helps name it
+    /// (`SGLang 0.5.23 (or tandem serve)`).
+    pub server: &'static str,
+    /// What a 503 answer means for this server (`Unavailable` unless set).
     pub status_503: ErrorCode,
-    /// Help of an adapter call with LoRA off.
-    pub lora_help: &'static str,
 }
 
 impl Dialect {
+    /// The dialect of component `component`, called `display` in messages, speaking to
+    /// `server`.
+    pub const fn new(component: &'static str, display: &'static str, server: &'static str) -> Self {
+        Dialect {
+            component,
+            display,
+            server,
+            status_503: ErrorCode::Unavailable,
+        }
+    }
+
+    /// The same, with a 503 answer mapped to `code`.
+    pub const fn with_503(self, code: ErrorCode) -> Self {
+        Dialect {
+            status_503: code,
+            ..self
+        }
+    }
+
     /// The error for an answer of `route` that lacks `what`.
     pub fn unexpected(&self, route: &str, what: &str) -> PluginError {
         PluginError::runtime(format!(
             "engine `{}`: {route}: unexpected answer: {what}",
             self.component
         ))
-        .with_help(self.unexpected_help)
+        .with_help(format!(
+            "the server does not answer like {}; read its log",
+            self.server
+        ))
     }
 }
 
@@ -83,16 +102,56 @@ pub enum Deadline {
     Control,
 }
 
+/// A generation for the backend: a non-empty batch of non-empty prompts, and the adapter it
+/// runs under (the request's, else the active one).
+#[derive(Debug, Clone, Copy)]
+pub struct Generation<'a> {
+    /// The request.
+    pub request: &'a GenerateRequest,
+    /// The adapter, `None` for the base weights.
+    pub adapter: Option<&'a str>,
+}
+
+/// Scoring for the backend: a non-empty batch of non-empty sequences and the active adapter.
+#[derive(Debug, Clone, Copy)]
+pub struct Scoring<'a> {
+    /// The sequences.
+    pub sequences: &'a [RVec<u32>],
+    /// The adapter, `None` for the base weights.
+    pub adapter: Option<&'a str>,
+}
+
+/// A checkpoint update for the backend: its directory and the update itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Checkpoint<'a> {
+    /// The checkpoint directory.
+    pub dir: &'a Path,
+    /// The update (version, digest).
+    pub update: &'a WeightUpdate,
+}
+
+/// What the engine takes from the options: deadlines and whether adapters are enabled.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Seconds a generate or score call may take (`request_timeout_s`).
+    pub request_timeout_s: u64,
+    /// Seconds any other call may take (`control_timeout_s`).
+    pub control_timeout_s: u64,
+    /// Adapters enabled (`enable_lora`): adapter updates and calls need it.
+    pub lora: bool,
+}
+
 /// What one kind of server does at each step; the [`ServerEngine`] around it does the rest
 /// (lifecycle checks, state, in-flight accounting, the server slot). Every method that takes
 /// the engine runs outside the engine's locks and may call its HTTP helpers.
 pub trait Backend: Send + Sync + Sized + 'static {
     /// Names and helps.
-    fn dialect(&self) -> &'static Dialect;
-    /// The deadline of a call.
-    fn timeout(&self, deadline: Deadline) -> Duration;
-    /// Whether adapters are enabled (`enable_lora`).
-    fn lora(&self) -> bool;
+    const DIALECT: &'static Dialect;
+    /// Help of an adapter call with LoRA off (which option enables it).
+    const LORA_HELP: &'static str;
+    /// Whether [`Backend::load_adapter`] replaces a loaded adapter of the same name itself;
+    /// otherwise an update re-applied under a loaded name unloads it first.
+    const RELOADS_ADAPTERS: bool;
     /// Starts (or attaches to) the server; called when the slot is empty. Launching goes
     /// through [`ServerEngine::launching`] so the start is logged.
     fn start(&self, engine: &ServerEngine<Self>) -> Result<Server>;
@@ -104,19 +163,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn health(&self, engine: &ServerEngine<Self>) -> Result<EngineHealth>;
     /// Generation of a non-empty batch of non-empty prompts under `adapter` (the request's,
     /// else the active one): the completions in prompt order.
-    fn generate(
-        &self,
-        engine: &ServerEngine<Self>,
-        request: &GenerateRequest,
-        adapter: Option<&str>,
-    ) -> Result<Vec<Completion>>;
+    fn generate(&self, engine: &ServerEngine<Self>, job: Generation<'_>)
+    -> Result<Vec<Completion>>;
     /// Logprobs of a non-empty batch of non-empty sequences under the active adapter.
-    fn score(
-        &self,
-        engine: &ServerEngine<Self>,
-        sequences: &[RVec<u32>],
-        adapter: Option<&str>,
-    ) -> Result<Vec<RVec<f32>>>;
+    fn score(&self, engine: &ServerEngine<Self>, job: Scoring<'_>) -> Result<Vec<RVec<f32>>>;
     /// The pause route (the machine is already paused; it goes back if this fails).
     fn pause(&self, engine: &ServerEngine<Self>, mode: PauseMode) -> Result<()>;
     /// The continue route.
@@ -134,12 +184,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn unsupported_update(&self, payload: &UpdatePayload) -> PluginError;
     /// Loads the checkpoint `dir` of `update` into the server (and records it as the served
     /// directory); returns the digest the server reports ("" for none).
-    fn load_checkpoint(
-        &self,
-        engine: &ServerEngine<Self>,
-        dir: &Path,
-        update: &WeightUpdate,
-    ) -> Result<String>;
+    fn load_checkpoint(&self, engine: &ServerEngine<Self>, job: Checkpoint<'_>) -> Result<String>;
     /// The adapter load route; `loaded` when `name` is loaded already.
     fn load_adapter(
         &self,
@@ -150,9 +195,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<()>;
     /// The adapter unload route.
     fn unload_adapter(&self, engine: &ServerEngine<Self>, name: &str) -> Result<()>;
-    /// Whether [`Backend::load_adapter`] replaces a loaded adapter of the same name itself;
-    /// otherwise an update re-applied under a loaded name unloads it first.
-    fn reloads_adapters(&self) -> bool;
     /// After an update was applied: the server's version label set and/or checked.
     fn settle_version(&self, engine: &ServerEngine<Self>, update: &WeightUpdate) -> Result<()>;
 }

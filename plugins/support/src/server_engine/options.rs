@@ -144,17 +144,8 @@ pub fn log_path(component: &str, run_dir: &str, rank: u32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tandem_plugin_api::ErrorCode;
 
-    const DIALECT: Dialect = Dialect {
-        component: "x",
-        display: "X",
-        timeout_help: "",
-        unexpected_help: "",
-        missing_route_help: "",
-        status_503: ErrorCode::Unavailable,
-        lora_help: "",
-    };
+    const DIALECT: Dialect = Dialect::new("x", "X", "X 1.0");
 
     fn keys(p: &[ConfigProblem]) -> Vec<&str> {
         p.iter().map(|p| p.key.as_str()).collect()

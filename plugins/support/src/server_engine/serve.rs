@@ -8,8 +8,8 @@ use std::time::Duration;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{ErrorCode, GenerateRequest, GenerateResponse, PluginError, RVec};
 
-use super::Backend;
 use super::engine::{ServerEngine, lock};
+use super::{Backend, Generation, Scoring};
 
 /// One generate or score call in flight; dropping it wakes a waiting pause.
 struct InFlight<'a, B: Backend>(&'a ServerEngine<B>);
@@ -30,7 +30,7 @@ impl<B: Backend> ServerEngine<B> {
         if !st.machine.can_generate() {
             return Err(PluginError::invalid_state(format!(
                 "engine `{}` is {}, not serving; call continue_generation first",
-                self.backend.dialect().component,
+                B::DIALECT.component,
                 st.machine.state()
             )));
         }
@@ -52,7 +52,7 @@ impl<B: Backend> ServerEngine<B> {
                 format!(
                     "engine `{}`: pause_generation(wait): {} generate call(s) still running \
                      after {} s",
-                    self.backend.dialect().component,
+                    B::DIALECT.component,
                     *n,
                     timeout.as_secs()
                 ),
@@ -63,7 +63,7 @@ impl<B: Backend> ServerEngine<B> {
     }
 
     pub(super) fn generate_batch(&self, request: GenerateRequest) -> Result<GenerateResponse> {
-        let component = self.backend.dialect().component;
+        let component = B::DIALECT.component;
         if request.sampling.return_hidden_states {
             return Err(PluginError::not_supported(
                 "generate with return_hidden_states",
@@ -89,7 +89,11 @@ impl<B: Backend> ServerEngine<B> {
         let completions = if request.prompts.is_empty() {
             Vec::new()
         } else {
-            self.backend.generate(self, &request, adapter.as_deref())?
+            let job = Generation {
+                request: &request,
+                adapter: adapter.as_deref(),
+            };
+            self.backend.generate(self, job)?
         };
         Ok(GenerateResponse {
             completions: completions.into(),
@@ -102,13 +106,17 @@ impl<B: Backend> ServerEngine<B> {
         if sequences.iter().any(|s| s.is_empty()) {
             return Err(PluginError::invalid_input(format!(
                 "engine `{}`: score: a sequence is empty",
-                self.backend.dialect().component
+                B::DIALECT.component
             )));
         }
         if sequences.is_empty() {
             return Ok(Vec::new());
         }
         let adapter = lock(&self.state).active_adapter.clone();
-        self.backend.score(self, &sequences, adapter.as_deref())
+        let job = Scoring {
+            sequences: &sequences,
+            adapter: adapter.as_deref(),
+        };
+        self.backend.score(self, job)
     }
 }

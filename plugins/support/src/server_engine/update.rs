@@ -10,8 +10,8 @@ use std::time::Instant;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{PluginError, UpdatePayload, UpdateReport, WeightUpdate};
 
-use super::Backend;
 use super::engine::{ServerEngine, lock};
+use super::{Backend, Checkpoint};
 
 /// Bytes of the files directly in `dir` (what an update moved).
 fn dir_bytes(dir: &Path) -> u64 {
@@ -51,13 +51,14 @@ impl<B: Backend> ServerEngine<B> {
         let (bytes, digest) = match &update.payload {
             UpdatePayload::CheckpointDir { dir } => {
                 let dir = PathBuf::from(dir.as_str());
-                let digest = self.backend.load_checkpoint(self, &dir, update)?;
+                let job = Checkpoint { dir: &dir, update };
+                let digest = self.backend.load_checkpoint(self, job)?;
                 (dir_bytes(&dir), digest)
             }
             UpdatePayload::Adapter { name, dir } => {
                 let previous = lock(&self.state).active_adapter.clone();
                 let loaded = lock(&self.state).adapters.contains(name.as_str());
-                if loaded && !self.backend.reloads_adapters() {
+                if loaded && !B::RELOADS_ADAPTERS {
                     // Re-applied under the same name to a server that refuses a loaded name.
                     self.unload_lora(name)?;
                 }
@@ -82,11 +83,11 @@ impl<B: Backend> ServerEngine<B> {
     }
 
     fn require_lora(&self, op: &str) -> Result<()> {
-        if self.backend.lora() {
+        if self.settings.lora {
             Ok(())
         } else {
-            let d = self.backend.dialect();
-            Err(PluginError::not_supported(op, d.component).with_help(d.lora_help))
+            let d = B::DIALECT;
+            Err(PluginError::not_supported(op, d.component).with_help(B::LORA_HELP))
         }
     }
 

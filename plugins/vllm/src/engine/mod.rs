@@ -17,13 +17,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tandem_plugin_api::sdk::Result;
-use tandem_plugin_api::{
-    ComponentConfig, EngineHealth, ErrorCode, HostBox, PauseMode, PluginError,
-};
+use tandem_plugin_api::{Completion, ComponentConfig, EngineHealth, ErrorCode};
+use tandem_plugin_api::{HostBox, PauseMode, PluginError, RVec, UpdatePayload, WeightUpdate};
 use tandem_plugin_support::server_engine::launch::{Health, LaunchSpec};
-use tandem_plugin_support::server_engine::{
-    Backend, Client, Deadline, Dialect, Server, ServerEngine,
-};
+use tandem_plugin_support::server_engine::{Backend, Client, Deadline, Dialect, Server};
+use tandem_plugin_support::server_engine::{Checkpoint, Generation, Scoring};
+use tandem_plugin_support::server_engine::{ServerEngine, Settings};
 
 use crate::options::{EXTENSION_CLASS, EXTENSION_MODULE, VllmOptions};
 
@@ -37,19 +36,9 @@ pub struct Vllm {
     tokenizer: PathBuf,
 }
 
-/// vLLM's names and helps.
-pub static DIALECT: Dialect = Dialect {
-    component: "vllm",
-    display: "vLLM",
-    timeout_help: "raise request_timeout_s / control_timeout_s, or check the server log (a \
-                   sleeping or paused vLLM queues requests)",
-    unexpected_help: "the server does not answer like vLLM 0.32's OpenAI server in dev mode; \
-                      read its log",
-    missing_route_help: "the server lacks this route: is it vLLM 0.32 with \
-                         VLLM_SERVER_DEV_MODE=1?",
-    status_503: ErrorCode::InvalidState,
-    lora_help: "set enable_lora = true (and max_lora_rank ≥ the adapter's r) in [engine] options",
-};
+/// vLLM's names; a 503 is a paused or sleeping server.
+pub static DIALECT: Dialect = Dialect::new("vllm", "vLLM", "vLLM 0.32 with VLLM_SERVER_DEV_MODE=1")
+    .with_503(ErrorCode::InvalidState);
 
 /// Validates the options and the model directory; the server starts on `start` (or the
 /// first call that needs it).
@@ -62,7 +51,17 @@ pub fn new_engine(config: &ComponentConfig, host: HostBox) -> Result<VllmEngine>
     }
     opts.launcher()?;
     let tokenizer = PathBuf::from(config.model_path.as_str());
-    Ok(ServerEngine::new(Vllm { opts, tokenizer }, config, host))
+    let settings = Settings {
+        request_timeout_s: opts.request_timeout_s,
+        control_timeout_s: opts.control_timeout_s,
+        lora: opts.enable_lora,
+    };
+    Ok(ServerEngine::new(
+        Vllm { opts, tokenizer },
+        settings,
+        config,
+        host,
+    ))
 }
 
 /// Writes the worker extension module next to the logs (`<run_dir>/vllm-ext/`) and returns
@@ -139,7 +138,7 @@ impl Vllm {
             .post(
                 "/update_weight_version",
                 Some(&json!({ "new_version": version.to_string() })),
-                self.timeout(Deadline::Control),
+                engine.timeout(Deadline::Control),
             )
             .map_err(|e| engine.call_error(e, "POST /update_weight_version"))?;
         Ok(())
@@ -147,20 +146,10 @@ impl Vllm {
 }
 
 impl Backend for Vllm {
-    fn dialect(&self) -> &'static Dialect {
-        &DIALECT
-    }
-
-    fn timeout(&self, deadline: Deadline) -> Duration {
-        Duration::from_secs(match deadline {
-            Deadline::Request => self.opts.request_timeout_s,
-            Deadline::Control => self.opts.control_timeout_s,
-        })
-    }
-
-    fn lora(&self) -> bool {
-        self.opts.enable_lora
-    }
+    const DIALECT: &'static Dialect = &DIALECT;
+    const LORA_HELP: &'static str =
+        "set enable_lora = true (and max_lora_rank ≥ the adapter's r) in [engine] options";
+    const RELOADS_ADAPTERS: bool = true;
 
     fn start(&self, engine: &VllmEngine) -> Result<Server> {
         let dir = engine.state().served_dir.clone();
@@ -248,35 +237,22 @@ impl Backend for Vllm {
         self.check_memory("resume_memory", &[tag.to_owned()])
     }
 
-    fn generate(
-        &self,
-        engine: &VllmEngine,
-        request: &tandem_plugin_api::GenerateRequest,
-        adapter: Option<&str>,
-    ) -> Result<Vec<tandem_plugin_api::Completion>> {
-        self.complete(engine, request, adapter)
+    fn generate(&self, engine: &VllmEngine, job: Generation<'_>) -> Result<Vec<Completion>> {
+        self.complete(engine, job.request, job.adapter)
     }
 
-    fn score(
-        &self,
-        engine: &VllmEngine,
-        sequences: &[tandem_plugin_api::RVec<u32>],
-        adapter: Option<&str>,
-    ) -> Result<Vec<tandem_plugin_api::RVec<f32>>> {
-        self.prompt_logprobs(engine, sequences, adapter)
+    fn score(&self, engine: &VllmEngine, job: Scoring<'_>) -> Result<Vec<RVec<f32>>> {
+        self.prompt_logprobs(engine, job.sequences, job.adapter)
     }
 
-    fn unsupported_update(&self, payload: &tandem_plugin_api::UpdatePayload) -> PluginError {
+    fn unsupported_update(&self, payload: &UpdatePayload) -> PluginError {
         update::unsupported(payload)
     }
 
-    fn load_checkpoint(
-        &self,
-        engine: &VllmEngine,
-        dir: &Path,
-        _update: &tandem_plugin_api::WeightUpdate,
-    ) -> Result<String> {
-        self.apply_checkpoint(engine, dir).map(|()| String::new())
+    /// vLLM reports no digest of what it loaded.
+    fn load_checkpoint(&self, engine: &VllmEngine, job: Checkpoint<'_>) -> Result<String> {
+        self.apply_checkpoint(engine, job.dir)
+            .map(|()| String::new())
     }
 
     fn load_adapter(&self, engine: &VllmEngine, name: &str, dir: &str, loaded: bool) -> Result<()> {
@@ -293,15 +269,7 @@ impl Backend for Vllm {
             .map(drop)
     }
 
-    fn reloads_adapters(&self) -> bool {
-        true
-    }
-
-    fn settle_version(
-        &self,
-        engine: &VllmEngine,
-        update: &tandem_plugin_api::WeightUpdate,
-    ) -> Result<()> {
+    fn settle_version(&self, engine: &VllmEngine, update: &WeightUpdate) -> Result<()> {
         let client = engine.client()?;
         self.report_version(engine, &client, update.version)
     }
