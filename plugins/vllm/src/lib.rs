@@ -12,9 +12,10 @@ pub mod options;
 pub mod response;
 
 use std::path::Path;
-use tandem_plugin_api::sdk::Result;
+use tandem_plugin_api::sdk::{self, Result};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ConfigCaps, ConfigProblem, HostBox, PauseMode, RVec, UpdateKind,
+    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
+    PauseMode, PluginManifest, RVec, UpdateKind,
 };
 use tandem_plugin_support::server_engine::Launcher;
 use tandem_plugin_support::server_engine::plugin::{Exported, ServerPlugin, strs};
@@ -27,36 +28,6 @@ pub struct VllmPlugin;
 
 impl ServerPlugin for VllmPlugin {
     type Backend = engine::Vllm;
-    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-    const DESCRIPTION: &'static str = "vLLM OpenAI server per rank (loopback, dev mode): token-in generation with \
-                 logprobs, pause/resume, LoRA hot swap, checkpoint reload in place";
-
-    fn capabilities() -> Capabilities {
-        Capabilities {
-            update_kinds: vec![UpdateKind::Adapter, UpdateKind::CheckpointDir].into(),
-            // vLLM's CPU worker ignores sleep mode: /sleep frees nothing here.
-            releasable_tags: RVec::new(),
-            pause_modes: vec![PauseMode::Abort, PauseMode::Wait, PauseMode::Keep].into(),
-            hidden_states: false,
-            lora: true,
-            needs_gpu: strs(&[
-                "release_memory frees weights/kv_cache (vLLM sleep mode: CUDA/ROCm/XPU only)",
-                "tensor_buckets over NCCL (vLLM weight-transfer engine, --weight-transfer-config nccl)",
-                "single-copy CUDA IPC weight sync (vLLM worker extension)",
-            ]),
-            notes: strs(&[
-                "needs Python with vllm: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
-                "release_memory/resume_memory are not supported on CPU (vLLM's CPU worker frees nothing in sleep mode): run it with needs_offload = false",
-                "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
-                "checkpoint_dir: reloaded in place (default; reload_weights + a tied lm_head repair in Tandem's worker extension); checkpoint_apply = \"restart\" starts a new server on the dir",
-                "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
-            ]),
-        }
-    }
-
-    fn engine(config: &ComponentConfig, host: HostBox) -> Result<VllmEngine> {
-        engine::new_engine(config, host)
-    }
 
     fn option_problems(config: &ComponentConfig) -> Vec<ConfigProblem> {
         VllmOptions::problems_of(&config.options_json)
@@ -69,6 +40,38 @@ impl ServerPlugin for VllmPlugin {
     fn describe(config: &ComponentConfig) -> Option<ConfigCaps> {
         let model = Path::new(config.model_path.as_str());
         Some(VllmOptions::parse(&config.options_json).ok()?.caps(model))
+    }
+
+    fn manifest() -> PluginManifest {
+        let engine = ComponentDecl {
+            kind: ComponentKind::Engine,
+            name: "vllm".into(),
+            description:
+                "vLLM OpenAI server per rank (loopback, dev mode): token-in generation with \
+                 logprobs, pause/resume, LoRA hot swap, checkpoint reload in place"
+                    .into(),
+            caps: Capabilities {
+                update_kinds: vec![UpdateKind::Adapter, UpdateKind::CheckpointDir].into(),
+                // vLLM's CPU worker ignores sleep mode: /sleep frees nothing here.
+                releasable_tags: RVec::new(),
+                pause_modes: vec![PauseMode::Abort, PauseMode::Wait, PauseMode::Keep].into(),
+                hidden_states: false,
+                lora: true,
+                needs_gpu: strs(&[
+                    "release_memory frees weights/kv_cache (vLLM sleep mode: CUDA/ROCm/XPU only)",
+                    "tensor_buckets over NCCL (vLLM weight-transfer engine, --weight-transfer-config nccl)",
+                    "single-copy CUDA IPC weight sync (vLLM worker extension)",
+                ]),
+                notes: strs(&[
+                    "needs Python with vllm: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
+                    "release_memory/resume_memory are not supported on CPU (vLLM's CPU worker frees nothing in sleep mode): run it with needs_offload = false",
+                    "binds 127.0.0.1 only unless allow_public_bind = true (dev-mode routes are unauthenticated)",
+                    "checkpoint_dir: reloaded in place (default; reload_weights + a tied lm_head repair in Tandem's worker extension); checkpoint_apply = \"restart\" starts a new server on the dir",
+                    "adapter/lora needs enable_lora = true; no weight digests (use [bridge] verify = false)",
+                ]),
+            },
+        };
+        sdk::manifest("vllm", env!("CARGO_PKG_VERSION"), vec![engine])
     }
 }
 

@@ -38,27 +38,6 @@ pub struct Sglang {
 /// SGLang's names.
 pub static DIALECT: Dialect = Dialect::new("sglang", "SGLang", "SGLang 0.5.23 (or tandem serve)");
 
-/// Validates the options (and, in launch mode, the launcher); the server starts or is
-/// attached on `start` (or the first call that needs it).
-pub fn new_engine(config: &ComponentConfig, host: HostBox) -> Result<SglangEngine> {
-    let opts = SglangOptions::parse(&config.options_json, config.world_size.max(1))?;
-    if !opts.attach() {
-        if config.model_path.is_empty() {
-            return Err(PluginError::invalid_input(
-                "engine `sglang` needs a model directory (model_path is empty)",
-            )
-            .with_help("set [engine] model, or attach to a running server with `url`"));
-        }
-        opts.launcher()?;
-    }
-    let settings = Settings {
-        request_timeout_s: opts.request_timeout_s,
-        control_timeout_s: opts.control_timeout_s,
-        lora: opts.enable_lora,
-    };
-    Ok(ServerEngine::new(Sglang { opts }, settings, config, host))
-}
-
 impl Sglang {
     fn health_wait(&self) -> Health<'static> {
         Health {
@@ -108,6 +87,27 @@ impl Backend for Sglang {
          max_lora_rank and lora_target_modules when it starts without adapters) in [engine] options";
     // SGLang refuses a name already loaded: a re-applied adapter is unloaded first.
     const RELOADS_ADAPTERS: bool = false;
+
+    /// Validates the options (and, in launch mode, the launcher); the server starts or is
+    /// attached on `start` (or the first call that needs it).
+    fn engine(config: &ComponentConfig, host: HostBox) -> Result<SglangEngine> {
+        let opts = SglangOptions::parse(&config.options_json, config.world_size.max(1))?;
+        if !opts.attach() {
+            if config.model_path.is_empty() {
+                return Err(PluginError::invalid_input(
+                    "engine `sglang` needs a model directory (model_path is empty)",
+                )
+                .with_help("set [engine] model, or attach to a running server with `url`"));
+            }
+            opts.launcher()?;
+        }
+        let settings = Settings {
+            request_timeout_s: opts.request_timeout_s,
+            control_timeout_s: opts.control_timeout_s,
+            lora: opts.enable_lora,
+        };
+        Ok(ServerEngine::new(Sglang { opts }, settings, config, host))
+    }
 
     fn start(&self, engine: &SglangEngine) -> Result<Server> {
         match self.opts.url_of(engine.rank()) {

@@ -38,8 +38,8 @@ mod update;
 use std::path::Path;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{
-    Completion, EngineHealth, ErrorCode, GenerateRequest, PauseMode, PluginError, RVec,
-    UpdatePayload, WeightUpdate,
+    Completion, ComponentConfig, EngineHealth, ErrorCode, GenerateRequest, HostBox, PauseMode,
+    PluginError, RVec, UpdatePayload, WeightUpdate,
 };
 
 pub use engine::{ServerEngine, State};
@@ -152,6 +152,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Whether [`Backend::load_adapter`] replaces a loaded adapter of the same name itself;
     /// otherwise an update re-applied under a loaded name unloads it first.
     const RELOADS_ADAPTERS: bool;
+    /// The engine of `config` (options checked, nothing started): the plugin's constructor.
+    fn engine(config: &ComponentConfig, host: HostBox) -> Result<ServerEngine<Self>>;
     /// Starts (or attaches to) the server; called when the slot is empty. Launching goes
     /// through [`ServerEngine::launching`] so the start is logged.
     fn start(&self, engine: &ServerEngine<Self>) -> Result<Server>;

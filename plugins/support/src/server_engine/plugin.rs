@@ -5,14 +5,14 @@
 
 use std::marker::PhantomData;
 
-use tandem_plugin_api::sdk::{self, Plugin, Result, engine_box};
+use tandem_plugin_api::sdk::{Plugin, Result, engine_box};
 use tandem_plugin_api::{
-    Capabilities, ComponentConfig, ComponentDecl, ComponentKind, ConfigCaps, ConfigProblem,
-    EngineBox, HostBox, PluginError, PluginManifest, RString, RVec,
+    ComponentConfig, ComponentKind, ConfigCaps, ConfigProblem, EngineBox, HostBox, PluginError,
+    PluginManifest, RString, RVec,
 };
 
 use super::options::{launcher_problems, wrong_component};
-use super::{Backend, Launcher, ServerEngine};
+use super::{Backend, Launcher};
 
 /// A manifest's list of strings.
 pub fn strs(v: &[&str]) -> RVec<RString> {
@@ -23,14 +23,9 @@ pub fn strs(v: &[&str]) -> RVec<RString> {
 pub trait ServerPlugin: 'static {
     /// The engine's server.
     type Backend: Backend;
-    /// The plugin's version (`env!("CARGO_PKG_VERSION")`).
-    const VERSION: &'static str;
-    /// The manifest's description of the engine.
-    const DESCRIPTION: &'static str;
-    /// The manifest's capabilities of the engine.
-    fn capabilities() -> Capabilities;
-    /// The engine of `config` (options checked, nothing started).
-    fn engine(config: &ComponentConfig, host: HostBox) -> Result<ServerEngine<Self::Backend>>;
+    /// The manifest: the plugin and its one engine component, both named with literals
+    /// (`tandem-tidy` reads them there).
+    fn manifest() -> PluginManifest;
     /// The problems of the options of `config` (parse and static checks).
     fn option_problems(config: &ComponentConfig) -> Vec<ConfigProblem>;
     /// The launcher the options of `config` name; `None` when the engine launches nothing
@@ -49,14 +44,7 @@ fn is_ours<P: ServerPlugin>(kind: ComponentKind, component: &str) -> bool {
 
 impl<P: ServerPlugin> Plugin for Exported<P> {
     fn manifest() -> PluginManifest {
-        let name = <P::Backend as Backend>::DIALECT.component;
-        let engine = ComponentDecl {
-            kind: ComponentKind::Engine,
-            name: name.into(),
-            description: P::DESCRIPTION.into(),
-            caps: P::capabilities(),
-        };
-        sdk::manifest(name, P::VERSION, vec![engine])
+        P::manifest()
     }
 
     fn new_engine(config: ComponentConfig, host: HostBox) -> Result<EngineBox> {
@@ -67,7 +55,7 @@ impl<P: ServerPlugin> Plugin for Exported<P> {
                 config.component
             )));
         }
-        Ok(engine_box(P::engine(&config, host)?))
+        Ok(engine_box(P::Backend::engine(&config, host)?))
     }
 
     fn describe_config(kind: ComponentKind, config: &ComponentConfig) -> Option<ConfigCaps> {

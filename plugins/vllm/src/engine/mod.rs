@@ -40,30 +40,6 @@ pub struct Vllm {
 pub static DIALECT: Dialect = Dialect::new("vllm", "vLLM", "vLLM 0.32 with VLLM_SERVER_DEV_MODE=1")
     .with_503(ErrorCode::InvalidState);
 
-/// Validates the options and the model directory; the server starts on `start` (or the
-/// first call that needs it).
-pub fn new_engine(config: &ComponentConfig, host: HostBox) -> Result<VllmEngine> {
-    let opts = VllmOptions::parse(&config.options_json)?;
-    if config.model_path.is_empty() {
-        return Err(PluginError::invalid_input(
-            "engine `vllm` needs a model directory (model_path is empty)",
-        ));
-    }
-    opts.launcher()?;
-    let tokenizer = PathBuf::from(config.model_path.as_str());
-    let settings = Settings {
-        request_timeout_s: opts.request_timeout_s,
-        control_timeout_s: opts.control_timeout_s,
-        lora: opts.enable_lora,
-    };
-    Ok(ServerEngine::new(
-        Vllm { opts, tokenizer },
-        settings,
-        config,
-        host,
-    ))
-}
-
 /// Writes the worker extension module next to the logs (`<run_dir>/vllm-ext/`) and returns
 /// its directory (put on the server's `PYTHONPATH`).
 fn write_extension(log: &Path) -> Result<PathBuf> {
@@ -150,6 +126,30 @@ impl Backend for Vllm {
     const LORA_HELP: &'static str =
         "set enable_lora = true (and max_lora_rank ≥ the adapter's r) in [engine] options";
     const RELOADS_ADAPTERS: bool = true;
+
+    /// Validates the options and the model directory; the server starts on `start` (or the
+    /// first call that needs it).
+    fn engine(config: &ComponentConfig, host: HostBox) -> Result<VllmEngine> {
+        let opts = VllmOptions::parse(&config.options_json)?;
+        if config.model_path.is_empty() {
+            return Err(PluginError::invalid_input(
+                "engine `vllm` needs a model directory (model_path is empty)",
+            ));
+        }
+        opts.launcher()?;
+        let tokenizer = PathBuf::from(config.model_path.as_str());
+        let settings = Settings {
+            request_timeout_s: opts.request_timeout_s,
+            control_timeout_s: opts.control_timeout_s,
+            lora: opts.enable_lora,
+        };
+        Ok(ServerEngine::new(
+            Vllm { opts, tokenizer },
+            settings,
+            config,
+            host,
+        ))
+    }
 
     fn start(&self, engine: &VllmEngine) -> Result<Server> {
         let dir = engine.state().served_dir.clone();
