@@ -103,7 +103,7 @@ impl Plugin for FsdpPlugin {
                 notes: strs(&[
                     "needs Python with torch, transformers, peft: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
                     "options.ranks = FSDP ranks under torchrun (gloo on CPU)",
-                    "exports carry no weight digest: use [bridge] verify = false",
+                    "every export carries the st256 digest of the tensors it wrote (options.digest = false: none)",
                     "checkpoint_dir exports with full fine-tuning, adapter exports with options.lora",
                 ]),
             },
@@ -165,6 +165,7 @@ pub fn describe(options_json: &str) -> Option<ConfigCaps> {
         update_kinds: vec![kind].into(),
         // Every variant of tandem_torchrun/loss.py (train_step_policy).
         loss_variants: true,
+        reports_digest: o.common.digest,
         ..ConfigCaps::default()
     })
 }
@@ -181,7 +182,9 @@ mod tests {
         assert_eq!(lora.update_kinds.as_slice(), &[UpdateKind::Adapter]);
         let full = describe("{}").expect("parses");
         assert_eq!(full.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
-        assert!(full.loss_variants && !full.reports_digest && !full.value_model);
+        assert!(full.loss_variants && full.reports_digest && !full.value_model);
+        let off = describe(r#"{"digest": false}"#).expect("parses");
+        assert!(!off.reports_digest);
         assert!(describe(r#"{"ranks": "two"}"#).is_none());
     }
 }

@@ -22,5 +22,5 @@ fn trainer() -> TrainerSetup {
     t.options(r#"{"tp": 2}"#).kinds(&[K::CheckpointDir])
 }
 suite! { engine: engine(), trainer: trainer(),
-checks: [trainer, pair], no_digests: "megatron exports carry no weight digest",
+checks: [trainer, pair],
 ignore: "needs torch + megatron-core: TANDEM_PYTHON, --ignored", }

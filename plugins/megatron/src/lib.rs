@@ -126,7 +126,7 @@ impl Plugin for MegatronPlugin {
                     "needs Python with torch, transformers, megatron-core 0.16.1, safetensors: the python option, else $TANDEM_PYTHON, else the venv scripts/setup-python.sh records (bash scripts/setup.sh)",
                     "options.tp × options.dp ranks under torchrun (gloo on CPU); heads, KV heads, FFN width and vocabulary must divide by tp",
                     "LlamaForCausalLM and Qwen2ForCausalLM checkpoints (HF safetensors in, HF safetensors out)",
-                    "exports checkpoint_dir updates with no weight digest: use [bridge] verify = false; no LoRA",
+                    "exports checkpoint_dir updates, each with the st256 digest of the tensors it wrote (options.digest = false: none); no LoRA",
                 ]),
             },
         };
@@ -189,6 +189,7 @@ pub fn describe(options_json: &str) -> Option<ConfigCaps> {
         max_seq_len: o.own.seq_length,
         // Every variant of tandem_torchrun/loss.py (train_step_policy).
         loss_variants: true,
+        reports_digest: o.common.digest,
         ..ConfigCaps::default()
     })
 }
@@ -204,7 +205,12 @@ mod tests {
         let c = describe(r#"{"seq_length": 256}"#).expect("parses");
         assert_eq!(c.max_seq_len, 256);
         assert_eq!(c.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
-        assert!(c.loss_variants && !c.reports_digest);
+        assert!(c.loss_variants && c.reports_digest);
+        assert!(
+            !describe(r#"{"digest": false}"#)
+                .expect("parses")
+                .reports_digest
+        );
         assert_eq!(describe("{}").expect("defaults").max_seq_len, 1024);
         assert!(describe(r#"{"tp": 0}"#).is_none());
     }

@@ -9,7 +9,6 @@ a rank with no sequence still runs a forward/backward on a dummy so the collecti
 
 import copy
 import os
-import shutil
 
 import torch
 import torch.distributed as dist
@@ -22,7 +21,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from tandem_torchrun.batch import Padded
-from tandem_torchrun.files import dir_bytes, publish, saved_version, write_state
+from tandem_torchrun.export import Digest, Version
+from tandem_torchrun.files import dir_bytes, saved_version, write_state
 from tandem_torchrun.loss import normaliser, policy_terms
 from tandem_torchrun.state import TrainerState
 
@@ -196,8 +196,9 @@ class FsdpTrainer(TrainerState):
 
     # ---- checkpoints and exports ---------------------------------------------------------
 
-    def _write_model(self, out):
-        """Gathers the model; rank 0 writes a HF checkpoint (or PEFT adapter) into ``out``."""
+    def _write_model(self, out, digest=None):
+        """Gathers the model; rank 0 writes a HF checkpoint (or PEFT adapter) into ``out`` and
+        feeds ``digest`` (a ``Digest``) the tensors it writes."""
         from safetensors.torch import save_file
 
         if self.lora:
@@ -205,20 +206,23 @@ class FsdpTrainer(TrainerState):
 
             sd = {n: _full(p.detach()).cpu() for n, p in self.model.named_parameters() if p.requires_grad}
             if self.rank == 0:
-                ad = get_peft_model_state_dict(self.model, state_dict=sd)
+                ad = {k: v.contiguous() for k, v in get_peft_model_state_dict(self.model, state_dict=sd).items()}
                 os.makedirs(out, exist_ok=True)
-                save_file({k: v.contiguous() for k, v in ad.items()},
-                          os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
+                save_file(ad, os.path.join(out, "adapter_model.safetensors"), metadata={"format": "pt"})
                 self.model.peft_config["default"].save_pretrained(out)
+                if digest is not None:
+                    digest.add_all(ad)
             return
         sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.rank == 0:
             if getattr(self.model.config, "tie_word_embeddings", False):
                 sd.pop("lm_head.weight", None)
             os.makedirs(out, exist_ok=True)
-            save_file({k: v.contiguous() for k, v in sd.items()},
-                      os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+            sd = {k: v.contiguous() for k, v in sd.items()}
+            save_file(sd, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
             self.model.config.save_pretrained(out)
+            if digest is not None:
+                digest.add_all(sd)
 
     def _write_state(self, out):
         if self.rank == 0:
@@ -288,23 +292,26 @@ class FsdpTrainer(TrainerState):
         if kind != want:
             what = "trains a LoRA adapter and" if self.lora else "fine-tunes all weights and"
             raise ValueError(f"export_weight_update({kind}): this trainer {what} exports {want} updates")
-        run_dir = self.cfg["run_dir"]
-        if not run_dir:
-            raise ValueError("export_weight_update: the trainer has no run directory (run_dir is empty)")
         v = self.version
-        parent = os.path.join(run_dir, "adapters" if self.lora else "weights")
-        final = os.path.join(parent, f"v{v}")
-        stage = os.path.join(parent, f".v{v}.stage")
+        out = Version(self.cfg["run_dir"], "adapters" if self.lora else "weights", v)
         if self.rank == 0:
-            os.makedirs(parent, exist_ok=True)
-            shutil.rmtree(stage, ignore_errors=True)
-        self._write_model(stage)
-        self._write_state(stage)
+            out.prepare()
+        digest = Digest(self.opts.get("digest", True))
+        self._write_model(out.stage, digest)
+        self._write_state(out.stage)
         if self.rank != 0:
             return None
         # A checkpoint is durable; an adapter is re-exportable and skips the fsyncs.
-        publish(stage, final, durable=not self.lora)
-        return {"kind": want, "dir": final, "name": f"fsdp-v{v}", "version": v, "bytes": dir_bytes(final)}
+        out.publish(durable=not self.lora)
+        return {
+            "kind": want,
+            "dir": out.final,
+            "name": f"fsdp-v{v}",
+            "version": v,
+            "bytes": dir_bytes(out.final),
+            "digest": digest.value(),
+        }
+
 
 def _full_numel(p):
     shape = p.shape  # a DTensor reports its global shape

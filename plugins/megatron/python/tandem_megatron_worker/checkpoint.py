@@ -6,14 +6,13 @@ exports. A mixin of ``MegatronTrainer`` (it reads the trainer's model, optimizer
 
 import json
 import os
-import shutil
 
 import torch
 
-from tandem_torchrun.files import STATE_FILE, dir_bytes, publish, saved_version, write_state
+from tandem_torchrun.export import Digest, Version
+from tandem_torchrun.files import dir_bytes, read_state, saved_version, write_state
 
 from . import convert, stream
-
 
 
 class CheckpointOps:
@@ -22,15 +21,16 @@ class CheckpointOps:
     def _has_moments(self):
         return all("exp_avg" in self.optim.state.get(p, {}) for p in self._params())
 
-    def _write_tensors(self, files, path, sources):
+    def _write_tensors(self, files, path, sources, digest=None):
         """Gathers HF tensors over TP one parameter at a time (DP rank 0's TP group only) and
         streams them into the safetensors file ``path`` on global rank 0. ``sources``:
-        ``[(key prefix, of(name, param) -> tensor)]``, written one after the other."""
+        ``[(key prefix, of(name, param) -> tensor)]``, written one after the other; ``digest``
+        (rank 0): fed each tensor as it is written."""
         if self.dp_rank != 0:
             return
         names = convert.hf_layout(self.model, self.spec, self.tp)
         layout = [(prefix + n, shape, dtype) for prefix, _ in sources for n, shape, dtype in names]
-        out = files.run(stream.Writer, path, layout, {"format": "pt"}) if self.rank == 0 else None
+        out = files.run(stream.Writer, path, layout, {"format": "pt"}, digest) if self.rank == 0 else None
         for prefix, of in sources:
             for n, t in convert.gather_hf(self.model, self.spec, self.tp_group, of):
                 if out is not None:
@@ -56,10 +56,12 @@ class CheckpointOps:
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(raw, f, indent=2)
 
-    def _write_checkpoint(self, out, with_optim, files):
+    def _write_checkpoint(self, out, with_optim, files, digest=None):
+        """The weights (``digest`` fed each), with ``with_optim`` the AdamW moments and the
+        index naming the weights' file, the config and the state file, into ``out``."""
         if self.rank == 0:
             files.run(os.makedirs, out, exist_ok=True)
-        self._write_tensors(files, os.path.join(out, "model.safetensors"), [("", lambda _n, p: p.detach())])
+        self._write_tensors(files, os.path.join(out, "model.safetensors"), [("", lambda _n, p: p.detach())], digest)
         if with_optim and self._has_moments():
             moments = [(key + ".", lambda _n, p, key=key: self.optim.state[p][key]) for key in ("exp_avg", "exp_avg_sq")]
             self._write_tensors(files, os.path.join(out, "optimizer.safetensors"), moments)
@@ -84,12 +86,7 @@ class CheckpointOps:
         convert.load_shards(self.model, reader.get, self.spec, self.tp, self.tp_rank, what=f"load_checkpoint {dir}")
         if os.path.exists(os.path.join(dir, "optimizer.safetensors")):
             moments = convert.HfReader(dir, base="optimizer")
-            step = 0
-            try:
-                with open(os.path.join(dir, STATE_FILE)) as f:
-                    step = int(json.load(f).get("adam_step", 0))
-            except (OSError, ValueError, TypeError):
-                pass
+            step = int((read_state(dir) or {}).get("adam_step", 0))
             state = {}
             with torch.no_grad():
                 for name, p in self.model.named_parameters():
@@ -115,22 +112,24 @@ class CheckpointOps:
             raise ValueError(
                 f"export_weight_update({kind}): this trainer fine-tunes all weights and exports checkpoint_dir updates (no LoRA on Megatron layers)"
             )
-        run_dir = self.cfg["run_dir"]
-        if not run_dir:
-            raise ValueError("export_weight_update: the trainer has no run directory (run_dir is empty)")
         v = self.version
-        parent = os.path.join(run_dir, "weights")
-        final = os.path.join(parent, f"v{v}")
-        stage = os.path.join(parent, f".v{v}.stage")
+        out = Version(self.cfg["run_dir"], "weights", v)
         files = _RankZeroFiles()
+        digest = Digest(self.opts.get("digest", True)) if self.rank == 0 else None
         if self.rank == 0:
-            files.run(os.makedirs, parent, exist_ok=True)
-            files.run(shutil.rmtree, stage, ignore_errors=True)
-        self._write_checkpoint(stage, with_optim=False, files=files)
+            files.run(out.prepare)
+        self._write_checkpoint(out.stage, with_optim=False, files=files, digest=digest)
         if self.rank != 0:
             return None
-        publish(stage, final, durable=True)
-        return {"kind": kind, "dir": final, "name": f"{self.NAME}-v{v}", "version": v, "bytes": dir_bytes(final)}
+        out.publish(durable=True)
+        return {
+            "kind": kind,
+            "dir": out.final,
+            "name": f"{self.NAME}-v{v}",
+            "version": v,
+            "bytes": dir_bytes(out.final),
+            "digest": digest.value(),
+        }
 
 
 class _RankZeroFiles:

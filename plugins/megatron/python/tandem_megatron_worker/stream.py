@@ -4,13 +4,16 @@
 model on the writing rank. The format is an 8-byte little-endian header length, a JSON header
 (name -> dtype, shape, byte offsets) and the raw tensor bytes; the header is computed up front
 from the known shapes, so each gathered tensor goes to disk as soon as it exists and is freed.
-Files read back with ``safetensors.safe_open`` and ``transformers``.
+Files read back with ``safetensors.safe_open`` and ``transformers``. With a ``Digest``
+(``tandem_torchrun.export``), each tensor is hashed from the very bytes written.
 """
 
 import json
 import struct
 
 import torch
+
+from tandem_torchrun.export import raw_bytes
 
 _CODES = {
     torch.float32: "F32",
@@ -24,9 +27,9 @@ _CODES = {
 
 class Writer:
     """Writes ``layout`` (ordered ``(name, shape, dtype)``) to ``path``; call ``put`` for each
-    entry in that order, then ``close``."""
+    entry in that order, then ``close``. ``digest`` (optional): fed every tensor written."""
 
-    def __init__(self, path, layout, metadata=None):
+    def __init__(self, path, layout, metadata=None, digest=None):
         header, offset = {}, 0
         for name, shape, dtype in layout:
             n = dtype.itemsize
@@ -40,6 +43,7 @@ class Writer:
         text += b" " * (-len(text) % 8)
         self.expect = [(name, tuple(int(d) for d in shape), dtype) for name, shape, dtype in layout]
         self.next = 0
+        self.digest = digest
         self.f = open(path, "wb")
         self.f.write(struct.pack("<Q", len(text)))
         self.f.write(text)
@@ -49,7 +53,11 @@ class Writer:
         got = (name, tuple(t.shape), t.dtype)
         if got != want:
             raise RuntimeError(f"safetensors stream: got {got}, expected {want}")
-        self.f.write(memoryview(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
+        t = t.detach().cpu().contiguous()
+        data = raw_bytes(t)
+        self.f.write(data)
+        if self.digest is not None:
+            self.digest.add(name, t, data)
         self.next += 1
 
     def close(self):

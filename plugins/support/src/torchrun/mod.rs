@@ -12,7 +12,8 @@
 //!
 //! The Python half is the package `tandem_torchrun` (`plugins/support/python/`), embedded
 //! here and written beside the plugin's own worker package: the rank loop, the channel, the
-//! loss, padded batches, checkpoint files, snapshots / memory tags / stats.
+//! loss, padded batches, the file contract's twin and the exports (versions, `st256` digests
+//! of the tensors written), snapshots / memory tags / stats.
 
 pub mod channel;
 pub mod options;
@@ -42,6 +43,10 @@ pub const SHARED_PACKAGE: (&str, &[PackageFile]) = (
         (
             "channel.py",
             include_str!("../../python/tandem_torchrun/channel.py"),
+        ),
+        (
+            "export.py",
+            include_str!("../../python/tandem_torchrun/export.py"),
         ),
         (
             "files.py",

@@ -1,5 +1,5 @@
 //! The options every torchrun trainer takes ([`Common`]: interpreter, dtype, threads, AdamW,
-//! timeouts) beside the plugin's own, parsed from one `[trainer.options]` table by
+//! timeouts, export digests) beside the plugin's own, parsed from one `[trainer.options]` table by
 //! [`parse`], and the interpreter lookup with its job-file check.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use crate::Python;
 use crate::python::{PYTHON_ENV, SETUP_HELP, resolve_python};
 
 /// Keys of [`Common`], as the job file spells them.
-pub const COMMON_KEYS: [&str; 10] = [
+pub const COMMON_KEYS: [&str; 11] = [
     "python",
     "dtype",
     "threads",
@@ -25,6 +25,7 @@ pub const COMMON_KEYS: [&str; 10] = [
     "startup_timeout_s",
     "call_timeout_s",
     "collective_timeout_s",
+    "digest",
 ];
 
 /// Options shared by the torchrun trainers.
@@ -52,6 +53,9 @@ pub struct Common {
     pub call_timeout_s: f64,
     /// Seconds a collective may wait for a peer rank (gloo / NCCL timeout).
     pub collective_timeout_s: f64,
+    /// Compute the `st256` weights digest of every export from the tensors as they are
+    /// written (default). `false` exports an empty digest (no engine check possible).
+    pub digest: bool,
 }
 
 impl Default for Common {
@@ -67,6 +71,7 @@ impl Default for Common {
             startup_timeout_s: 300.0,
             call_timeout_s: 1800.0,
             collective_timeout_s: 600.0,
+            digest: true,
         }
     }
 }
@@ -170,6 +175,7 @@ impl Common {
         m.insert("beta1".into(), f64::from(self.beta1).into());
         m.insert("beta2".into(), f64::from(self.beta2).into());
         m.insert("eps".into(), f64::from(self.eps).into());
+        m.insert("digest".into(), self.digest.into());
         m
     }
 
@@ -234,7 +240,10 @@ mod tests {
         let (c, o): (Common, Own) = parse(r#"{"ranks": 2, "beta1": 0.5}"#, &["ranks"]).unwrap();
         assert_eq!((o.ranks, c.beta1), (2, 0.5));
         let (c, o): (Common, Own) = parse("", &["ranks"]).unwrap();
-        assert_eq!((o.ranks, c.dtype.as_str()), (0, "float32"));
+        assert_eq!((o.ranks, c.dtype.as_str(), c.digest), (0, "float32", true));
+        assert_eq!(c.worker_json()["digest"], true);
+        let (c, _): (Common, Own) = parse(r#"{"digest": false}"#, &["ranks"]).unwrap();
+        assert_eq!(c.worker_json()["digest"], false);
         let p = parse::<Own>(r#"{"rank": 2}"#, &["ranks"]).unwrap_err();
         assert_eq!(p.key.as_str(), "rank");
         assert!(

@@ -235,10 +235,11 @@ impl TrainerImpl for TorchrunTrainer {
             },
             _ => UpdatePayload::CheckpointDir { dir },
         };
+        // The st256 digest of the tensors written (empty with `digest = false`).
         Ok(WeightUpdate {
             version: u64_of(&v, "version", op)?,
             payload,
-            digest: RString::new(),
+            digest: str_of(&v, "digest", op)?.into(),
         })
     }
 
