@@ -97,10 +97,15 @@ fn a_full_fine_tuning_matches_native_and_its_checkpoint_serves_on_the_native_eng
     let ck = fixture().dir.join("ck-full");
     let info = ok(t.save_checkpoint(ck.display().to_string().into()));
     assert_eq!(info.weight_version, 6);
-    ok(t.train_step(train));
+    ok(t.train_step(train.clone()));
     ok(t.load_checkpoint(ck.display().to_string().into()));
     assert_eq!(ok(t.stats()).weight_version, 6);
     assert_eq!(logprobs(&mut t, &probe, WhichWeights::Current), trained);
+
+    // Three more exports (v7..v9): each carries the digest of its files, `weights/` keeps
+    // the two newest.
+    let last = exports_carry_digests_and_keep_two(&mut t, UpdateKind::CheckpointDir, &train, 3);
+    assert_eq!(last.version, 9);
 }
 
 fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
@@ -180,6 +185,11 @@ fn b_the_fsdp_lora_adapter_loads_into_the_native_engine_and_real_vllm() {
     );
     assert!(d <= 1e-3, "vLLM serves a stale adapter after the swap: {d}");
     ok(vllm.shutdown());
+
+    // Three more adapter exports (v13..v15): each carries the digest of its files,
+    // `adapters/` keeps the two newest.
+    let last = exports_carry_digests_and_keep_two(&mut t, UpdateKind::Adapter, &train, 3);
+    assert_eq!(last.version, 15);
 }
 
 fn c_python_errors_and_a_dead_rank_are_one_line() {

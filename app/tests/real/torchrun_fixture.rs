@@ -8,9 +8,12 @@ use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
+use tandem_plugin_api::files::digest::digest_dir;
+use tandem_plugin_api::files::state::saved_version;
 use tandem_plugin_api::{
     ComponentConfig, EngineBox, GenerateRequest, LossKind, PauseMode, RString, RVec,
-    SamplingParams, TrainBatch, TrainSequence, TrainerBox, WeightUpdate, WhichWeights,
+    SamplingParams, TrainBatch, TrainSequence, TrainerBox, UpdateKind, UpdatePayload, WeightUpdate,
+    WhichWeights,
 };
 use tandem_runtime::registry::Registry;
 use tandem_services::Services;
@@ -264,6 +267,65 @@ pub(crate) fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin
 }
 
 /// SIGKILLs rank 0 of a torchrun trainer (its pid from `stats`).
+/// Trains `rounds` steps on `train`, exporting `kind` after each: every export carries the
+/// `st256` digest of the directory it names (`files::digest::digest_dir`), that directory's
+/// state file holds the exported version, and the parent keeps exactly the two newest
+/// versions (no stage left). Returns the last update.
+pub(crate) fn exports_carry_digests_and_keep_two(
+    t: &mut TrainerBox,
+    kind: UpdateKind,
+    train: &TrainBatch,
+    rounds: usize,
+) -> WeightUpdate {
+    let mut exported = Vec::new();
+    let mut last = None;
+    for _ in 0..rounds {
+        ok(t.train_step(train.clone()));
+        let start = Instant::now();
+        let update = ok(t.export_weight_update(kind));
+        let export_s = start.elapsed().as_secs_f64();
+        let dir = match &update.payload {
+            UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. } => {
+                PathBuf::from(dir.as_str())
+            }
+            other => panic!("{} export gave {other:?}", kind.as_str()),
+        };
+        let start = Instant::now();
+        let on_disk = digest_dir(&dir).unwrap();
+        eprintln!(
+            "{} v{}: export {export_s:.2} s, digest_dir {:.3} s, {}",
+            kind.as_str(),
+            update.version,
+            start.elapsed().as_secs_f64(),
+            update.digest
+        );
+        assert_eq!(update.digest.as_str(), on_disk, "{}", dir.display());
+        assert_eq!(
+            saved_version(&dir),
+            Some(update.version),
+            "{}",
+            dir.display()
+        );
+        exported.push(update.version);
+        let parent = dir.parent().unwrap();
+        let mut held: Vec<String> = std::fs::read_dir(parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        held.sort_by_key(|n| n.trim_start_matches('v').parse::<u64>().unwrap_or(u64::MAX));
+        // The first round may follow an export of the caller's; from the second on, the
+        // parent holds exactly this round's version and the one before.
+        let newest = format!("v{}", update.version);
+        if let [.., before, _] = exported.as_slice() {
+            assert_eq!(held, [format!("v{before}"), newest], "{}", parent.display());
+        } else {
+            assert!(held.len() <= 2 && held.last() == Some(&newest), "{held:?}");
+        }
+        last = Some(update);
+    }
+    last.unwrap()
+}
+
 pub(crate) fn kill_rank0(t: &TrainerBox) {
     let pid = ok(t.stats())
         .metrics

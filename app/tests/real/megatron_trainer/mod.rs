@@ -26,7 +26,8 @@ use fixture::*;
 use std::path::Path;
 use std::time::Instant;
 use tandem_plugin_api::{
-    ErrorCode, LossKind, Metric, TrainBatch, TrainerBox, UpdateKind, UpdatePayload, WhichWeights,
+    ErrorCode, LossKind, Metric, TrainBatch, TrainerBox, UpdateKind, UpdatePayload, WeightUpdate,
+    WhichWeights,
 };
 use tandem_services::Services;
 
@@ -80,12 +81,22 @@ fn assert_same_tensors(a: &Path, b: &Path) {
     }
 }
 
+/// The checkpoint export's version and directory; its digest is the directory's.
 fn exported_dir(t: &mut TrainerBox) -> (u64, std::path::PathBuf) {
+    let (update, dir) = exported(t);
+    (update.version, dir)
+}
+
+/// The checkpoint export and its directory, whose `st256` digest it carries.
+fn exported(t: &mut TrainerBox) -> (WeightUpdate, std::path::PathBuf) {
     let update = ok(t.export_weight_update(UpdateKind::CheckpointDir));
     let UpdatePayload::CheckpointDir { dir } = &update.payload else {
         panic!("{update:?}")
     };
-    (update.version, dir.as_str().into())
+    let dir = std::path::PathBuf::from(dir.as_str());
+    let on_disk = tandem_plugin_api::files::digest::digest_dir(&dir).unwrap();
+    assert_eq!(update.digest.as_str(), on_disk, "{}", dir.display());
+    (update, dir)
 }
 
 /// The fixed SFT batch of the curve test, at a learning rate where the curve falls smoothly
@@ -270,17 +281,11 @@ fn c_checkpoints_carry_the_optimizer_load_at_another_tp_and_serve_on_the_native_
     assert_eq!(step_figures(&ok(t.train_step(sft_batch()))), after);
     assert_eq!(logprobs(&mut t, &probe, WhichWeights::Current), next);
 
-    // The exported checkpoint, served by the native engine: the trainer's logprobs.
-    let (v, dir) = exported_dir(&mut t);
-    assert_eq!(v, 4);
+    // The exported checkpoint, served by the native engine (which checks its digest): the
+    // trainer's logprobs.
+    let (update, _) = exported(&mut t);
+    assert_eq!(update.version, 4);
     let engine = native_engine();
-    let update = tandem_plugin_api::WeightUpdate {
-        version: v,
-        payload: UpdatePayload::CheckpointDir {
-            dir: dir.display().to_string().into(),
-        },
-        digest: Default::default(),
-    };
     apply_paused(&engine, update);
     let seqs: tandem_plugin_api::RVec<tandem_plugin_api::RVec<u32>> = probe_tokens()
         .into_iter()
@@ -290,6 +295,11 @@ fn c_checkpoints_carry_the_optimizer_load_at_another_tp_and_serve_on_the_native_
     let d = max_diff(&served, &next);
     eprintln!("native engine on the megatron export vs the trainer: max |Δ| {d:.2e}");
     assert!(d <= 1e-5, "engine vs trainer differ by {d}");
+    // Three more exports (v5..v7): each carries the digest of its files, `weights/` keeps
+    // the two newest.
+    let last =
+        exports_carry_digests_and_keep_two(&mut t, UpdateKind::CheckpointDir, &sft_batch(), 3);
+    assert_eq!(last.version, 7);
     drop(t);
 
     // The TP=2 checkpoint (HF layout, optimizer included) loads into TP=1 and steps the same.
