@@ -16,11 +16,12 @@
 //!   server process or an attached one, and the health wait.
 //! - [`http`]: the client (timeouts, bearer token, trace) and its errors.
 //! - [`plugin`]: the exported `Plugin` of a plugin whose one component is such an engine.
-//! - [`options`]: the option checks and paths both plugins apply; [`testing`]: fixtures for
-//!   the plugins' `describe` tests.
+//! - [`options`]: the option checks and paths both plugins apply; [`testing`]: a model
+//!   directory fixture for the plugins' tests of what their options enable.
 //!
-//! What differs between servers is a [`Backend`]: its [`Dialect`] (names and helps), how it
-//! starts, and one method per route-level step.
+//! What differs between servers is a [`Backend`]: its [`Dialect`] (names, the server the helps
+//! name, what a 503 means), its constructor, how it starts, and one method per route-level
+//! step ([`Generation`], [`Scoring`] and [`Checkpoint`] are what those steps are given).
 //!
 //! [`EngineImpl`]: tandem_plugin_api::sdk::EngineImpl
 //! [`EngineMachine`]: tandem_plugin_api::lifecycle::EngineMachine
