@@ -7,6 +7,9 @@ the dtype it is written in. The digest then equals ``files.digest_dir`` (and the
 ``tandem_plugin_api::files::digest::digest_dir``) of the published directory.
 """
 
+import os
+import threading
+
 import torch
 
 from . import files
@@ -43,11 +46,33 @@ class Digest:
             data = raw_bytes(t)
         self.hashes.append(files.tensor_hash(name, safetensors_dtype(t.dtype), list(t.shape), data))
 
-    def add_all(self, tensors):
-        """Hashes every tensor of the dict ``tensors`` (name -> tensor), as ``save_file``
-        writes them."""
-        for name, t in tensors.items():
-            self.add(name, t)
+    def add_all(self, tensors, threads=4):
+        """Hashes every tensor of the dict ``tensors`` (name -> CPU tensor), as ``save_file``
+        writes them, on up to ``threads`` threads (``hashlib`` releases the GIL)."""
+        if self.hashes is None:
+            return
+        work = sorted(tensors.items(), key=lambda kv: -kv[1].numel() * kv[1].element_size())
+        n = max(1, min(threads, os.cpu_count() or 1, len(work)))
+        out = [[] for _ in range(n)]
+        errors = []
+
+        def run(i):
+            try:
+                for name, t in work[i::n]:
+                    data = raw_bytes(t)
+                    out[i].append(files.tensor_hash(name, safetensors_dtype(t.dtype), list(t.shape), data))
+            except Exception as e:  # re-raised below
+                errors.append(e)
+
+        pool = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        if errors:
+            raise errors[0]
+        for part in out:
+            self.hashes.extend(part)
 
     def value(self):
         """``st256:<n>:<hex>``, or ``""`` when off."""
