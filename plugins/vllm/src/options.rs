@@ -209,8 +209,10 @@ impl VllmOptions {
             max_seq_len: max_seq_len.unwrap_or(0),
             // `checkpoint_apply = "restart"` starts a new server on the directory.
             restarts_on_checkpoint: self.checkpoint_apply == CheckpointApply::Restart,
-            // No weight digests; no speculation it manages (no `load_drafter`); `tandem serve`
-            // in front of vLLM's own server is untried, so it does not claim to serve.
+            // Every update's files are digested by the plugin before vLLM loads them.
+            reports_digest: true,
+            // No speculation it manages (no `load_drafter`); `tandem serve` in front of
+            // vLLM's own server is untried, so it does not claim to serve.
             ..ConfigCaps::default()
         }
     }
@@ -353,7 +355,7 @@ mod tests {
         let plain = VllmOptions::parse("{}").unwrap().caps(&m);
         assert_eq!(plain.update_kinds.as_slice(), &[UpdateKind::CheckpointDir]);
         assert_eq!(plain.max_seq_len, 128, "the model's positions");
-        assert!(!plain.restarts_on_checkpoint && !plain.reports_digest && !plain.serves);
+        assert!(!plain.restarts_on_checkpoint && plain.reports_digest && !plain.serves);
         let opts = r#"{"enable_lora": true, "checkpoint_apply": "restart", "max_model_len": 96}"#;
         let c = VllmOptions::parse(opts).unwrap().caps(&m);
         assert_eq!(

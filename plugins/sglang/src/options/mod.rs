@@ -331,10 +331,10 @@ impl SglangOptions {
         ConfigCaps {
             update_kinds: kinds.into(),
             max_seq_len: max_seq_len.unwrap_or(0),
-            // Checkpoints reload in place (`/update_weights_from_disk`). Digests come from the
-            // server's `/weights_checker`: an attached `tandem serve` has it, a launched SGLang
-            // reports none.
-            reports_digest: self.attach(),
+            // Checkpoints reload in place (`/update_weights_from_disk`). Every update's files
+            // are digested by the plugin before the server loads them (and an attached
+            // `tandem serve` checksums what it loaded as well).
+            reports_digest: true,
             ..ConfigCaps::default()
         }
     }

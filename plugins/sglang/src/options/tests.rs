@@ -113,7 +113,7 @@ fn it_says_lora_digests_and_its_longest_sequence_as_its_options_do() {
         &[UpdateKind::CheckpointDir]
     );
     assert_eq!(launched.max_seq_len, 128, "the model's positions");
-    assert!(!launched.reports_digest && !launched.restarts_on_checkpoint);
+    assert!(launched.reports_digest && !launched.restarts_on_checkpoint);
     let opts = r#"{"url": "http://127.0.0.1:30000", "enable_lora": true}"#;
     let attached = SglangOptions::parse(opts, 1).unwrap().caps(&m);
     assert_eq!(
@@ -122,7 +122,7 @@ fn it_says_lora_digests_and_its_longest_sequence_as_its_options_do() {
     );
     assert!(
         attached.reports_digest,
-        "an attached tandem serve checksums its weights"
+        "the plugin digests every update's files before the server loads them"
     );
     assert_eq!(
         attached.max_seq_len, 0,

@@ -20,9 +20,6 @@ fn engine() -> EngineSetup {
         "trace_requests": trace, "flush_retries": 5, "request_timeout_s": 120});
     let e = EngineSetup::new(Source::built("tandem_sglang"), "sglang", model);
     let e = e.options(&options.to_string());
-    // Neither real SGLang nor tandem serve (its native engine computes no digest of weights
-    // loaded from disk) answers /weights_checker with a `checksum`.
-    let e = e.without_digests();
     if real { e.tolerance(1e-2) } else { e }
 }
 fn trainer(options: &str, kind: K) -> TrainerSetup {
@@ -33,13 +30,11 @@ fn trainer(options: &str, kind: K) -> TrainerSetup {
     );
     t.options(options).kinds(&[kind])
 }
-suite! { engine: engine(), trainer: trainer("{}", K::CheckpointDir), checks: [engine, pair],
-no_digests: "no /weights_checker checksum from tandem serve or SGLang", }
+suite! { engine: engine(), trainer: trainer("{}", K::CheckpointDir), checks: [engine, pair], }
 mod lora {
     use super::*;
     suite! { engine: engine(),
     trainer: trainer(r#"{"lora": {"rank": 4, "alpha": 8}}"#, K::Adapter), checks: [pair],
-    no_digests: "SGLang's /weights_checker checksums base weights, not adapters",
     ignore: "tandem serve scores prompts under the base weights only (the engine ABI's score \
     takes no adapter); runs against real SGLang: SGLANG_URLS, --ignored (NOTES.md)", }
 }

@@ -3,26 +3,25 @@
 //! `Updating` (a version below the served one is refused before the server is asked),
 //! [`ServerEngine::apply_update`] applies it, and the machine leaves `Updating` with the new
 //! version or the old one.
+//!
+//! Digests: the update's directory is checked against the trainer's digest before the server
+//! is asked to load it — the run directory's `st256` digest computed here from the files
+//! ([`tandem_plugin_api::files::digest::verify_update`]), the same definition the trainer
+//! computed from the tensors it wrote. The server then loads those very files (a published
+//! version is never rewritten), so the digest of the files is the digest of what it serves;
+//! a damaged file is refused as `corrupt` and the server keeps its previous weights. A server
+//! that checksums what it loaded itself (an attached `tandem serve`) is asked as well.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use tandem_plugin_api::files::digest::verify_update;
+use tandem_plugin_api::files::dir_bytes;
 use tandem_plugin_api::sdk::Result;
 use tandem_plugin_api::{PluginError, UpdatePayload, UpdateReport, WeightUpdate};
 
 use super::engine::{ServerEngine, lock};
 use super::{Backend, Checkpoint};
-
-/// Bytes of the files directly in `dir` (what an update moved).
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
-}
 
 impl<B: Backend> ServerEngine<B> {
     /// `apply_weight_update`: the kind check, the lifecycle, then [`Self::apply_update`].
@@ -51,11 +50,14 @@ impl<B: Backend> ServerEngine<B> {
         let (bytes, digest) = match &update.payload {
             UpdatePayload::CheckpointDir { dir } => {
                 let dir = PathBuf::from(dir.as_str());
+                let checked = verify_update(update, &dir)?;
                 let job = Checkpoint { dir: &dir, update };
-                let digest = self.backend.load_checkpoint(self, job)?;
+                let served = self.backend.load_checkpoint(self, job)?;
+                let digest = if served.is_empty() { checked } else { served };
                 (dir_bytes(&dir), digest)
             }
             UpdatePayload::Adapter { name, dir } => {
+                let checked = verify_update(update, Path::new(dir.as_str()))?;
                 let previous = lock(&self.state).active_adapter.clone();
                 let loaded = lock(&self.state).adapters.contains(name.as_str());
                 if loaded && !B::RELOADS_ADAPTERS {
@@ -68,8 +70,8 @@ impl<B: Backend> ServerEngine<B> {
                     self.unload_lora(&prev)?;
                 }
                 lock(&self.state).set_metric("adapter_update_s", started.elapsed().as_secs_f64());
-                // Servers checksum base weights, not adapters: no digest to report.
-                (dir_bytes(Path::new(dir.as_str())), String::new())
+                // Servers checksum base weights, not adapters: the files' digest is reported.
+                (dir_bytes(Path::new(dir.as_str())), checked)
             }
             other => return Err(self.backend.unsupported_update(other)),
         };

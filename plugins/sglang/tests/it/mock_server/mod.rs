@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tandem_conformance::{EngineHarness, EngineSetup, Source};
+use tandem_plugin_api::files;
 use tandem_plugin_api::{
     ErrorCode, PResult, PauseMode, PluginError, RResult, RString, RVec, UpdatePayload, WeightUpdate,
 };
@@ -295,45 +296,66 @@ fn a_flush_refused_past_its_retries_is_one_line_and_keeps_the_engine_paused() {
 
 #[test]
 fn updates_read_the_version_back_and_roll_back_a_wrong_digest() {
-    let mock = Mock::start(Box::new(|_, path, _| {
+    // Two checkpoint dirs of real files; the stand-in's checksum is always `a`'s digest.
+    let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ckpt = |name: &str, fill: u8| {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let bytes = [fill; 16];
+        let t = [("w", "F32", &[4u64][..], &bytes[..])];
+        files::safetensors::write(&dir.join("model.safetensors"), &t)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let digest = files::digest::digest_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        (dir.display().to_string(), digest)
+    };
+    let (a, da) = ckpt("a", 1);
+    let (b, db) = ckpt("b", 2);
+    let served = da.clone();
+    let mock = Mock::start(Box::new(move |_, path, _| {
         (path == "/weights_checker").then(|| {
             Reply::Json(
                 200,
-                json!({"success": true, "message": "", "checksum": "w64:1:00"}),
+                json!({"success": true, "message": "", "checksum": served}),
             )
         })
     }));
     let h = engine(&mock, "");
-    let update = |version: u64, digest: &str| WeightUpdate {
+    let update = |version: u64, dir: &str, digest: &str| WeightUpdate {
         version,
-        payload: UpdatePayload::CheckpointDir {
-            dir: "/ckpt".into(),
-        },
+        payload: UpdatePayload::CheckpointDir { dir: dir.into() },
         digest: digest.into(),
     };
     ok(h.engine.pause_generation(PauseMode::Wait));
-    let report = ok(h.engine.apply_weight_update(update(2, "w64:1:00")));
-    assert_eq!((report.version, report.digest.as_str()), (2, "w64:1:00"));
-    // A lower version is the machine's refusal; a wrong digest is rolled back.
+    let report = ok(h.engine.apply_weight_update(update(2, &a, &da)));
+    assert_eq!((report.version, report.digest.as_str()), (2, da.as_str()));
+    // A lower version is the machine's refusal.
     assert_eq!(
-        err(h.engine.apply_weight_update(update(1, ""))).code,
+        err(h.engine.apply_weight_update(update(1, &a, ""))).code,
         ErrorCode::InvalidState
     );
-    let e = err(h.engine.apply_weight_update(update(3, "w64:1:ff")));
+    // Files that do not match the update's digest: refused before the server is asked.
+    let e = err(h.engine.apply_weight_update(update(3, &b, &da)));
+    assert_eq!(e.code, ErrorCode::Corrupt);
+    assert!(
+        e.message.contains("digest mismatch") && e.message.contains(&db),
+        "{e}"
+    );
+    // Files that match, a server that checksums otherwise: rolled back to `a` at v2.
+    let e = err(h.engine.apply_weight_update(update(3, &b, &db)));
     assert_eq!(e.code, ErrorCode::Corrupt);
     assert!(e.message.contains("digest mismatch"), "{e}");
     ok(h.engine.continue_generation());
     assert_eq!(ok(h.engine.health()).weight_version, 2);
-    let disk = |v: &str| json!({"model_path": "/ckpt", "weight_version": v});
+    let disk = |dir: &str, v: &str| json!({"model_path": dir, "weight_version": v});
     let checksum = json!({"action": "checksum"});
     assert_eq!(
         calls(&mock)[1..],
         want(&[
-            ("/update_weights_from_disk", disk("2")),
+            ("/update_weights_from_disk", disk(&a, "2")),
             ("/weights_checker", checksum.clone()),
-            ("/update_weights_from_disk", disk("3")),
+            ("/update_weights_from_disk", disk(&b, "3")),
             ("/weights_checker", checksum),
-            ("/update_weights_from_disk", disk("2")),
+            ("/update_weights_from_disk", disk(&a, "2")),
             ("/continue_generation", json!({})),
         ])
     );
