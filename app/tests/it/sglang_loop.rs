@@ -53,6 +53,20 @@ fn two_steps_of(example: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("models/tiny-arith");
     common::init_model("tiny", 0, &model);
+    // Warm-started (20 supervised steps on a+b over 0..=3): rollouts are digits, rewards vary
+    // and every step trains and syncs.
+    let warm = tmp.path().join("models/warm");
+    let sft = common::run(
+        common::tandem()
+            .args(["model", "sft", "--model"])
+            .arg(&model)
+            .arg("--out")
+            .arg(&warm)
+            .args(["--steps", "20", "--task-options", "max_operand = 3"]),
+    );
+    assert!(sft.status.success(), "{}", common::stderr(&sft));
+    std::fs::remove_dir_all(&model).unwrap();
+    std::fs::rename(&warm, &model).unwrap();
     let server = serve(&model);
     let text = std::fs::read_to_string(common::workspace_root().join(example)).unwrap();
     let url_line = "url = \"http://127.0.0.1:30000\"";
@@ -78,6 +92,20 @@ fn two_steps_of(example: &str) {
     assert!(out.status.success(), "{example}: {}", common::stderr(&out));
     let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2, "{metrics}");
+    // The example verifies: every sync's st256 digest was checked before tandem serve loaded
+    // the files (the warm model trains at each step, so each step syncs).
+    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    let syncs: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains(r#""op":"sync""#))
+        .collect();
+    assert!(
+        !syncs.is_empty()
+            && syncs
+                .iter()
+                .all(|l| l.contains("digest st256:") && l.contains("verified true")),
+        "{syncs:?}\n{events}\n{metrics}"
+    );
 }
 
 #[test]

@@ -235,7 +235,7 @@ fn d_the_native_fsdp_loop_runs_and_a_killed_rank_restarts_from_its_checkpoint() 
         dir.path(),
         "[engine]\nplugin = \"native\"",
         "[trainer]\nplugin = \"fsdp\"\n\n[trainer.options]\nranks = 2",
-        "[bridge]\nmode = \"checkpoint\"\nverify = false",
+        "[bridge]\nmode = \"checkpoint\"\nverify = true",
     );
     // Checkpoints at steps 2, 4 and 5 (the last).
     let text = std::fs::read_to_string(&job).unwrap();
@@ -258,6 +258,8 @@ fn d_the_native_fsdp_loop_runs_and_a_killed_rank_restarts_from_its_checkpoint() 
     assert_eq!(m.len(), STEPS as usize, "{m:?}");
     let events = std::fs::read_to_string(clean.join("events.jsonl")).unwrap();
     assert!(events.contains("sync"), "no sync event: {events}");
+    // Every sync carried the fsdp export's st256 digest, verified by the native engine.
+    assert_every_sync_verified(&events);
     let exported: Vec<_> = std::fs::read_dir(clean.join("weights"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

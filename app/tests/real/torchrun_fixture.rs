@@ -256,6 +256,23 @@ pub(crate) fn short_example(name: &str, steps: u32) {
         events.contains(&last),
         "no sync of the last version: {events}"
     );
+    // The example verifies: every sync's st256 digest was checked by the vllm plugin.
+    assert_every_sync_verified(&events);
+}
+
+/// Every `sync` line of an `events.jsonl` text carries an `st256` digest the engines verified.
+pub(crate) fn assert_every_sync_verified(events: &str) {
+    let syncs: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains(r#""op":"sync""#))
+        .collect();
+    assert!(
+        !syncs.is_empty()
+            && syncs
+                .iter()
+                .all(|l| l.contains("digest st256:") && l.contains("verified true")),
+        "{syncs:?}"
+    );
 }
 
 /// Applies an update the way the contract allows: paused, then serving again.

@@ -312,6 +312,13 @@ fn vllm_engine_and_native_trainer_run_the_loop_and_survive_a_dead_server() {
         syncs.iter().all(|(.., d)| d.contains("restarted false")),
         "{syncs:?}"
     );
+    // Every sync's digest (the st256 of the checkpoint's files) was verified by the engines.
+    assert!(
+        syncs
+            .iter()
+            .all(|(.., d)| d.contains("digest st256:") && d.ends_with("verified true")),
+        "{syncs:?}"
+    );
     assert!(
         run.join(format!("weights/v{version}/config.json"))
             .is_file()

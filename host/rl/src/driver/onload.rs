@@ -76,8 +76,8 @@ impl Loop<'_> {
             "loop",
             "sync",
             &format!(
-                "version {} bytes {} restarted {} digest {}",
-                rec.version, rec.bytes_moved, rec.restarted, rec.digest
+                "version {} bytes {} restarted {} digest {} verified {}",
+                rec.version, rec.bytes_moved, rec.restarted, rec.digest, rec.verified
             ),
         );
         Ok(rec)
