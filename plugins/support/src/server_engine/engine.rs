@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use serde_json::Value;
+use tandem_plugin_api::files::state::saved_version;
 use tandem_plugin_api::lifecycle::{EngineMachine, EngineState, TransitionError};
 use tandem_plugin_api::sdk::{EngineImpl, Result};
 use tandem_plugin_api::tags::{KV_CACHE, WEIGHTS};
@@ -53,15 +53,6 @@ impl State {
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Version stored by the trainer in a checkpoint it exported (`tandem_trainer_state.json`).
-fn saved_version(dir: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(dir.join("tandem_trainer_state.json")).ok()?;
-    serde_json::from_str::<Value>(&text)
-        .ok()?
-        .get("weight_version")?
-        .as_u64()
 }
 
 /// One engine rank driving one server through a [`Backend`].
