@@ -71,6 +71,22 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Every `sync` line of an `events.jsonl` text carries an `st256` digest the engines
+/// verified, and there is at least one.
+pub fn assert_every_sync_verified(events: &str) {
+    let syncs: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains(r#""op":"sync""#))
+        .collect();
+    assert!(
+        !syncs.is_empty()
+            && syncs
+                .iter()
+                .all(|l| l.contains("digest st256:") && l.contains("verified true")),
+        "{syncs:?}\n{events}"
+    );
+}
+
 /// Standard output as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

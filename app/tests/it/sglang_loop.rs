@@ -95,17 +95,7 @@ fn two_steps_of(example: &str) {
     // The example verifies: every sync's st256 digest was checked before tandem serve loaded
     // the files (the warm model trains at each step, so each step syncs).
     let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
-    let syncs: Vec<&str> = events
-        .lines()
-        .filter(|l| l.contains(r#""op":"sync""#))
-        .collect();
-    assert!(
-        !syncs.is_empty()
-            && syncs
-                .iter()
-                .all(|l| l.contains("digest st256:") && l.contains("verified true")),
-        "{syncs:?}\n{events}\n{metrics}"
-    );
+    common::assert_every_sync_verified(&events);
 }
 
 #[test]

@@ -260,21 +260,6 @@ pub(crate) fn short_example(name: &str, steps: u32) {
     assert_every_sync_verified(&events);
 }
 
-/// Every `sync` line of an `events.jsonl` text carries an `st256` digest the engines verified.
-pub(crate) fn assert_every_sync_verified(events: &str) {
-    let syncs: Vec<&str> = events
-        .lines()
-        .filter(|l| l.contains(r#""op":"sync""#))
-        .collect();
-    assert!(
-        !syncs.is_empty()
-            && syncs
-                .iter()
-                .all(|l| l.contains("digest st256:") && l.contains("verified true")),
-        "{syncs:?}"
-    );
-}
-
 /// Applies an update the way the contract allows: paused, then serving again.
 pub(crate) fn apply_paused(e: &EngineBox, update: WeightUpdate) -> tandem_plugin_api::UpdateReport {
     ok(e.pause_generation(PauseMode::Wait));

@@ -8,7 +8,6 @@ the dtype it is written in. The digest then equals ``files.digest_dir`` (and the
 """
 
 import os
-import threading
 
 import torch
 
@@ -52,27 +51,12 @@ class Digest:
         if self.hashes is None:
             return
         work = sorted(tensors.items(), key=lambda kv: -kv[1].numel() * kv[1].element_size())
-        n = max(1, min(threads, os.cpu_count() or 1, len(work)))
-        out = [[] for _ in range(n)]
-        errors = []
 
-        def run(i):
-            try:
-                for name, t in work[i::n]:
-                    data = raw_bytes(t)
-                    out[i].append(files.tensor_hash(name, safetensors_dtype(t.dtype), list(t.shape), data))
-            except Exception as e:  # re-raised below
-                errors.append(e)
+        def one(item):
+            name, t = item
+            return files.tensor_hash(name, safetensors_dtype(t.dtype), list(t.shape), raw_bytes(t))
 
-        pool = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-        for th in pool:
-            th.start()
-        for th in pool:
-            th.join()
-        if errors:
-            raise errors[0]
-        for part in out:
-            self.hashes.extend(part)
+        self.hashes.extend(files.parallel_map(one, work, min(threads, os.cpu_count() or 1)))
 
     def value(self):
         """``st256:<n>:<hex>``, or ``""`` when off."""

@@ -311,29 +311,36 @@ def _hash_entry(file, entry):
     return h.finish()
 
 
-def digest_dir(path, threads=4):
-    """The digest of the weights in ``path``, each tensor streamed from its file (hashlib
-    releases the GIL, so the threads hash in parallel)."""
-    work = [(file, e) for file in weight_files(path) for e in read_entries(file)]
-    work.sort(key=lambda w: -w[1][4])
-    results = [None] * len(work)
+def parallel_map(fn, items, threads=4):
+    """``[fn(x) for x in items]`` on up to ``threads`` threads, in order (``hashlib`` releases
+    the GIL, so hashing runs in parallel); the first exception is re-raised."""
+    results = [None] * len(items)
     errors = []
+    n = max(1, min(threads, len(items)))
 
-    def run(t, n):
+    def run(t):
         try:
-            for i in range(t, len(work), n):
-                results[i] = _hash_entry(*work[i])
+            for i in range(t, len(items), n):
+                results[i] = fn(items[i])
         except Exception as e:  # re-raised below
             errors.append(e)
 
-    n = max(1, min(threads, len(work)))
-    pool = [threading.Thread(target=run, args=(t, n)) for t in range(n)]
+    pool = [threading.Thread(target=run, args=(t,)) for t in range(n)]
     for th in pool:
         th.start()
     for th in pool:
         th.join()
     if errors:
         raise errors[0]
+    return results
+
+
+def digest_dir(path, threads=4):
+    """The digest of the weights in ``path``, each tensor streamed from its file, the tensors
+    hashed on up to ``threads`` threads."""
+    work = [(file, e) for file in weight_files(path) for e in read_entries(file)]
+    work.sort(key=lambda w: -w[1][4])
+    results = parallel_map(lambda w: _hash_entry(*w), work, threads)
     try:
         return combine(results)
     except ValueError as e:
