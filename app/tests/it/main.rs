@@ -16,6 +16,7 @@ mod abi_versions;
 mod bench_output;
 mod bridges;
 mod chat_template;
+mod model_digest;
 mod check;
 mod check_run;
 mod checkpoints;

@@ -100,6 +100,12 @@ pub enum ModelCommand {
         /// The model directory (tokenizer.json and a chat template).
         model: PathBuf,
     },
+    /// Print the weights digest of a checkpoint, adapter or model directory: the `st256`
+    /// digest syncs carry and engines verify (`[bridge] verify`), computed from its files.
+    Digest {
+        /// The directory (its `*.safetensors` weights; an index's `weight_map` when present).
+        dir: PathBuf,
+    },
 }
 
 /// `--dtype` of `tandem model merge-lora`.
@@ -171,6 +177,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             dtype,
         } => merge_lora(&base, &adapter, &out, dtype),
         ModelCommand::CheckTemplate { model } => check_template(&model),
+        ModelCommand::Digest { dir } => digest(&dir),
     }
 }
 
@@ -254,6 +261,25 @@ fn check_template(model: &Path) -> Result<(), CliError> {
         model.display(),
         found.turns,
         found.tokens
+    );
+    Ok(())
+}
+
+/// `tandem model digest DIR`: the run directory's weights digest of `dir`'s files.
+fn digest(dir: &Path) -> Result<(), CliError> {
+    use tandem_plugin_api::files::{FilesError, digest::digest_dir, dir_bytes};
+    let start = std::time::Instant::now();
+    let d = digest_dir(dir).map_err(|e| match e {
+        FilesError::Corrupt { .. } => CliError::failed(e.to_string())
+            .with_help("the directory's safetensors files are damaged or it holds none"),
+        FilesError::Io { .. } => CliError::usage(e.to_string()),
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    println!("{d}");
+    eprintln!(
+        "{}: {:.1} MB of files hashed in {secs:.2} s",
+        dir.display(),
+        dir_bytes(dir) as f64 / 1e6
     );
     Ok(())
 }
