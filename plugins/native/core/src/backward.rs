@@ -8,7 +8,7 @@ use std::ops::Range;
 use crate::acts::ActLayout;
 use crate::error::{NativeError, Result};
 use crate::forward::{LoraOp, from_head_major, lora_op, to_head_major};
-use crate::linalg::{Mat, bias_grad, gemm_into, linear_dw, linear_dx};
+use crate::linalg::{Mat, bias_grad, gemm_into_t, gemm_rows, linear_dw, linear_dx};
 use crate::lora::{LoraAdapter, Target};
 use crate::model::Model;
 use crate::ops::attention::{AttnShape, attention_backward};
@@ -62,14 +62,15 @@ fn proj_bwd(
     if let (Some((a, b, r, s)), Some((ra, rb))) = (op, ranges) {
         let tmp = &mut tmp[..m * r];
         if let Some(db) = sub(&mut grads.lora, rb) {
-            linear_dw(db, dy, xa, m, r, n, s);
+            gemm_rows(db, n, r, m, Mat::rm_t(dy, n), Mat::rm(xa, r), s, true);
         }
         // d(xA) = s · dy B
-        gemm_into(tmp, r, m, r, n, Mat::rm(dy, n), Mat::rm(b, r), s, false);
+        gemm_rows(tmp, m, r, n, Mat::rm(dy, n), Mat::rm(b, r), s, false);
         if let Some(da) = sub(&mut grads.lora, ra) {
-            linear_dw(da, tmp, x, m, k, r, 1.0);
+            // dA = tmpᵀ·x, computed as (xᵀ·tmp)ᵀ: the GEMM's long side is `k`, not `r`.
+            gemm_into_t(da, k, k, r, m, Mat::rm_t(x, k), Mat::rm(tmp, r), 1.0, true);
         }
-        linear_dx(dx, tmp, a, m, k, r, true);
+        gemm_rows(dx, m, k, r, Mat::rm(tmp, r), Mat::rm(a, k), 1.0, true);
     }
 }
 

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use crate::acts::ActLayout;
 use crate::error::{NativeError, Result};
-use crate::linalg::{Mat, add_bias, gemm_into, linear};
+use crate::linalg::{Mat, add_bias, gemm_rows, linear};
 use crate::lora::{AbRange, LoraAdapter, Target};
 use crate::model::Model;
 use crate::ops::attention::{AttnShape, attention};
@@ -43,8 +43,8 @@ pub(crate) fn proj(
         add_bias(y, b);
     }
     if let Some((a, bm, r, s)) = lora {
-        linear(xa, x, a, m, k, r, false);
-        gemm_into(y, n, m, n, r, Mat::rm(xa, r), Mat::rm_t(bm, r), s, true);
+        gemm_rows(xa, m, r, k, Mat::rm(x, k), Mat::rm_t(a, k), 1.0, false);
+        gemm_rows(y, m, n, r, Mat::rm(xa, r), Mat::rm_t(bm, r), s, true);
     }
 }
 

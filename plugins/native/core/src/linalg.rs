@@ -70,7 +70,42 @@ pub fn gemm_into(
     alpha: f32,
     accumulate: bool,
 ) {
-    assert!(fits(dst.len(), m, n, dst_rs, 1), "gemm: dst too small");
+    gemm_strided(dst, (dst_rs, 1), m, n, k, lhs, rhs, alpha, accumulate);
+}
+
+/// `dst[n, m] = (accumulate ? dst : 0) + alpha * (lhs[m, k] * rhs[k, n])ᵀ`, `dst` row-major
+/// with row stride `dst_rs`: the product written transposed. For a thin result (`n` small,
+/// e.g. a LoRA A gradient `tmpᵀ·x` computed as `(xᵀ·tmp)ᵀ`), the GEMM's blocking then runs
+/// along the long side.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into_t(
+    dst: &mut [f32],
+    dst_rs: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<'_>,
+    rhs: Mat<'_>,
+    alpha: f32,
+    accumulate: bool,
+) {
+    gemm_strided(dst, (1, dst_rs), m, n, k, lhs, rhs, alpha, accumulate);
+}
+
+/// The product into `dst` with element (i, j) at `i * rs + j * cs`, `(rs, cs)` = `strides`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_strided(
+    dst: &mut [f32],
+    (dst_rs, dst_cs): (usize, usize),
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<'_>,
+    rhs: Mat<'_>,
+    alpha: f32,
+    accumulate: bool,
+) {
+    assert!(fits(dst.len(), m, n, dst_rs, dst_cs), "gemm: dst too small");
     assert!(
         fits(lhs.data.len(), m, k, lhs.rs, lhs.cs),
         "gemm: lhs too small"
@@ -85,7 +120,9 @@ pub fn gemm_into(
     if k == 0 {
         if !accumulate {
             for i in 0..m {
-                dst[i * dst_rs..i * dst_rs + n].fill(0.0);
+                for j in 0..n {
+                    dst[i * dst_rs + j * dst_cs] = 0.0;
+                }
             }
         }
         return;
@@ -98,7 +135,7 @@ pub fn gemm_into(
             n,
             k,
             dst.as_mut_ptr(),
-            1,
+            dst_cs as isize,
             dst_rs as isize,
             accumulate,
             lhs.data.as_ptr(),
@@ -115,6 +152,44 @@ pub fn gemm_into(
             parallelism(m, n, k),
         )
     }
+}
+
+/// [`gemm_into`] with the output's rows split into one block per thread, each block a
+/// single-threaded product (`dst` row-major, row stride `n`). For the thin products of LoRA
+/// (one side of width `r`), where the `gemm` crate's own threading splits the narrow side
+/// and mostly synchronises: each output element is still one dot product over the same `k`,
+/// blocked the same way, so the result equals [`gemm_into`]'s.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_rows(
+    dst: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Mat<'_>,
+    rhs: Mat<'_>,
+    alpha: f32,
+    accumulate: bool,
+) {
+    let threads = rayon::current_num_threads();
+    if threads < 2 || m < 2 || m * n * k < PAR_THRESHOLD || rayon::current_thread_index().is_some()
+    {
+        gemm_into(dst, n, m, n, k, lhs, rhs, alpha, accumulate);
+        return;
+    }
+    assert!(dst.len() >= m * n, "gemm_rows: dst too small");
+    let rows = m.div_ceil(threads);
+    dst[..m * n]
+        .par_chunks_mut(rows * n)
+        .enumerate()
+        .for_each(|(i, blk)| {
+            let (r0, mm) = (i * rows, blk.len() / n);
+            let lhs = Mat {
+                data: &lhs.data[r0 * lhs.rs..],
+                ..lhs
+            };
+            // Inside a rayon worker: `gemm_into` runs single-threaded.
+            gemm_into(blk, n, mm, n, k, lhs, rhs, alpha, accumulate);
+        });
 }
 
 /// Few-row products (decode) at least this large (m·n·k) are split over output features.
@@ -271,6 +346,64 @@ mod tests {
                     "({i},{j}) {} vs {want}",
                     y[i * n + j]
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_rows_matches_gemm_into() {
+        // Above the threshold: the rows are split over threads (when there are several).
+        for (m, n, k, lt) in [
+            (300, 16, 600, false),
+            (16, 600, 300, true),
+            (301, 577, 16, false),
+        ] {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.013).sin()).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.007).cos()).collect();
+            // `lt`: the left operand is the transpose of a row-major `[k, m]`.
+            let lhs = if lt { Mat::rm_t(&a, m) } else { Mat::rm(&a, k) };
+            let mut want = vec![0.25; m * n];
+            gemm_into(&mut want, n, m, n, k, lhs, Mat::rm(&b, n), 0.5, true);
+            let mut got = vec![0.25; m * n];
+            gemm_rows(&mut got, m, n, k, lhs, Mat::rm(&b, n), 0.5, true);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+                    "{m}x{n}x{k} [{i}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn gemm_into_t_writes_the_transpose() {
+        let (m, n, k) = (7, 3, 5);
+        let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.11).cos()).collect();
+        let want = naive(&a, &b, m, k, n);
+        // dst [n, m] with a row stride of m + 2 (the padding stays untouched).
+        let rs = m + 2;
+        let mut dst = vec![1.0; n * rs];
+        gemm_into_t(
+            &mut dst,
+            rs,
+            m,
+            n,
+            k,
+            Mat::rm(&a, k),
+            Mat::rm(&b, n),
+            2.0,
+            true,
+        );
+        for j in 0..n {
+            for i in 0..rs {
+                let got = dst[j * rs + i];
+                let w = if i < m {
+                    1.0 + 2.0 * want[i * n + j]
+                } else {
+                    1.0
+                };
+                assert!((got - w).abs() < 1e-5, "[{j}, {i}]: {got} vs {w}");
             }
         }
     }

@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::{random_model, tokens};
-use tandem_native_core::buffer::VecProvider;
+use tandem_native_core::buffer::{BufferTag, VecProvider};
 use tandem_native_core::config::Arch;
 use tandem_native_core::lora::{LoraAdapter, LoraConfig, Target};
 use tandem_native_core::loss::{Loss, LossStats, PolicyLossConfig};
@@ -105,10 +105,17 @@ fn lora_mode_trains_only_the_adapter() {
     let ad = tr.lora.as_ref().unwrap();
     assert_eq!(back.weights.as_slice(), ad.weights.as_slice());
     assert!(!dir.path().join(".step-40.tmp").exists());
-    assert_eq!(
-        tr.grads().len(),
-        tr.lora.as_ref().unwrap().layout.total_len()
-    );
+    // Gradients and moments exist for the adapter only: no base-sized buffer is allocated
+    // (or walked by clipping and AdamW) in LoRA mode.
+    let n = tr.lora.as_ref().unwrap().layout.total_len();
+    assert_eq!(tr.grads().len(), n);
+    assert_eq!(tr.moments().0.len(), n);
+    assert_eq!(tr.moments().1.len(), n);
+    let grads: usize = [BufferTag::Grads, BufferTag::Optimizer]
+        .into_iter()
+        .map(|t| p.bytes(t))
+        .sum();
+    assert_eq!(grads, 3 * 4 * n, "grads + optimizer bytes in LoRA mode");
 }
 
 #[test]
