@@ -143,44 +143,28 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, FilesError> {
 }
 
 /// Bytes read per positioned read while hashing a tensor.
-const CHUNK: u64 = 8 << 20;
+const CHUNK: u64 = 1 << 20;
 
 /// The digest of the weights in `dir` (see the module doc), each tensor's bytes streamed from
-/// its file; the tensors are hashed on up to four threads.
+/// its file. The tensors are hashed on rayon's pool: its threads live as long as the process,
+/// so an engine that digests every update keeps the same allocator arenas instead of growing
+/// new ones with a thread per call.
 pub fn digest_dir(dir: &Path) -> Result<String, FilesError> {
+    use rayon::prelude::*;
     let mut work: Vec<(PathBuf, Entry)> = Vec::new();
     for file in weight_files(dir)? {
         for e in read_entries(&file)? {
             work.push((file.clone(), e));
         }
     }
-    // Largest first, dealt to the threads in turn: the threads finish close together.
+    // Largest first: the pool's threads finish close together.
     work.sort_by_key(|w| std::cmp::Reverse(w.1.len));
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .clamp(1, 4)
-        .min(work.len().max(1));
-    let hashes: Vec<Result<Vec<TensorHash>, FilesError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let mine: Vec<&(PathBuf, Entry)> = work.iter().skip(t).step_by(threads).collect();
-                s.spawn(move || mine.into_iter().map(|(f, e)| hash_entry(f, e)).collect())
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    let mut all = Vec::with_capacity(work.len());
-    for h in hashes {
-        all.extend(h?);
-    }
+    let all = work
+        .par_iter()
+        .map(|(f, e)| hash_entry(f, e))
+        .collect::<Result<Vec<TensorHash>, FilesError>>()?;
     combine(all).map_err(|name| {
-        FilesError::corrupt(
-            dir,
-            format!("tensor `{name}` is in more than one weight file"),
-        )
+        FilesError::corrupt(dir, format!("tensor `{name}` is in more than one weight file"))
     })
 }
 
