@@ -164,7 +164,10 @@ pub fn digest_dir(dir: &Path) -> Result<String, FilesError> {
         .map(|(f, e)| hash_entry(f, e))
         .collect::<Result<Vec<TensorHash>, FilesError>>()?;
     combine(all).map_err(|name| {
-        FilesError::corrupt(dir, format!("tensor `{name}` is in more than one weight file"))
+        FilesError::corrupt(
+            dir,
+            format!("tensor `{name}` is in more than one weight file"),
+        )
     })
 }
 
