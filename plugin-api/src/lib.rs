@@ -42,13 +42,13 @@ pub use module::{PluginModule, PluginModuleRef};
 /// Re-exported so an out-of-tree plugin can derive its options' `Deserialize` with
 /// `#[serde(crate = "tandem_plugin_api::serde")]` and depend on this crate only.
 pub use serde;
-pub use traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, TrainerBox};
+pub use traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, SinkBox, TrainerBox};
 pub use types::*;
 
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a
 /// capability; a host checks `plugin.api_level >= MIN_API_LEVEL` and gates newer features on
 /// the named thresholds below.
-pub const API_LEVEL: u32 = api_level::ENVIRONMENT;
+pub const API_LEVEL: u32 = api_level::BRIDGE_IO;
 
 /// Oldest plugin API level this host build still drives.
 pub const MIN_API_LEVEL: u32 = api_level::BASE;
@@ -81,6 +81,12 @@ pub mod api_level {
     /// run trains on and their rewards) are components a job chooses (`[environment]
     /// plugin`). Plugins below this level provide none.
     pub const ENVIRONMENT: u32 = 6;
+    /// `WeightBridge::ship` / `transmit` / `receive` / `after_apply` / `resident` / `stats`:
+    /// a bridge ships a payload of its own ([`crate::ShipmentBody::Owned`]) or placed buckets,
+    /// hands its engine decoded tensors through a [`crate::traits::TensorSink`], keeps tags
+    /// resident per side, learns how each apply ended and reports its own figures. A bridge
+    /// below this level runs through its level-4 methods (the defaults adapt them).
+    pub const BRIDGE_IO: u32 = 7;
 }
 
 /// Version of this crate, i.e. the ABI version a plugin was built against.

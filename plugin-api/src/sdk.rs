@@ -25,6 +25,11 @@ pub mod buckets;
 mod guard;
 mod macros;
 mod options;
+pub mod region;
+// abi-append:bridge_io:begin
+mod sink;
+pub use sink::Sink;
+// abi-append:bridge_io:end
 mod traits;
 
 pub use adapters::{bridge_box, engine_box, environment_box, trainer_box};

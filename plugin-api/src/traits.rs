@@ -24,6 +24,9 @@ use crate::types::{FeatureBatch, HiddenStatesReport, HiddenStatesRequest};
 // abi-append:bridge:begin
 use crate::types::BridgePlan;
 // abi-append:bridge:end
+// abi-append:bridge_io:begin
+use crate::types::{ApplyOutcome, Received, ResidentTags, Shipment, TensorBucket};
+// abi-append:bridge_io:end
 // abi-append:policy_loss:begin
 use crate::types::{PolicyLoss, TokenAdvantages, ValueTargets};
 // abi-append:policy_loss:end
@@ -223,7 +226,91 @@ pub trait WeightBridge: Send + Sync {
         Ok(()).into()
     }
     // abi-append:bridge:end
+    // abi-append:bridge_io:begin (API level 7; app/tests/it/abi_versions cuts it out)
+    /// Trainer process (API level [`BRIDGE_IO`](crate::api_level::BRIDGE_IO)): turns the
+    /// trainer's export into what ships — a standard update, placed buckets, or a payload of
+    /// the bridge's own. The host calls this, never `trainer_side`, on every bridge: for one
+    /// built before this method the default wraps its `trainer_side`.
+    fn ship(&self, exported: WeightUpdate) -> PResult<Shipment> {
+        self.trainer_side(exported).map(Shipment::from_update)
+    }
+    /// Trainer process: moves the data of `shipment` (what `ship` returned) to the engines
+    /// over [`BRIDGE_GROUP`](crate::types::BRIDGE_GROUP) while each engine's `receive` runs.
+    /// Runs only when the plan asks for a transport. The default is a level-4 bridge's
+    /// `send`.
+    fn transmit(&self, shipment: Shipment) -> PResult<()> {
+        match shipment.to_update() {
+            Some(update) => self.send(update),
+            None => Err(PluginError::not_supported(
+                "transmit of a bridge-owned payload",
+                "this bridge",
+            ))
+            .into(),
+        }
+    }
+    /// Engine process: turns what arrived into what this engine takes — an update for its
+    /// `apply_weight_update` ([`Received::Apply`]), or the decoded tensors handed to `sink`
+    /// (`begin` with the buckets, then each bucket's bytes in order; [`Received::Decoded`]),
+    /// which the host feeds to the engine's bucket path as they come: the engine copies
+    /// them into the weights it serves and never serves the bridge's memory. The default is
+    /// a level-4 bridge's `engine_side`.
+    fn receive(&self, shipment: Shipment, sink: SinkBox) -> PResult<Received> {
+        drop(sink);
+        match shipment.to_update() {
+            Some(update) => self.engine_side(update).map(Received::Apply),
+            None => Err(PluginError::not_supported(
+                "receive of a bridge-owned payload",
+                "this bridge",
+            ))
+            .into(),
+        }
+    }
+    /// How an apply ended: in an engine's process, this engine's apply of the shipment; in
+    /// the trainer's, the whole sync (every engine applied and was verified). Called once per
+    /// `receive` / per sync, success or not: a bridge reuses a buffer only after it. The
+    /// default does nothing.
+    fn after_apply(&self, outcome: ApplyOutcome) -> PResult<()> {
+        let _ = outcome;
+        Ok(()).into()
+    }
+    /// Tags each side keeps resident while the bridge is in use, asked once in the
+    /// controller (the plan's `resident_tags` are ignored when this answers). The default:
+    /// the plan's `resident_tags` on both sides.
+    fn resident(&self) -> PResult<ResidentTags> {
+        self.plan().map(|p| ResidentTags {
+            trainer: p.resident_tags.clone(),
+            engines: p.resident_tags,
+        })
+    }
+    /// The bridge's own figures since the last call (e.g. wire bytes, compression ratio,
+    /// seconds in a half), asked after every sync in each process holding a half; the host
+    /// records them under `bridge.<name>` (trainer half) and `bridge.engines.<name>` (summed
+    /// over the engines). The default has none.
+    fn stats(&self) -> PResult<RVec<Metric>> {
+        Ok(RVec::new()).into()
+    }
+    // abi-append:bridge_io:end
 }
+
+// abi-append:bridge_io:begin
+/// Where a bridge's engine half puts decoded tensors (API level
+/// [`BRIDGE_IO`](crate::api_level::BRIDGE_IO)): the host's, handed to
+/// [`WeightBridge::receive`]. The host feeds what it gets to its engine's bucket path (the
+/// way `TensorBuckets` are applied), holding at most two buckets: `put` returns once the
+/// bytes are copied out.
+#[sabi_trait]
+pub trait TensorSink: Send {
+    /// The buckets that follow, in order (tensor offsets relative to each bucket); once,
+    /// before the first `put`.
+    fn begin(&mut self, buckets: RVec<TensorBucket>) -> PResult<()>;
+    /// The bytes of the next bucket (exactly its `bytes`).
+    #[sabi(last_prefix_field)]
+    fn put(&mut self, data: RSlice<'_, u8>) -> PResult<()>;
+}
+
+/// A sink as it crosses the ABI.
+pub type SinkBox = TensorSink_TO<'static, RBox<()>>;
+// abi-append:bridge_io:end
 
 /// An environment: the problems a run trains and evaluates on, and their rewards (API level
 /// [`ENVIRONMENT`](crate::api_level::ENVIRONMENT)). The host builds it in the controller;

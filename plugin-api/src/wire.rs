@@ -151,3 +151,44 @@ pub mod packed {
         }
     }
 }
+
+/// An `RVec<u8>` as one byte blob (for `#[serde(with = ...)]`), not an array of numbers.
+pub mod bytes {
+    use super::RVec;
+    use serde::de::{self, Deserializer, SeqAccess, Visitor};
+    use serde::ser::Serializer;
+    use std::fmt;
+
+    /// Serialises the bytes as one blob.
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    struct BytesVisitor;
+
+    impl<'de> Visitor<'de> for BytesVisitor {
+        type Value = RVec<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("bytes")
+        }
+        fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<RVec<u8>, E> {
+            Ok(RVec::from(b))
+        }
+        fn visit_byte_buf<E: de::Error>(self, b: Vec<u8>) -> Result<RVec<u8>, E> {
+            Ok(RVec::from(b))
+        }
+        // (JSON writes bytes as an array of numbers.)
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RVec<u8>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(RVec::from(out))
+        }
+    }
+
+    /// Deserialises bytes written by [`serialize`].
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RVec<u8>, D::Error> {
+        d.deserialize_bytes(BytesVisitor)
+    }
+}

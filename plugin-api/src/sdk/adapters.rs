@@ -163,6 +163,26 @@ impl<B: BridgeImpl> WeightBridge for Guarded<B> {
         guard(|| self.0.send(shipped))
     }
     // abi-append:bridge:end
+    // abi-append:bridge_io:begin
+    fn ship(&self, exported: WeightUpdate) -> PResult<Shipment> {
+        guard(|| self.0.ship(exported))
+    }
+    fn transmit(&self, shipment: Shipment) -> PResult<()> {
+        guard(|| self.0.transmit(shipment))
+    }
+    fn receive(&self, shipment: Shipment, sink: crate::traits::SinkBox) -> PResult<Received> {
+        guard(|| self.0.receive(shipment, &mut super::Sink::new(sink)))
+    }
+    fn after_apply(&self, outcome: ApplyOutcome) -> PResult<()> {
+        guard(|| self.0.after_apply(outcome))
+    }
+    fn resident(&self) -> PResult<ResidentTags> {
+        guard(|| self.0.resident())
+    }
+    fn stats(&self) -> PResult<RVec<Metric>> {
+        guard(|| self.0.stats().map(RVec::from))
+    }
+    // abi-append:bridge_io:end
 }
 
 /// Wraps an engine for the ABI.

@@ -184,13 +184,22 @@ pub trait TrainerImpl: Send + 'static {
     // abi-append:policy_loss:end
 }
 
-/// A weight bridge, as a plugin author writes it.
+/// A weight bridge, as a plugin author writes it: the level-7 calls (`ship`, `transmit`,
+/// `receive`, `after_apply`, `resident`, `stats`) or the level-4 ones (`trainer_side`,
+/// `send`, `engine_side`), which the level-7 defaults adapt. What is implemented of neither
+/// answers `NotSupported`.
 #[allow(unused_variables)]
 pub trait BridgeImpl: Send + Sync + 'static {
-    /// See [`WeightBridge::trainer_side`].
-    fn trainer_side(&self, exported: WeightUpdate) -> Result<WeightUpdate>;
-    /// See [`WeightBridge::engine_side`].
-    fn engine_side(&self, shipped: WeightUpdate) -> Result<WeightUpdate>;
+    /// See [`WeightBridge::trainer_side`]. A bridge that implements [`ship`](Self::ship)
+    /// needs no `trainer_side`: the host calls `ship`.
+    fn trainer_side(&self, exported: WeightUpdate) -> Result<WeightUpdate> {
+        unsupported("trainer_side", "this bridge")
+    }
+    /// See [`WeightBridge::engine_side`]. A bridge that implements
+    /// [`receive`](Self::receive) needs no `engine_side`: the host calls `receive`.
+    fn engine_side(&self, shipped: WeightUpdate) -> Result<WeightUpdate> {
+        unsupported("engine_side", "this bridge")
+    }
     // abi-append:bridge:begin
     /// See [`WeightBridge::plan`]. The default: nothing resident, no restart, no transport.
     fn plan(&self) -> Result<BridgePlan> {
@@ -201,6 +210,44 @@ pub trait BridgeImpl: Send + Sync + 'static {
         Ok(())
     }
     // abi-append:bridge:end
+    // abi-append:bridge_io:begin
+    /// See [`WeightBridge::ship`]. The default wraps [`trainer_side`](Self::trainer_side).
+    fn ship(&self, exported: WeightUpdate) -> Result<Shipment> {
+        self.trainer_side(exported).map(Shipment::from_update)
+    }
+    /// See [`WeightBridge::transmit`]. The default is [`send`](Self::send) (a standard
+    /// update only).
+    fn transmit(&self, shipment: Shipment) -> Result<()> {
+        match shipment.to_update() {
+            Some(update) => self.send(update),
+            None => unsupported("transmit of a bridge-owned payload", "this bridge"),
+        }
+    }
+    /// See [`WeightBridge::receive`]. The default is [`engine_side`](Self::engine_side) (a
+    /// standard update only).
+    fn receive(&self, shipment: Shipment, sink: &mut super::Sink) -> Result<Received> {
+        match shipment.to_update() {
+            Some(update) => self.engine_side(update).map(Received::Apply),
+            None => unsupported("receive of a bridge-owned payload", "this bridge"),
+        }
+    }
+    /// See [`WeightBridge::after_apply`]. The default does nothing.
+    fn after_apply(&self, outcome: ApplyOutcome) -> Result<()> {
+        Ok(())
+    }
+    /// See [`WeightBridge::resident`]. The default: the plan's `resident_tags`, both sides.
+    fn resident(&self) -> Result<ResidentTags> {
+        let tags = self.plan()?.resident_tags;
+        Ok(ResidentTags {
+            trainer: tags.clone(),
+            engines: tags,
+        })
+    }
+    /// See [`WeightBridge::stats`]. The default has none.
+    fn stats(&self) -> Result<Vec<Metric>> {
+        Ok(Vec::new())
+    }
+    // abi-append:bridge_io:end
 }
 
 /// An environment, as a plugin author writes it (see [`crate::traits::Environment`] and the

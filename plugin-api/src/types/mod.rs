@@ -8,6 +8,8 @@
 //!   (API level 3);
 //! - `bridge`: what a bridge component needs at run time and its transport group (API level
 //!   4);
+//! - `shipment`: what a bridge's halves hand each other (API level 7): shipments, what an
+//!   engine half returns, resident tags per side, apply outcomes;
 //! - `env`: environments' declarations, items, completions and rewards (API level 6).
 //!
 //! Everything is re-exported here and at the crate root. Everything is `#[repr(C)]` (structs)
@@ -23,6 +25,7 @@ mod env;
 mod generate;
 mod hidden;
 mod memory;
+mod shipment;
 mod train;
 mod update;
 
@@ -32,5 +35,6 @@ pub use env::*;
 pub use generate::*;
 pub use hidden::*;
 pub use memory::*;
+pub use shipment::*;
 pub use train::*;
 pub use update::*;
