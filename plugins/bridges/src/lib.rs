@@ -13,7 +13,7 @@
 //! manifest, and a crate per mode would be four near-empty crates with one dependency each.
 //! What each mode guarantees, its failure behaviour and figures: `host/rl/BRIDGE-NOTES.md`.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod broadcast;
 mod ipc;

@@ -1,36 +1,42 @@
 //! `broadcast`: the trainer's weights streamed in buckets over the transport, the way slime
-//! and verl sync weights over NCCL, to every engine rank at once.
+//! and verl sync weights over NCCL, to every engine rank at once (API level 7 calls only).
 //!
-//! - Trainer half (`trainer_side`, trainer process): the trainer exports its weights region
-//!   (`SharedRegion`: key + layout, no copy); the half cuts the layout into buckets of whole
-//!   tensors ([`sdk::buckets::plan`], `bucket_mb`) and ships a `TensorBuckets` manifest on the
-//!   group [`BRIDGE_GROUP`] with the trainer's version and digest.
-//! - `send` (trainer process, while the engines apply): for each bucket, one broadcast of its
-//!   bytes straight from the mapped region (no staging copy) and one of its trailer (index,
-//!   version, length, XXH3 checksum). Trainer rank 0 sends everything: the native trainer
-//!   holds whole weights on every rank, and one root keeps the engines' receive order simple;
-//!   a sharded trainer would gather per bucket first.
-//! - Engine half: the manifest goes to the engine's `apply_weight_update`, which receives each
-//!   bucket into one preallocated buffer, checks its trailer and copies it into the served
-//!   weights in place, then checks the digest (`sdk::buckets` describes the wire format).
+//! - `ship` (trainer process): the trainer exports its weights region (`SharedRegion`: key +
+//!   layout, no copy); the half cuts the layout into buckets of whole tensors
+//!   ([`sdk::buckets::plan`], `bucket_mb`) and ships them as placed buckets (each with its
+//!   byte offset in the region) on the group [`BRIDGE_GROUP`] with the trainer's version and
+//!   digest.
+//! - `transmit` (trainer process, while the engines receive): checks the placed buckets
+//!   against the layout and the region ([`wire::check_placed`]), then sends each bucket's
+//!   bytes straight from the mapped region ([`Region`], no staging copy) and its trailer
+//!   (index, version, length, XXH3 checksum) ([`wire::send`]). Trainer rank 0 sends
+//!   everything: the native trainer holds whole weights on every rank, and one root keeps the
+//!   engines' receive order simple; a sharded trainer would gather per bucket first.
+//! - `receive` (engine process): the buckets, without their starts, go to the engine's
+//!   `apply_weight_update` ([`Received::Apply`]), which receives each bucket into one
+//!   preallocated buffer, checks its trailer and copies it into the served weights in place,
+//!   then checks the digest (`sdk::buckets` describes the wire format).
+//! - `stats` (trainer process): since the last call, `buckets` and `wire_bytes` sent (data
+//!   and trailers), seconds in `ship` (`ship_s`) and in `transmit` (`transmit_s`). The
+//!   engine half has none.
 //!
 //! The transport underneath is the host's: shm between processes on one machine, TCP between
 //! machines, NCCL on GPU (`[transport] backend`).
 
-mod region;
+mod wire;
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::passthrough::expect_kind;
-use region::Mapped;
-use tandem_plugin_api::sdk::BridgeImpl;
-use tandem_plugin_api::sdk::{Result, buckets};
+use tandem_plugin_api::sdk::region::Region;
+use tandem_plugin_api::sdk::{BridgeImpl, Result, Sink, buckets};
 use tandem_plugin_api::{
-    BRIDGE_GROUP, BridgePlan, HostBox, PluginError, RSliceMut, RStr, RVec, TensorSpec, UpdateKind,
-    UpdatePayload, WeightUpdate,
+    BRIDGE_GROUP, BridgePlan, HostBox, Metric, PlacedBucket, PluginError, RVec, Received, Shipment,
+    ShipmentBody, TensorSpec, UpdateKind, UpdatePayload, WeightUpdate,
 };
 
-/// The `broadcast` bridge, one instance per process.
+/// The `broadcast` bridge, one instance per process (only the trainer's keeps state).
 pub(crate) struct Broadcast {
     host: HostBox,
     bucket_bytes: u64,
@@ -43,10 +49,20 @@ struct Sender {
     /// The region's key and its layout, as the trainer's first export of it carried.
     layout: Option<(String, RVec<TensorSpec>)>,
     /// The region mapped in this process (kept across syncs).
-    mapped: Option<Mapped>,
-    /// The stream offset of each bucket of the last manifest, and its version.
-    starts: Vec<u64>,
-    version: u64,
+    region: Option<Region>,
+    /// Figures since the last `stats`.
+    counters: Counters,
+}
+
+/// What `stats` reports: the trainer half's figures since the last call.
+#[derive(Default)]
+struct Counters {
+    /// Whether a trainer-half call ran since the last `stats` (else there is nothing to say).
+    active: bool,
+    buckets: u64,
+    wire_bytes: u64,
+    ship_s: f64,
+    transmit_s: f64,
 }
 
 impl Broadcast {
@@ -58,13 +74,12 @@ impl Broadcast {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, Sender> {
+    fn state(&self) -> MutexGuard<'_, Sender> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-impl BridgeImpl for Broadcast {
-    fn trainer_side(&self, exported: WeightUpdate) -> Result<WeightUpdate> {
+    /// The trainer half's plan of `exported`, with the state locked.
+    fn plan_buckets(&self, state: &mut Sender, exported: WeightUpdate) -> Result<Shipment> {
         let exported = expect_kind(
             "broadcast",
             UpdateKind::SharedRegion,
@@ -72,15 +87,16 @@ impl BridgeImpl for Broadcast {
             "trainer side",
         )?;
         let UpdatePayload::SharedRegion { region, tensors } = exported.payload else {
-            unreachable!("checked by expect_kind");
+            return Err(PluginError::runtime(
+                "broadcast bridge: the kind check let through another kind",
+            ));
         };
         let key = region.key.to_string();
-        let mut state = self.state();
         if !tensors.is_empty() {
             state.layout = Some((key.clone(), tensors));
         }
         let layout = match &state.layout {
-            Some((k, t)) if *k == key => t.clone(),
+            Some((k, t)) if *k == key => t,
             _ => {
                 return Err(PluginError::invalid_state(format!(
                     "broadcast bridge: the trainer exported region {key} without its tensor \
@@ -100,99 +116,97 @@ impl BridgeImpl for Broadcast {
                 region.len
             )));
         }
-        let (planned, starts) = buckets::plan(&layout, self.bucket_bytes);
-        if state.mapped.as_ref().is_some_and(|m| m.key != key) {
-            state.mapped = None;
+        let (planned, starts) = buckets::plan(layout, self.bucket_bytes);
+        if state.region.as_ref().is_some_and(|r| r.key() != key) {
+            state.region = None;
         }
-        state.starts = starts;
-        state.version = exported.version;
-        Ok(WeightUpdate {
+        Ok(Shipment {
             version: exported.version,
             digest: exported.digest,
-            payload: UpdatePayload::TensorBuckets {
+            body: ShipmentBody::Buckets {
                 group: BRIDGE_GROUP.into(),
-                buckets: RVec::from(planned),
+                buckets: planned
+                    .into_iter()
+                    .zip(starts)
+                    .map(|(bucket, start)| PlacedBucket { start, bucket })
+                    .collect(),
             },
         })
     }
 
-    fn send(&self, shipped: WeightUpdate) -> Result<()> {
-        let UpdatePayload::TensorBuckets {
-            group,
-            buckets: manifest,
-        } = &shipped.payload
-        else {
-            return Err(PluginError::invalid_input(
-                "broadcast bridge: `send` takes the manifest its trainer half returned",
+    /// Sends `placed` of version `version`, with the state locked, counting what goes on
+    /// the wire.
+    fn send_placed(&self, state: &mut Sender, version: u64, placed: &[PlacedBucket]) -> Result<()> {
+        let Sender {
+            layout,
+            region,
+            counters,
+        } = state;
+        let Some((key, layout)) = layout else {
+            return Err(PluginError::invalid_state(
+                "broadcast bridge: `transmit` before `ship` saw the trainer's region",
             ));
         };
+        let region = match region {
+            Some(r) => r,
+            slot => slot.insert(Region::attach(&self.host, key).map_err(prefixed)?),
+        };
+        wire::check_placed(layout, region, placed)?;
+        wire::send(&self.host, region, version, placed, counters)
+    }
+}
+
+/// `e` with the bridge's name in front.
+fn prefixed(e: PluginError) -> PluginError {
+    PluginError::new(e.code, format!("broadcast bridge: {}", e.message)).with_help(e.help.as_str())
+}
+
+impl BridgeImpl for Broadcast {
+    fn ship(&self, exported: WeightUpdate) -> Result<Shipment> {
+        let began = Instant::now();
         let mut state = self.state();
-        if state.version != shipped.version || state.starts.len() != manifest.len() {
-            return Err(PluginError::invalid_state(format!(
-                "broadcast bridge: asked to send v{} ({} buckets), but the trainer half last \
-                 planned v{} ({} buckets)",
-                shipped.version,
-                manifest.len(),
-                state.version,
-                state.starts.len()
-            )));
-        }
-        if state.mapped.is_none() {
-            let key = match &state.layout {
-                Some((k, _)) => k.clone(),
-                None => return Err(PluginError::invalid_state("broadcast bridge: no region")),
-            };
-            state.mapped = Some(Mapped::attach(&self.host, &key)?);
-        }
-        let starts = state.starts.clone();
-        let Some(mapped) = state.mapped.as_mut() else {
-            return Err(PluginError::invalid_state("broadcast bridge: no region"));
-        };
-        let group = RStr::from(group.as_str());
-        let n = manifest.len();
-        // Each bucket's checksum is taken while the bucket before it is on the wire: the
-        // sender never leaves the receivers idle while it hashes.
-        let mut trailer = match manifest.first() {
-            Some(b) => buckets::trailer(mapped.bytes(starts[0], b.bytes)?, shipped.version, 0),
-            None => return Ok(()),
-        };
-        for k in 0..n {
-            let next = (k + 1 < n).then(|| (starts[k + 1], manifest[k + 1].bytes));
-            let (data, following) = mapped.split((starts[k], manifest[k].bytes), next)?;
-            let (sent, next_trailer) = std::thread::scope(|s| {
-                let hashing = following
-                    .map(|f| s.spawn(move || buckets::trailer(f, shipped.version, k as u32 + 1)));
-                let sent = self
-                    .host
-                    .broadcast(group, 0, RSliceMut::from_mut_slice(data))
-                    .into_result();
-                (sent, hashing.map(|h| h.join()))
-            });
-            sent.map_err(|e| sent_failed(k, n, e))?;
-            self.host
-                .broadcast(group, 0, RSliceMut::from_mut_slice(&mut trailer))
-                .into_result()
-                .map_err(|e| sent_failed(k, n, e))?;
-            match next_trailer {
-                Some(Ok(t)) => trailer = t,
-                Some(Err(_)) => {
-                    return Err(PluginError::runtime(
-                        "broadcast bridge: the checksum thread panicked",
-                    ));
-                }
-                None => {}
-            }
-        }
-        Ok(())
+        let shipped = self.plan_buckets(&mut state, exported);
+        state.counters.active = true;
+        state.counters.ship_s += began.elapsed().as_secs_f64();
+        shipped
     }
 
-    fn engine_side(&self, shipped: WeightUpdate) -> Result<WeightUpdate> {
-        expect_kind(
-            "broadcast",
-            UpdateKind::TensorBuckets,
-            shipped,
-            "engine side",
-        )
+    fn transmit(&self, shipment: Shipment) -> Result<()> {
+        let began = Instant::now();
+        let ShipmentBody::Buckets { group, buckets } = &shipment.body else {
+            return Err(PluginError::invalid_input(format!(
+                "broadcast bridge: `transmit` got a shipment of {}; it takes the placed buckets \
+                 its `ship` returned",
+                shipment.kind_name()
+            )));
+        };
+        if group.as_str() != BRIDGE_GROUP {
+            return Err(PluginError::invalid_input(format!(
+                "broadcast bridge: `transmit` got buckets for group `{group}`; its `ship` \
+                 places them on `{BRIDGE_GROUP}`"
+            )));
+        }
+        let mut state = self.state();
+        let sent = self.send_placed(&mut state, shipment.version, buckets);
+        state.counters.active = true;
+        state.counters.transmit_s += began.elapsed().as_secs_f64();
+        sent
+    }
+
+    fn receive(&self, shipment: Shipment, _sink: &mut Sink) -> Result<Received> {
+        let update = match &shipment.body {
+            ShipmentBody::Buckets { .. }
+            | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
+            _ => None,
+        };
+        match update {
+            Some(update) => Ok(Received::Apply(update)),
+            None => Err(PluginError::invalid_input(format!(
+                "broadcast bridge (engine side): got a shipment of {}, it takes placed_buckets",
+                shipment.kind_name()
+            ))
+            .with_help("the engines receive the buckets the trainer half ships")),
+        }
     }
 
     fn plan(&self) -> Result<BridgePlan> {
@@ -201,16 +215,17 @@ impl BridgeImpl for Broadcast {
             ..BridgePlan::default()
         })
     }
-}
 
-fn sent_failed(k: usize, n: usize, e: PluginError) -> PluginError {
-    let mut out = PluginError::new(
-        e.code,
-        format!(
-            "broadcast bridge: sending bucket {k} of {n} failed: {}",
-            e.message
-        ),
-    );
-    out.help = e.help;
-    out
+    fn stats(&self) -> Result<Vec<Metric>> {
+        let c = std::mem::take(&mut self.state().counters);
+        if !c.active {
+            return Ok(Vec::new());
+        }
+        Ok(vec![
+            Metric::new("buckets", c.buckets as f64),
+            Metric::new("wire_bytes", c.wire_bytes as f64),
+            Metric::new("ship_s", c.ship_s),
+            Metric::new("transmit_s", c.transmit_s),
+        ])
+    }
 }
