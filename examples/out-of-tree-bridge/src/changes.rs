@@ -9,12 +9,12 @@
 //! Buckets: the changed tensors are grouped into runs — tensors next to each other in the
 //! region's layout with no unchanged tensor between them — and each run is cut with
 //! [`buckets::plan`] (whole tensors, at most the bucket size, a larger tensor alone). A
-//! bucket is then one contiguous byte range of the region, so `send` broadcasts it straight
-//! from the mapping (no staging copy, no buffer on the trainer side), and an unchanged
-//! tensor's bytes never travel. `buckets::plan` on all the changed tensors at once would let
-//! a bucket span unchanged tensors lying between changed ones and ship their bytes too;
-//! packing the changed tensors into a staging buffer would cost a copy of every shipped byte
-//! and a bucket-sized buffer. The price of runs is one more bucket (two broadcasts and a
+//! bucket is then one contiguous byte range of the region, so `transmit` broadcasts it
+//! straight from the mapping (no staging copy, no buffer on the trainer side), and an
+//! unchanged tensor's bytes never travel. `buckets::plan` on all the changed tensors at once
+//! would let a bucket span unchanged tensors lying between changed ones and ship their bytes
+//! too; packing the changed tensors into a staging buffer would cost a copy of every shipped
+//! byte and a bucket-sized buffer. The price of runs is one more bucket (two broadcasts and a
 //! 32-byte trailer) per unchanged gap, small beside the bytes a gap saves.
 
 use std::collections::HashMap;
@@ -49,7 +49,8 @@ pub(crate) struct Delta {
     pub buckets: Vec<TensorBucket>,
     /// Each bucket's start in the region.
     pub starts: Vec<u64>,
-    /// Every tensor's fingerprint now: the baseline of the next sync once this one is sent.
+    /// Every tensor's fingerprint now: the baseline of the next sync once every engine applied
+    /// this one.
     pub fingerprints: Fingerprints,
     /// Tensors shipped, and in the layout.
     pub shipped_tensors: usize,

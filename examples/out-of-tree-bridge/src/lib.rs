@@ -1,27 +1,28 @@
 //! An example out-of-tree weight bridge: plugin `example-delta`, bridge component `delta`.
 //!
 //! After each training step it ships to the engines only the tensors that changed since the
-//! last sync, in buckets over the bridge's transport group. The trainer exports its weights
-//! region (`SharedRegion`); the trainer half fingerprints every tensor in it and turns the
-//! changed ones into a `TensorBuckets` manifest; `send` broadcasts those buckets straight from
-//! the region; every engine receives them with its own `apply_weight_update` and checks the
-//! digest of its full weights against the trainer's, so a wrong delta is caught.
+//! last sync, in buckets over the bridge's transport group, through the bridge calls of API
+//! level 7. The trainer exports its weights region (`SharedRegion`); the trainer half's
+//! `ship` fingerprints every tensor in it and places the changed ones in buckets (each with
+//! its offset in the region); `transmit` broadcasts those buckets straight from the region;
+//! every engine receives them with its own `apply_weight_update` and checks the digest of its
+//! full weights against the trainer's, so a wrong delta is caught. The next delta's baseline
+//! is adopted in `after_apply` only when every engine applied and was verified.
 //!
 //! - `options.rs`: `[bridge.options]` (`bucket_mb`), one parse for `validate_config` and the
 //!   constructor.
 //! - `changes.rs`: the change detection and the bucket plan (pure, unit-tested).
-//! - `delta.rs`: the bridge's halves, `send` and the plan.
-//! - `region.rs`: the FFI layer (the trainer's region mapped into this process).
+//! - `delta.rs`: the bridge's calls (`ship`, `transmit`, `receive`, `after_apply`, `stats`)
+//!   and the plan. The region is read through the SDK's safe `Region`: no `unsafe` here.
 //!
 //! Select it in a job file with `[bridge] plugin = "delta"` and load the library with
 //! `--plugin-dir`; see this crate's `README.md`.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod changes;
 mod delta;
 mod options;
-mod region;
 
 #[cfg(test)]
 mod delta_tests;
