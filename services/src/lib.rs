@@ -11,12 +11,16 @@
 //! Owned regions use the memory manager's ids; attached ones get ids from
 //! [`ATTACHED_ID_BASE`] up. No lock of this module is held while the manager moves memory.
 //!
+//! Decoded tensors ([`decoded`]): the group [`decoded::DECODED_GROUP`] is no transport group
+//! but the pipe through which a bridge's engine half hands its engine the tensors it decoded.
+//!
 //! Transport ([`transport`]): send / recv / broadcast on the named groups a worker joined
 //! ([`Services::with_transport`], or [`Services::joining_transport`] while the rendezvous
 //! runs on a thread of its own: a call waits for it, up to the join's own timeout).
 
 #![forbid(unsafe_code)]
 
+pub mod decoded;
 mod memory;
 mod transport;
 
@@ -40,6 +44,7 @@ pub struct Services {
     cancelled: Arc<AtomicBool>,
     memory: Option<Arc<MemoryServices>>,
     transport: Option<Arc<transport::TransportSlot>>,
+    decoded: Arc<decoded::DecodedSlot>,
 }
 
 impl Services {
@@ -189,6 +194,13 @@ impl HostServices for Services {
     }
 
     fn broadcast(&self, group: RStr<'_>, root: u32, mut buf: RSliceMut<'_, u8>) -> PResult<()> {
+        if group.as_str() == decoded::DECODED_GROUP {
+            return self
+                .decoded
+                .pipe()
+                .and_then(|p| p.pop_into(buf.as_mut_slice()))
+                .into();
+        }
         match &self.transport {
             Some(t) => t
                 .get()

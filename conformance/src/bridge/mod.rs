@@ -16,7 +16,7 @@ use std::path::Path;
 use tandem_memory::{ManagerConfig, MemoryManager};
 use tandem_plugin_api::{
     BridgeBox, BridgePlan, ComponentConfig, ComponentDecl, ComponentKind, HostBox, PluginModuleRef,
-    RString, RVec, SharedRegionRef, UpdateKind, UpdatePayload, WeightUpdate, api_level,
+    RString, RVec, SharedRegionRef, Shipment, UpdateKind, UpdatePayload, WeightUpdate, api_level,
 };
 use tandem_services::Services;
 
@@ -253,9 +253,8 @@ pub mod checks {
         .map(drop)
     }
 
-    /// `trainer_side` refuses every update kind but the bridge's first declared kind, and
-    /// `engine_side` every kind but its last: an error (never a panic), never the update
-    /// passed on.
+    /// `ship` refuses every update kind but the bridge's first declared kind, and `receive`
+    /// every kind but its last: an error (never a panic), never the update passed on.
     pub fn refuses_undeclared_kinds(
         b: &BridgeSetup,
         _e: &EngineSetup,
@@ -271,21 +270,22 @@ pub mod checks {
         for kind in ALL_KINDS {
             if kind != first {
                 refused(
-                    bridge.trainer_side(update_of(kind)),
+                    bridge.ship(update_of(kind)),
                     rule,
                     &format!(
-                        "trainer_side of a `{}` update (the trainer exports `{}`)",
+                        "ship of a `{}` update (the trainer exports `{}`)",
                         kind.as_str(),
                         first.as_str()
                     ),
                 )?;
             }
             if kind != last {
+                let shipment = Shipment::from_update(update_of(kind));
                 refused(
-                    bridge.engine_side(update_of(kind)),
+                    bridge.receive(shipment, tandem_services::decoded::refusing_sink()),
                     rule,
                     &format!(
-                        "engine_side of a `{}` update (the engines apply `{}`)",
+                        "receive of a `{}` update (the engines apply `{}`)",
                         kind.as_str(),
                         last.as_str()
                     ),
@@ -295,9 +295,10 @@ pub mod checks {
         Ok(())
     }
 
-    /// Every tag the plan keeps resident is one the engine or the trainer declares
-    /// releasable, or a well-known tag (`tandem_plugin_api::tags::ALL`): the host leaves
-    /// exactly those out of what it offloads and releases.
+    /// Every tag the bridge keeps resident (its plan's, and each side's from `resident()`)
+    /// is one the engine or the trainer declares releasable, or a well-known tag
+    /// (`tandem_plugin_api::tags::ALL`): the host leaves exactly those out of what it
+    /// offloads and releases.
     pub fn resident_tags_declared(b: &BridgeSetup, e: &EngineSetup, t: &TrainerSetup) -> Outcome {
         let (module, _) = load(b)?;
         let engine = declared(&e.source, ComponentKind::Engine, &e.component)?;
@@ -305,14 +306,19 @@ pub mod checks {
         let dir = tempfile::tempdir()
             .map_err(|e| Failure::new("setup", format!("creating a run dir: {e}")))?;
         let services = plain_services("bridge-tags");
-        let plan = plan(&construct(
-            b,
-            module,
-            &t.model,
-            dir.path(),
-            services.handle(),
-        )?)?;
-        for tag in plan.resident_tags.iter() {
+        let bridge = construct(b, module, &t.model, dir.path(), services.handle())?;
+        let plan = plan(&bridge)?;
+        let resident = ok(
+            bridge.resident(),
+            "a bridge answers its resident tags",
+            "resident",
+        )?;
+        let all = plan
+            .resident_tags
+            .iter()
+            .chain(resident.trainer.iter())
+            .chain(resident.engines.iter());
+        for tag in all {
             let tag = tag.as_str();
             let declared = |d: &ComponentDecl| d.caps.releasable_tags.iter().any(|t| t == tag);
             if !(declared(&engine)
@@ -322,7 +328,7 @@ pub mod checks {
                 return Err(Failure::new(
                     "resident tags are declared tags",
                     format!(
-                        "the plan keeps `{tag}` resident: neither engine `{}` nor trainer `{}` \
+                        "the bridge keeps `{tag}` resident: neither engine `{}` nor trainer `{}` \
                          declares it, and it is not a well-known tag",
                         e.component, t.component
                     ),

@@ -13,7 +13,7 @@
 
 use crate::roles::vocabulary::*;
 use serde::{Deserialize, Serialize};
-use tandem_plugin_api::{BridgePlan, PluginError};
+use tandem_plugin_api::{ApplyOutcome, BridgePlan, Metric, PluginError, Shipment};
 
 /// Version of this protocol; a worker of another build is refused at the hello. 2: role calls
 /// and replies generated from the role table (struct variants; replies per role and method).
@@ -136,24 +136,34 @@ pub enum BridgeCall {
         /// The run's engine ranks.
         engines: u32,
     },
-    /// Trainer worker: the trainer exports `kind`, then the bridge's trainer half turns it
-    /// into what ships. Answered with [`BridgeReply::Shipped`].
+    /// Trainer worker: the trainer exports `kind`, then the bridge's trainer half (`ship`)
+    /// turns it into what ships. Answered with [`BridgeReply::Shipped`].
     Export {
         /// The kind the bridge asks the trainer for.
         kind: UpdateKind,
     },
-    /// Trainer worker: the bridge moves the data of `shipped` over its transport group.
-    /// Answered with [`BridgeReply::Sent`].
+    /// Trainer worker: the bridge moves the data of `shipped` over its transport group
+    /// (`transmit`). Answered with [`BridgeReply::Sent`].
     Send {
         /// What the trainer half returned.
-        shipped: WeightUpdate,
+        shipped: Shipment,
     },
-    /// Engine worker: the bridge's engine half, then the engine applies what it returned.
-    /// Answered with [`BridgeReply::Applied`].
+    /// Engine worker: the bridge's engine half (`receive`), the engine applies what it
+    /// handed over, then the half learns the outcome (`after_apply`). Answered with
+    /// [`BridgeReply::Applied`].
     Apply {
         /// What the trainer half returned.
-        shipped: WeightUpdate,
+        shipped: Shipment,
     },
+    /// Trainer worker: how the sync ended (`after_apply`). Answered with
+    /// [`BridgeReply::Done`].
+    AfterApply {
+        /// The sync's version, and whether every engine applied it and was verified.
+        outcome: ApplyOutcome,
+    },
+    /// Any worker: the bridge half's own figures since the last call (`stats`). Answered with
+    /// [`BridgeReply::Stats`].
+    Stats,
 }
 
 impl BridgeCall {
@@ -164,6 +174,8 @@ impl BridgeCall {
             BridgeCall::Export { .. } => "bridge export",
             BridgeCall::Send { .. } => "bridge send",
             BridgeCall::Apply { .. } => "bridge apply",
+            BridgeCall::AfterApply { .. } => "bridge after_apply",
+            BridgeCall::Stats => "bridge stats",
         }
     }
 }
@@ -174,11 +186,15 @@ pub enum BridgeReply {
     /// The bridge is in place; its plan.
     Installed(BridgePlan),
     /// What ships to the engines.
-    Shipped(WeightUpdate),
+    Shipped(Shipment),
     /// The data moved.
     Sent,
     /// What the engine reports after applying.
     Applied(UpdateReport),
+    /// The half took the outcome.
+    Done,
+    /// The half's figures.
+    Stats(Vec<Metric>),
 }
 
 impl Call {
@@ -227,6 +243,8 @@ impl Reply {
             Reply::Bridge(BridgeReply::Shipped(_)) => "bridge export",
             Reply::Bridge(BridgeReply::Sent) => "bridge send",
             Reply::Bridge(BridgeReply::Applied(_)) => "bridge apply",
+            Reply::Bridge(BridgeReply::Done) => "bridge after_apply",
+            Reply::Bridge(BridgeReply::Stats(_)) => "bridge stats",
             Reply::Exit => "exit",
         }
     }

@@ -56,8 +56,12 @@ pub struct StepMetrics {
     pub weight_version: u64,
     /// Bytes the sync moved.
     pub sync_bytes: u64,
-    /// Latency of the sync (s).
+    /// Latency of the sync (s): both halves of the bridge, the trainer's export included.
     pub sync_s: f64,
+    /// The bridge's own figures for the sync (its `stats()`): the trainer half's by name,
+    /// X
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bridge: BTreeMap<String, f64>,
     /// Seconds from the first engine rank's finish of its rollout share to the last one's:
     /// the rollout's long tail (0 with one engine).
     pub tail_s: f64,

@@ -15,7 +15,7 @@ use fixture::*;
 use std::path::{Path, PathBuf};
 use tandem_control::Role;
 use tandem_plugin_api::{
-    GenerateRequest, PauseMode, RVec, SamplingParams, UpdateKind, UpdatePayload,
+    GenerateRequest, PauseMode, RVec, SamplingParams, Shipment, UpdateKind, UpdatePayload,
 };
 use tandem_rl::bridge::BridgeDriver;
 // The built-in bridges, registered when linked.
@@ -164,7 +164,12 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     bytes[n - 8..].copy_from_slice(&[0x7f; 8]);
     std::fs::write(&file, &bytes).unwrap();
     let e = d
-        .apply(update.clone(), &r.trainer, &mut r.engines, &mut r.launcher)
+        .apply(
+            Shipment::from_update(update.clone()),
+            &r.trainer,
+            &mut r.engines,
+            &mut r.launcher,
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -199,7 +204,12 @@ fn lora_hot_swaps_versioned_adapters_and_refuses_bad_ones() {
     };
     r.pause();
     let e = d
-        .apply(mismatched, &r.trainer, &mut r.engines, &mut r.launcher)
+        .apply(
+            Shipment::from_update(mismatched),
+            &r.trainer,
+            &mut r.engines,
+            &mut r.launcher,
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("digest mismatch"), "{e}");
@@ -251,7 +261,12 @@ fn checkpoint_restarts_the_engine_on_an_atomic_checkpoint() {
     std::fs::remove_dir_all(&dir).unwrap();
     let pid = r.engines[0].pid();
     let e = d
-        .apply(update, &r.trainer, &mut r.engines, &mut r.launcher)
+        .apply(
+            Shipment::from_update(update),
+            &r.trainer,
+            &mut r.engines,
+            &mut r.launcher,
+        )
         .unwrap_err()
         .to_string();
     assert!(
@@ -317,7 +332,12 @@ fn checkpoint_without_restart_reloads_in_place() {
     bytes[at] ^= 0x40;
     std::fs::write(&file, &bytes).unwrap();
     let e = d
-        .apply(update, &r.trainer, &mut r.engines, &mut r.launcher)
+        .apply(
+            Shipment::from_update(update),
+            &r.trainer,
+            &mut r.engines,
+            &mut r.launcher,
+        )
         .unwrap_err()
         .to_string();
     assert!(

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::error::RlError;
 use tandem_plugin_api::files::dir_bytes;
-use tandem_plugin_api::{RString, UpdatePayload, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{RString, Shipment, ShipmentBody, UpdatePayload, UpdateReport};
 use tandem_runtime::launch::RemoteEngine;
 
 /// What one sync did (→ metrics).
@@ -30,6 +30,9 @@ pub struct SyncRecord {
     pub verified: bool,
     /// Engines were restarted (checkpoint restart): they come back serving.
     pub restarted: bool,
+    /// The bridge's own figures for this sync (`stats()`): its trainer half's by name, its
+    /// engine halves' summed as `engines.<name>`.
+    pub bridge_stats: Vec<(String, f64)>,
 }
 
 /// The controller's bookkeeping of a bridge: its name, whether it verifies, and the version
@@ -44,7 +47,7 @@ pub(super) struct Ledger {
 impl Ledger {
     /// Checks what the trainer half shipped: the version may not go down and, with `verify`,
     /// a digest must come with it.
-    pub fn check_export(&self, update: &WeightUpdate) -> Result<(), RlError> {
+    pub fn check_export(&self, update: &Shipment) -> Result<(), RlError> {
         let name = &self.name;
         if let Some(v) = self.version
             && update.version < v
@@ -66,7 +69,7 @@ impl Ledger {
     }
 
     /// The update as engines get it: without the digest when verification is off.
-    pub fn for_engines(&self, update: &WeightUpdate) -> WeightUpdate {
+    pub fn for_engines(&self, update: &Shipment) -> Shipment {
         let mut u = update.clone();
         if !self.verify {
             u.digest = RString::new();
@@ -78,7 +81,7 @@ impl Ledger {
     /// Returns whether the digest check ran and passed.
     pub fn check_reports(
         &self,
-        update: &WeightUpdate,
+        update: &Shipment,
         reports: &[UpdateReport],
         engines: &[RemoteEngine],
     ) -> Result<bool, RlError> {
@@ -112,15 +115,15 @@ impl Ledger {
     }
 }
 
-/// Bytes an update ships to `engines` engines: the files of its directory each engine reads
-/// (checkpoint, adapter), the buckets each receives, nothing for a shared region.
-pub(super) fn shipped_bytes(update: &WeightUpdate, engines: usize) -> u64 {
-    let each = match &update.payload {
-        UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. } => {
-            dir_bytes(Path::new(dir.as_str()))
-        }
-        UpdatePayload::TensorBuckets { buckets, .. } => buckets.iter().map(|b| b.bytes).sum(),
-        UpdatePayload::SharedRegion { .. } => 0,
+/// Bytes a shipment moves to `engines` engines: the files of its directory each engine reads
+/// (checkpoint, adapter), the buckets each receives, what a bridge-owned payload says it
+/// puts on the wire to each, nothing for a shared region.
+pub(super) fn shipped_bytes(update: &Shipment, engines: usize) -> u64 {
+    let each = match &update.body {
+        ShipmentBody::Update(
+            UpdatePayload::CheckpointDir { dir } | UpdatePayload::Adapter { dir, .. },
+        ) => dir_bytes(Path::new(dir.as_str())),
+        _ => update.wire_bytes().unwrap_or(0),
     };
     each * engines as u64
 }

@@ -17,13 +17,14 @@
 //! `BRIDGE-NOTES.md` beside this crate.
 
 mod common;
+mod outcome;
 mod resolve;
 mod restart;
 pub mod rss;
 mod ship;
 
 pub use common::SyncRecord;
-pub use resolve::{BridgeChoice, BridgeProblem, plan_of, resolve};
+pub use resolve::{BridgeChoice, BridgeProblem, plan_of, resident_of, resolve};
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ use std::time::Instant;
 use crate::config::BridgeSetup;
 use crate::error::RlError;
 use common::Ledger;
-use tandem_plugin_api::{BridgePlan, UpdatePayload, WeightUpdate};
+use tandem_plugin_api::{BridgePlan, ResidentTags, Shipment, ShipmentBody, UpdatePayload};
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine, RemoteTrainer};
 use tandem_runtime::registry::Registry;
 
@@ -59,6 +60,8 @@ pub trait SyncStages {
 pub struct BridgeDriver {
     choice: BridgeChoice,
     plan: BridgePlan,
+    /// Tags each side keeps resident (the bridge's `resident()`).
+    resident: ResidentTags,
     ledger: Ledger,
     /// The adapter generate requests name (after a sync that shipped one).
     adapter: Option<String>,
@@ -68,13 +71,21 @@ pub struct BridgeDriver {
     source_model: Option<PathBuf>,
     /// Worker pids holding this bridge's half.
     installed: Mutex<HashSet<u32>>,
-    /// The last update every engine applied, as the engines got it: what a replacement for
-    /// a dead engine applies to serve what the others serve.
-    shipped: Option<WeightUpdate>,
+    /// The last shipment every engine applied, as the engines got it: what a replacement
+    /// for a dead engine applies to serve what the others serve.
+    shipped: Option<Shipment>,
 }
 
 const TRAINER_TAGS: [&str; 4] = ["weights", "grads", "optimizer", "activations"];
 const ENGINE_TAGS: [&str; 3] = ["weights", "kv_cache", "activations"];
+
+/// The tags of `all` that are not `resident`.
+fn tags(all: &[&str], resident: &[tandem_plugin_api::RString]) -> Vec<String> {
+    all.iter()
+        .filter(|t| !resident.iter().any(|r| r.as_str() == **t))
+        .map(|t| t.to_string())
+        .collect()
+}
 
 impl BridgeDriver {
     /// The bridge a run's plan chose, with the plan its component answered (validation
@@ -94,6 +105,7 @@ impl BridgeDriver {
                 apply: setup.apply,
             },
             plan: setup.plan.clone(),
+            resident: setup.resident.clone(),
             adapter: None,
             hook: None,
             source_model: None,
@@ -124,6 +136,7 @@ impl BridgeDriver {
     ) -> Result<BridgeDriver, RlError> {
         let choice = resolve(registry, name, options).map_err(|p| resolve::problems_error(&p))?;
         let plan = plan_of(registry, &choice)?;
+        let resident = resident_of(registry, &choice)?;
         Ok(BridgeDriver::new(&BridgeSetup {
             component: choice.component,
             plugin: choice.plugin,
@@ -132,6 +145,7 @@ impl BridgeDriver {
             apply: choice.apply,
             verify,
             plan,
+            resident,
         }))
     }
 
@@ -180,22 +194,15 @@ impl BridgeDriver {
     }
 
     /// Tags the loop may offload on the trainer after training (not the bridge's resident
-    /// tags, e.g. `weights` for `ipc`).
+    /// tags on the trainer's side, e.g. `weights` for `ipc`).
     pub fn trainer_offload_tags(&self) -> Vec<String> {
-        self.tags(&TRAINER_TAGS)
+        tags(&TRAINER_TAGS, &self.resident.trainer)
     }
 
-    /// Tags the drained offload releases on engines (not the bridge's resident tags).
+    /// Tags the drained offload releases on engines (not the bridge's resident tags on the
+    /// engines' side).
     pub fn engine_release_tags(&self) -> Vec<String> {
-        self.tags(&ENGINE_TAGS)
-    }
-
-    fn tags(&self, all: &[&str]) -> Vec<String> {
-        let resident = &self.plan.resident_tags;
-        all.iter()
-            .filter(|t| !resident.iter().any(|r| r.as_str() == **t))
-            .map(|t| t.to_string())
-            .collect()
+        tags(&ENGINE_TAGS, &self.resident.engines)
     }
 
     /// The adapter name generate requests must carry (after a sync that shipped an adapter).
@@ -277,8 +284,10 @@ impl BridgeDriver {
     /// job's model, brought up to date by [`restore_engine`](Self::restore_engine)).
     pub fn engine_start_dir(&self) -> Option<PathBuf> {
         match (&self.shipped, self.restarts()) {
-            (Some(u), true) => match &u.payload {
-                UpdatePayload::CheckpointDir { dir } => Some(PathBuf::from(dir.as_str())),
+            (Some(u), true) => match &u.body {
+                ShipmentBody::Update(UpdatePayload::CheckpointDir { dir }) => {
+                    Some(PathBuf::from(dir.as_str()))
+                }
                 _ => None,
             },
             _ => None,
@@ -314,7 +323,7 @@ impl BridgeDriver {
 
     /// The trainer half: the trainer exports the bridge's kind and the bridge turns it into
     /// what ships; checked (versions only go up, a digest when verifying).
-    fn export(&self, trainer: &RemoteTrainer, engines: usize) -> Result<WeightUpdate, RlError> {
+    fn export(&self, trainer: &RemoteTrainer, engines: usize) -> Result<Shipment, RlError> {
         self.install_trainer(trainer, engines)?;
         let shipped = trainer.bridge_export(self.choice.export)?;
         self.ledger.check_export(&shipped)?;
@@ -350,17 +359,24 @@ impl BridgeDriver {
     /// The loop's sync: the trainer exports, `stages` make room (the trainer's offload, the
     /// engines' weights back), then the update is shipped and verified. The trainer half
     /// reads the trainer's weights, so it runs before any trainer offload. The record's
-    /// clock and memory meter cover the shipping (what [`apply`](Self::apply) measures).
+    /// clock covers both halves (the export with the trainer half, then the shipping) but
+    /// not the staging between them; its memory meter covers the shipping.
     pub fn sync_staged(
         &mut self,
         stages: &mut dyn SyncStages,
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, RlError> {
         let engines = stages.engines().len();
+        let exporting = Instant::now();
         let update = self.export(stages.trainer(), engines)?;
+        let export_s = exporting.elapsed().as_secs_f64();
         stages.exported(update.version, self.restarts())?;
         let trainer = stages.trainer().clone();
         self.apply_from(&trainer, update, stages.engines(), launcher)
+            .map(|rec| SyncRecord {
+                latency_s: rec.latency_s + export_s,
+                ..rec
+            })
             .inspect_err(|_| stages.failed())
     }
 
@@ -369,7 +385,7 @@ impl BridgeDriver {
     /// trainer half: use [`sync`](Self::sync).)
     pub fn apply(
         &mut self,
-        update: WeightUpdate,
+        update: Shipment,
         trainer: &RemoteTrainer,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
@@ -381,7 +397,7 @@ impl BridgeDriver {
     fn apply_from(
         &mut self,
         trainer: &RemoteTrainer,
-        update: WeightUpdate,
+        update: Shipment,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
     ) -> Result<SyncRecord, RlError> {
@@ -398,7 +414,25 @@ impl BridgeDriver {
     /// Ships, verifies and records (`latency_s` and `peak_rss_bytes` are the caller's).
     fn ship(
         &mut self,
-        update: WeightUpdate,
+        update: Shipment,
+        trainer: &RemoteTrainer,
+        engines: &mut [RemoteEngine],
+        launcher: &mut LocalLauncher,
+        meter: &mut rss::PeakMeter,
+    ) -> Result<SyncRecord, RlError> {
+        let shipped = self.ship_unconcluded(&update, trainer, engines, launcher, meter);
+        outcome::conclude(trainer, update.version, shipped.is_ok());
+        let rec = shipped?;
+        Ok(SyncRecord {
+            bridge_stats: outcome::stats(trainer, engines),
+            ..rec
+        })
+    }
+
+    /// Ships and verifies, before the trainer half learns the outcome.
+    fn ship_unconcluded(
+        &mut self,
+        update: &Shipment,
         trainer: &RemoteTrainer,
         engines: &mut [RemoteEngine],
         launcher: &mut LocalLauncher,
@@ -406,9 +440,9 @@ impl BridgeDriver {
     ) -> Result<SyncRecord, RlError> {
         let restarted = self.restarts();
         let shipping = Instant::now();
-        let bytes = common::shipped_bytes(&update, engines.len());
-        if let (UpdatePayload::CheckpointDir { dir }, Some(source)) =
-            (&update.payload, &self.source_model)
+        let bytes = common::shipped_bytes(update, engines.len());
+        if let (ShipmentBody::Update(UpdatePayload::CheckpointDir { dir }), Some(source)) =
+            (&update.body, &self.source_model)
             && Path::new(dir.as_str()).is_dir()
         {
             // (A vanished dir is the bridge's to report: the engines keep their weights.)
@@ -425,15 +459,15 @@ impl BridgeDriver {
                 hook: hook.as_mut(),
                 install: &install,
             };
-            let done = restart::restart_all(&self.ledger, &update, restarts);
+            let done = restart::restart_all(&self.ledger, update, restarts);
             self.hook = hook;
             done?
         } else {
             engines.iter().try_for_each(|e| self.install_engine(e, n))?;
             if self.plan.transport {
-                ship::together(&self.ledger, &update, trainer, engines)?
+                ship::together(&self.ledger, update, trainer, engines)?
             } else {
-                ship::in_order(&self.ledger, &update, engines)?
+                ship::in_order(&self.ledger, update, engines)?
             }
         };
         tracing::debug!(
@@ -441,12 +475,12 @@ impl BridgeDriver {
             self.mode(),
             shipping.elapsed().as_secs_f64() * 1e3
         );
-        let verified = self.ledger.check_reports(&update, &reports, engines)?;
-        if let UpdatePayload::Adapter { name, .. } = &update.payload {
+        let verified = self.ledger.check_reports(update, &reports, engines)?;
+        if let ShipmentBody::Update(UpdatePayload::Adapter { name, .. }) = &update.body {
             self.adapter = Some(name.to_string());
         }
         self.ledger.version = Some(update.version);
-        self.shipped = Some(self.ledger.for_engines(&update));
+        self.shipped = Some(self.ledger.for_engines(update));
         Ok(SyncRecord {
             version: update.version,
             mode: self.mode().to_string(),
@@ -456,6 +490,7 @@ impl BridgeDriver {
             digest: update.digest.to_string(),
             verified,
             restarted,
+            bridge_stats: Vec::new(),
         })
     }
 }

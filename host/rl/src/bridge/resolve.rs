@@ -4,7 +4,9 @@
 //! the check let through.
 
 use crate::error::RlError;
-use tandem_plugin_api::{BridgePlan, ComponentConfig, ComponentKind, UpdateKind, api_level};
+use tandem_plugin_api::{
+    BridgeBox, BridgePlan, ComponentConfig, ComponentKind, ResidentTags, UpdateKind, api_level,
+};
 use tandem_runtime::registry::Registry;
 
 /// The bridge component a job chose, as the sync driver runs it.
@@ -147,6 +149,25 @@ pub fn resolve(
 
 /// The plan a controller-side instance of the bridge answers for its options.
 pub fn plan_of(registry: &Registry, choice: &BridgeChoice) -> Result<BridgePlan, RlError> {
+    let name = &choice.component;
+    probe(registry, choice)?
+        .plan()
+        .into_result()
+        .map_err(|e| RlError::failed(format!("{name} bridge: its plan: {e}")))
+}
+
+/// The tags each side keeps resident with the chosen options (the bridge's `resident()`; a
+/// level-4 bridge's plan tags, both sides).
+pub fn resident_of(registry: &Registry, choice: &BridgeChoice) -> Result<ResidentTags, RlError> {
+    let name = &choice.component;
+    probe(registry, choice)?
+        .resident()
+        .into_result()
+        .map_err(|e| RlError::failed(format!("{name} bridge: its resident tags: {e}")))
+}
+
+/// An instance of the chosen bridge in the controller, to ask it what it needs.
+fn probe(registry: &Registry, choice: &BridgeChoice) -> Result<BridgeBox, RlError> {
     let config = ComponentConfig {
         component: choice.component.as_str().into(),
         model_path: "".into(),
@@ -157,12 +178,7 @@ pub fn plan_of(registry: &Registry, choice: &BridgeChoice) -> Result<BridgePlan,
         run_dir: "".into(),
     };
     let services = tandem_runtime::services::Services::new();
-    let name = &choice.component;
-    registry
-        .new_bridge(config, services.handle())?
-        .plan()
-        .into_result()
-        .map_err(|e| RlError::failed(format!("{name} bridge: its plan: {e}")))
+    Ok(registry.new_bridge(config, services.handle())?)
 }
 
 /// The problems as one error: a line each, the last one's help as the error's help (the

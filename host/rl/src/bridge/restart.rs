@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::common::{Ledger, mixed_note};
 use super::{RestartHook, rss};
 use crate::error::RlError;
-use tandem_plugin_api::{PauseMode, UpdatePayload, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{PauseMode, Shipment, ShipmentBody, UpdatePayload, UpdateReport};
 use tandem_runtime::launch::{LocalLauncher, RemoteEngine};
 
 /// How long a graceful engine exit may take before it is killed.
@@ -31,7 +31,7 @@ pub(super) struct Restarts<'a> {
 struct Restart<'a> {
     /// Its position among the engines (those before it already switched).
     index: usize,
-    update: &'a WeightUpdate,
+    update: &'a Shipment,
     dir: &'a Path,
 }
 
@@ -50,15 +50,15 @@ impl Restart<'_> {
 /// Restarts every engine on `shipped` (a checkpoint directory), one after the other.
 pub(super) fn restart_all(
     ledger: &Ledger,
-    shipped: &WeightUpdate,
+    shipped: &Shipment,
     mut r: Restarts<'_>,
 ) -> Result<Vec<UpdateReport>, RlError> {
-    let UpdatePayload::CheckpointDir { dir } = &shipped.payload else {
+    let ShipmentBody::Update(UpdatePayload::CheckpointDir { dir }) = &shipped.body else {
         return Err(RlError::failed(format!(
             "{} bridge: engines restart on a checkpoint directory, but the bridge shipped a `{}` \
              update",
             ledger.name,
-            shipped.payload.kind().as_str()
+            shipped.kind_name()
         )));
     };
     let dir = PathBuf::from(dir.as_str());

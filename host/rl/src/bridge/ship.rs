@@ -5,14 +5,14 @@
 
 use super::common::{Ledger, mixed_note};
 use crate::error::RlError;
-use tandem_plugin_api::{UpdateReport, WeightUpdate};
+use tandem_plugin_api::{Shipment, UpdateReport};
 use tandem_runtime::launch::{RemoteEngine, RemoteTrainer};
 
 /// Applies `shipped` on every engine in rank order; the first failure names the engine, says
 /// it kept its previous weights and which engines already switched.
 pub(super) fn in_order(
     ledger: &Ledger,
-    shipped: &WeightUpdate,
+    shipped: &Shipment,
     engines: &[RemoteEngine],
 ) -> Result<Vec<UpdateReport>, RlError> {
     let for_engines = ledger.for_engines(shipped);
@@ -37,7 +37,7 @@ pub(super) fn in_order(
 /// sender's own error when every engine succeeded is reported as such.
 pub(super) fn together(
     ledger: &Ledger,
-    shipped: &WeightUpdate,
+    shipped: &Shipment,
     trainer: &RemoteTrainer,
     engines: &[RemoteEngine],
 ) -> Result<Vec<UpdateReport>, RlError> {

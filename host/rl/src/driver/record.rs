@@ -88,6 +88,7 @@ impl Loop<'_> {
         if let Some(r) = sync {
             m.sync_bytes = r.bytes_moved;
             m.sync_s = r.latency_s;
+            m.bridge = r.bridge_stats.iter().cloned().collect();
         }
         m.weight_version = self.engines.min_version();
         if let Some(pid) = self.trainer.remote.local_pid() {

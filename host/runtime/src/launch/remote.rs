@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tandem_control::protocol::{BridgeCall, BridgeReply, Call, Reply};
 use tandem_control::{Channel, ControlError};
-use tandem_plugin_api::{BridgePlan, UpdateKind, UpdateReport, WeightUpdate};
+use tandem_plugin_api::{ApplyOutcome, BridgePlan, Metric, Shipment, UpdateKind, UpdateReport};
 
 const SHUT_DOWN: &str = "the worker was shut down";
 
@@ -117,6 +117,13 @@ macro_rules! common_methods {
                 other => Err(other.kind()),
             })
         }
+        /// The figures of the worker's bridge half since the last call.
+        pub fn bridge_stats(&self) -> Result<Vec<Metric>, RuntimeError> {
+            self.request(Call::Bridge(BridgeCall::Stats), |r| match r {
+                Reply::Bridge(BridgeReply::Stats(m)) => Ok(m),
+                other => Err(other.kind()),
+            })
+        }
         /// The worker's name as used in errors: role, rank, pid, log file.
         pub fn name(&self) -> &str {
             &self.r.proc.name
@@ -199,9 +206,9 @@ impl RemoteEngine {
 
     common_methods!();
 
-    /// The engine half of the worker's bridge on `shipped`, then the engine applies what it
-    /// returned; the engine's report.
-    pub fn bridge_apply(&self, shipped: WeightUpdate) -> Result<UpdateReport, RuntimeError> {
+    /// The engine half of the worker's bridge on `shipped`, the engine takes what it handed
+    /// over, and the half learns the outcome; the engine's report.
+    pub fn bridge_apply(&self, shipped: Shipment) -> Result<UpdateReport, RuntimeError> {
         self.request(Call::Bridge(BridgeCall::Apply { shipped }), |r| match r {
             Reply::Bridge(BridgeReply::Applied(report)) => Ok(report),
             other => Err(other.kind()),
@@ -229,7 +236,7 @@ impl RemoteTrainer {
     common_methods!();
 
     /// The trainer exports `kind` and the worker's bridge turns it into what ships.
-    pub fn bridge_export(&self, kind: UpdateKind) -> Result<WeightUpdate, RuntimeError> {
+    pub fn bridge_export(&self, kind: UpdateKind) -> Result<Shipment, RuntimeError> {
         self.request(Call::Bridge(BridgeCall::Export { kind }), |r| match r {
             Reply::Bridge(BridgeReply::Shipped(update)) => Ok(update),
             other => Err(other.kind()),
@@ -237,10 +244,21 @@ impl RemoteTrainer {
     }
 
     /// The worker's bridge moves the data of `shipped` over its transport group.
-    pub fn bridge_send(&self, shipped: WeightUpdate) -> Result<(), RuntimeError> {
+    pub fn bridge_send(&self, shipped: Shipment) -> Result<(), RuntimeError> {
         self.request(Call::Bridge(BridgeCall::Send { shipped }), |r| match r {
             Reply::Bridge(BridgeReply::Sent) => Ok(()),
             other => Err(other.kind()),
         })
+    }
+
+    /// Tells the worker's bridge half how the sync of `outcome.version` ended.
+    pub fn bridge_after_apply(&self, outcome: ApplyOutcome) -> Result<(), RuntimeError> {
+        self.request(
+            Call::Bridge(BridgeCall::AfterApply { outcome }),
+            |r| match r {
+                Reply::Bridge(BridgeReply::Done) => Ok(()),
+                other => Err(other.kind()),
+            },
+        )
     }
 }

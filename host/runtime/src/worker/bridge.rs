@@ -2,7 +2,9 @@
 //! installs it ([`BridgeCall::Install`]: the component from the worker's registry, with the
 //! worker's services — memory, the transport group `bridge`, the run directory), then runs
 //! its halves: the trainer half next to the trainer (on the trainer's thread), the engine
-//! half next to the engine.
+//! half next to the engine — through the level-7 calls (`ship`, `transmit`, `receive` into
+//! the services' decoded-tensor sink, `after_apply`, `stats`), whose defaults adapt a
+//! level-4 bridge's.
 //!
 //! A trainer exports a region's tensor layout with its first export of the region only. The
 //! trainer worker keeps the last layout it saw and hands it to a bridge instance that has not
@@ -15,7 +17,8 @@ use crate::services::Services;
 use std::sync::{Arc, Mutex};
 use tandem_control::protocol::{BridgeCall, BridgeReply};
 use tandem_plugin_api::{
-    BridgeBox, EngineBox, PluginError, RVec, TensorSpec, TrainerBox, UpdatePayload, WeightUpdate,
+    ApplyOutcome, BridgeBox, EngineBox, PluginError, RVec, TensorSpec, TrainerBox, UpdatePayload,
+    WeightUpdate,
 };
 
 /// What a worker needs to install a bridge, and the bridge it holds.
@@ -140,14 +143,19 @@ pub(super) fn on_trainer(
                 .unwrap_or_else(|p| p.into_inner())
                 .complete(&mut exported);
             bridge
-                .trainer_side(exported)
+                .ship(exported)
                 .into_result()
                 .map(BridgeReply::Shipped)
         }
         BridgeCall::Send { shipped } => bridge
-            .send(shipped)
+            .transmit(shipped)
             .into_result()
             .map(|()| BridgeReply::Sent),
+        BridgeCall::AfterApply { outcome } => bridge
+            .after_apply(outcome)
+            .into_result()
+            .map(|()| BridgeReply::Done),
+        BridgeCall::Stats => stats(&bridge),
         call => Err(PluginError::invalid_input(format!(
             "trainer worker got `{}`, an engine's bridge call",
             call.name()
@@ -167,15 +175,30 @@ pub(super) fn on_engine(
     };
     match call {
         BridgeCall::Apply { shipped } => {
-            let update = bridge.engine_side(shipped).into_result()?;
-            engine
-                .apply_weight_update(update)
-                .into_result()
-                .map(BridgeReply::Applied)
+            let version = shipped.version;
+            let applied =
+                tandem_services::decoded::receive(&bridge, engine, &bridges.services, shipped);
+            let outcome = ApplyOutcome {
+                version,
+                applied: applied.is_ok(),
+            };
+            // The engine's outcome stands; a half that cannot take it is logged.
+            if let Err(e) = bridge.after_apply(outcome).into_result() {
+                tracing::warn!("the bridge's after_apply (v{version}) failed: {e}");
+            }
+            applied.map(BridgeReply::Applied)
         }
+        BridgeCall::Stats => stats(&bridge),
         call => Err(PluginError::invalid_input(format!(
             "engine worker got `{}`, a trainer's bridge call",
             call.name()
         ))),
     }
+}
+
+fn stats(bridge: &BridgeBox) -> Result<BridgeReply, PluginError> {
+    bridge
+        .stats()
+        .into_result()
+        .map(|m| BridgeReply::Stats(m.into_vec()))
 }

@@ -20,7 +20,7 @@ use super::{
 };
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use tandem_plugin_api::{BridgePlan, ComponentConfig, UpdateKind};
+use tandem_plugin_api::{BridgePlan, ComponentConfig, ResidentTags, UpdateKind};
 
 /// What a job file resolved to: everything a run executes.
 #[derive(Debug, Clone, Serialize)]
@@ -217,6 +217,8 @@ pub struct BridgeSetup {
     pub verify: bool,
     /// What the bridge needs from the host with these options.
     pub plan: BridgePlan,
+    /// Tags each side keeps resident with these options.
+    pub resident: ResidentTags,
 }
 
 /// `[eval]` with its defaults resolved.

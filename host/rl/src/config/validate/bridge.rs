@@ -73,8 +73,10 @@ pub(super) fn check(
             }
         }
     }
-    let plan = match crate::bridge::plan_of(registry, &choice) {
-        Ok(plan) => plan,
+    let planned = crate::bridge::plan_of(registry, &choice)
+        .and_then(|plan| crate::bridge::resident_of(registry, &choice).map(|r| (plan, r)));
+    let (plan, resident) = match planned {
+        Ok(planned) => planned,
         Err(e) => {
             issues.push(
                 plugin_key(issues.job),
@@ -93,6 +95,7 @@ pub(super) fn check(
         apply: choice.apply,
         verify: j.bridge.verify,
         plan,
+        resident,
     })
 }
 
