@@ -151,7 +151,7 @@ impl Broadcast {
             Some(r) => r,
             slot => slot.insert(Region::attach(&self.host, key).map_err(prefixed)?),
         };
-        wire::check_placed(layout, region, placed)?;
+        wire::check_placed(layout, (region.key(), region.len()), placed)?;
         wire::send(&self.host, region, version, placed, counters)
     }
 }

@@ -12,12 +12,12 @@ use tandem_plugin_api::{
 };
 
 /// Checks that `placed` is what `ship` makes of `layout`: buckets in region order, not
-/// overlapping, inside `region`, each tensor at its place in the layout with its dtype and
-/// shape, inside its bucket. A shipment that fails is refused whole, before anything is sent
-/// (a receiver never gets half a sync from a bad shipment).
+/// overlapping, inside the region (`key`, `len` bytes), each tensor at its place in the
+/// layout with its dtype and shape, inside its bucket. A shipment that fails is refused
+/// whole, before anything is sent (a receiver never gets half a sync from a bad shipment).
 pub(super) fn check_placed(
     layout: &[TensorSpec],
-    region: &Region,
+    (key, len): (&str, u64),
     placed: &[PlacedBucket],
 ) -> Result<()> {
     let by_name: HashMap<&str, &TensorSpec> = layout.iter().map(|t| (t.name.as_str(), t)).collect();
@@ -30,15 +30,12 @@ pub(super) fn check_placed(
     let mut end_before = 0u64;
     for (k, p) in placed.iter().enumerate() {
         let end = p.start.checked_add(p.bucket.bytes);
-        if end.is_none_or(|end| end > region.len()) {
+        if end.is_none_or(|end| end > len) {
             return bad(
                 k,
                 format!(
-                    "({} bytes at byte {}) lies outside region {} ({} bytes)",
-                    p.bucket.bytes,
-                    p.start,
-                    region.key(),
-                    region.len()
+                    "({} bytes at byte {}) lies outside region {key} ({len} bytes)",
+                    p.bucket.bytes, p.start,
                 ),
             );
         }
@@ -138,4 +135,97 @@ fn sent_failed(k: usize, n: usize, e: PluginError) -> PluginError {
         ),
     )
     .with_help(e.help.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_plugin_api::{DType, RVec, TensorBucket};
+
+    /// Tensors a..d of 4 f32 each (16 bytes), back to back from byte 0.
+    fn layout() -> Vec<TensorSpec> {
+        ["a", "b", "c", "d"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| TensorSpec {
+                name: (*n).into(),
+                dtype: DType::F32,
+                shape: RVec::from(vec![4]),
+                offset: 16 * i as u64,
+            })
+            .collect()
+    }
+
+    /// What `ship` makes of the layout with `bucket_bytes`.
+    fn shipped(bucket_bytes: u64) -> Vec<PlacedBucket> {
+        let (planned, starts) = buckets::plan(&layout(), bucket_bytes);
+        planned
+            .into_iter()
+            .zip(starts)
+            .map(|(bucket, start)| PlacedBucket { start, bucket })
+            .collect()
+    }
+
+    /// Why `placed` is refused; empty when it passes.
+    fn refusal(placed: &[PlacedBucket]) -> String {
+        match check_placed(&layout(), ("memfd:w", 64), placed) {
+            Ok(()) => String::new(),
+            Err(e) => e.message.to_string(),
+        }
+    }
+
+    #[test]
+    fn what_ship_places_passes() {
+        for size in [16, 32, 48, 64] {
+            let placed = shipped(size);
+            assert_eq!(placed.len() as u64, 64_u64.div_ceil(size), "{size}");
+            assert_eq!(refusal(&placed), "", "{size}");
+        }
+        assert_eq!(refusal(&[]), "");
+    }
+
+    #[test]
+    fn a_bucket_out_of_place_is_refused_naming_it() {
+        // Two buckets of two tensors, starts 0 and 32.
+        let mut moved = shipped(32);
+        moved[1].start = 16;
+        let e = refusal(&moved);
+        assert!(
+            e.contains("bucket 1 of the shipment starts at byte 16"),
+            "{e}"
+        );
+
+        let mut past = shipped(32);
+        past[1].start = 48;
+        let e = refusal(&past);
+        assert!(
+            e.contains("bucket 1 of the shipment (32 bytes at byte 48) lies outside region memfd:w (64 bytes)"),
+            "{e}"
+        );
+
+        let mut overflow = shipped(32);
+        overflow[0].start = u64::MAX;
+        assert!(refusal(&overflow).contains("outside region"));
+    }
+
+    #[test]
+    fn a_tensor_not_where_the_layout_has_it_is_refused_naming_it() {
+        let wrong = |edit: &dyn Fn(&mut TensorBucket)| {
+            let mut placed = shipped(64);
+            edit(&mut placed[0].bucket);
+            refusal(&placed)
+        };
+        let e = wrong(&|b| b.tensors[1].offset = 20);
+        assert!(e.contains("places tensor `b` at byte 20"), "{e}");
+        let e = wrong(&|b| b.tensors[2].name = "z".into());
+        assert!(e.contains("tensor `z`"), "{e}");
+        let e = wrong(&|b| b.tensors[0].dtype = DType::BF16);
+        assert!(e.contains("tensor `a`"), "{e}");
+        let e = wrong(&|b| b.tensors[3].shape = RVec::from(vec![2, 2]));
+        assert!(e.contains("tensor `d`"), "{e}");
+        // In its place, but past its bucket's end.
+        let e = wrong(&|b| b.bytes = 48);
+        assert!(e.contains("tensor `d`"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
 }
