@@ -42,7 +42,10 @@ pub use module::{PluginModule, PluginModuleRef};
 /// Re-exported so an out-of-tree plugin can derive its options' `Deserialize` with
 /// `#[serde(crate = "tandem_plugin_api::serde")]` and depend on this crate only.
 pub use serde;
-pub use traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, SinkBox, TrainerBox};
+pub use traits::{BridgeBox, EngineBox, EnvironmentBox, HostBox, TrainerBox};
+// abi-append:bridge_io:begin (cut out with the trait by the ABI tests)
+pub use traits::SinkBox;
+// abi-append:bridge_io:end
 pub use types::*;
 
 /// API level of this build of the crate. Raised (never lowered) whenever the ABI gains a

@@ -91,7 +91,8 @@ impl Fixture {
     }
 }
 
-/// A fixture against the API as it was at `api` (1 to 6): level 5 lacks the root module's
+/// A fixture against the API as it was at `api` (1 to 7): level 6 lacks the bridge's
+/// appended level-7 calls (`ship` … `stats`, the sink), level 5 also the root module's
 /// appended `environments` / `new_environment`, level 4 also the root module's
 /// appended `describe_config` and the trainer's appended `train_step_policy`, level 3 also
 /// the bridge's appended
@@ -130,6 +131,17 @@ pub(super) fn build(
     );
     std::fs::write(&manifest, text).unwrap();
     let src = w.join("plugin-api/src");
+    if api < 7 {
+        for file in [
+            "traits.rs",
+            "sdk/traits.rs",
+            "sdk/adapters.rs",
+            "sdk.rs",
+            "lib.rs",
+        ] {
+            cut_appended(&src.join(file), "bridge_io");
+        }
+    }
     if api < 6 {
         cut_appended(&src.join("module.rs"), "environment");
         cut_appended(&src.join("sdk.rs"), "environment");
@@ -161,9 +173,17 @@ pub(super) fn build(
     if api < CURRENT {
         let lib = src.join("lib.rs");
         let text = std::fs::read_to_string(&lib).unwrap();
-        let current = "pub const API_LEVEL: u32 = api_level::ENVIRONMENT;";
+        let current = "pub const API_LEVEL: u32 = api_level::BRIDGE_IO;";
         assert!(text.contains(current), "plugin-api/src/lib.rs: {current}");
-        let level = ["", "BASE", "VALIDATE", "HIDDEN", "BRIDGE", "PLAN"][api as usize];
+        let level = [
+            "",
+            "BASE",
+            "VALIDATE",
+            "HIDDEN",
+            "BRIDGE",
+            "PLAN",
+            "ENVIRONMENT",
+        ][api as usize];
         let text = text.replace(
             current,
             &format!("pub const API_LEVEL: u32 = api_level::{level};"),

@@ -298,6 +298,56 @@ fn a_bridge_built_before_the_bridge_methods_or_against_another_api_is_refused_in
     );
 }
 
+/// A bridge built before the level-7 calls (API level 6: `trainer_side` / `send` /
+/// `engine_side` only) still loads, checks and drives a real sync through the defaults that
+/// adapt its calls: the `lossy` fixture's buckets reach the engine over the transport, whose
+/// refusal of the damaged one is the run's error — one line, the engine named once, one help.
+#[test]
+fn a_bridge_built_before_the_level_7_calls_still_syncs_through_its_level_4_calls() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let old = build(Fixture::Lossy, "0.1.0", None, 6, out_dir.path());
+    let plugins = plugin_dir(&[(&old, "libtandem_fixture_lossy.so")]);
+    let jobs = tempfile::tempdir().unwrap();
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        "[model]\npath = \"model\"\ninit_preset = \"tiny\"\n\n\
+         [engine]\nplugin = \"native\"\n\n[trainer]\nplugin = \"native\"\n\n\
+         [run]\nsteps = 1\n\n\
+         [bridge]\nplugin = \"lossy\"\n\n[bridge.options]\nbucket_mb = 1.0\n\
+         damage_bucket = 0\ndamage = \"flip\"\n",
+    )
+    .unwrap();
+    let out = run(tandem()
+        .args(["plugins", "--plugin-dir"])
+        .arg(plugins.path()));
+    assert!(
+        stdout(&out).contains("fixture-lossy 0.1.0 (API level 6"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(tandem()
+        .args(["check", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(tandem()
+        .args(["run", "--plugin-dir"])
+        .arg(plugins.path())
+        .arg(&job)
+        .current_dir(jobs.path()));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("lossy bridge: engine rank 0")
+            && last.contains("its checksum does not match"),
+        "{err}"
+    );
+    assert_eq!(last.matches("engine rank 0").count(), 1, "{last}");
+    assert_eq!(last.matches("(help:").count(), 1, "{last}");
+}
+
 /// A plugin built before environments (API level 5) loads, lists none, and its job checks;
 /// the built-in environments are listed beside it.
 #[test]

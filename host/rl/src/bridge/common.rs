@@ -142,3 +142,25 @@ pub(super) fn mixed_note(switched: &[usize], version: u64) -> String {
         }
     }
 }
+
+/// A worker's error without the worker's name (the sync's error names it once) and its
+/// help, if it has one, apart (the sync's error carries one help).
+pub(super) fn cause(err: &tandem_runtime::RuntimeError, worker: &str) -> (String, Option<String>) {
+    use tandem_control::ControlError;
+    use tandem_runtime::RuntimeError;
+    let plugin = match err {
+        RuntimeError::Control(ControlError::Remote { error, .. }) => Some(error),
+        RuntimeError::Plugin { source, .. } => Some(source),
+        _ => None,
+    };
+    if let Some(e) = plugin {
+        let help = (!e.help.is_empty()).then(|| e.help.to_string());
+        return (format!("{} [{}]", e.message, e.code.as_str()), help);
+    }
+    let text = err.to_string();
+    let text = match text.strip_prefix(worker) {
+        Some(rest) => rest.trim_start_matches(':').trim_start().to_owned(),
+        None => text,
+    };
+    (text, err.help())
+}

@@ -3,7 +3,7 @@
 //! that moves data over the transport — every engine at once while the trainer half sends,
 //! since a broadcast needs every receiver in it.
 
-use super::common::{Ledger, mixed_note};
+use super::common::{Ledger, cause, mixed_note};
 use crate::error::RlError;
 use tandem_plugin_api::{Shipment, UpdateReport};
 use tandem_runtime::launch::{RemoteEngine, RemoteTrainer};
@@ -20,12 +20,17 @@ pub(super) fn in_order(
     for (i, e) in engines.iter().enumerate() {
         let r = e.bridge_apply(for_engines.clone()).map_err(|err| {
             let switched: Vec<usize> = (0..i).collect();
-            RlError::failed(format!(
-                "{} bridge: {} kept serving its previous weights: {err}{}",
+            let (why, help) = cause(&err, e.name());
+            let failed = RlError::failed(format!(
+                "{} bridge: {} kept serving its previous weights: {why}{}",
                 ledger.name,
                 e.name(),
                 mixed_note(&switched, shipped.version)
-            ))
+            ));
+            match help {
+                Some(h) => failed.with_help(h),
+                None => failed,
+            }
         })?;
         reports.push(r);
     }
@@ -70,25 +75,26 @@ pub(super) fn together(
         .position(|r| matches!(r, Err(tandem_runtime::RuntimeError::Control(_))))
         .or_else(|| applied.iter().position(Result::is_err));
     if let Some(i) = culprit {
-        let err = match &applied[i] {
-            Err(err) => err.to_string(),
-            Ok(_) => String::new(),
+        let name = engines[i].name();
+        let (why, help) = match &applied[i] {
+            Err(err) => cause(err, name),
+            Ok(_) => (String::new(), None),
         };
         let sender = match &sent {
-            Err(s) => format!(" (the trainer's send: {s})"),
+            Err(s) => format!(" (the trainer's send: {})", cause(s, trainer.name()).0),
             Ok(()) => String::new(),
         };
         return Err(RlError::failed(format!(
-            "{} bridge: {} did not take v{}: {err}{sender}{}",
+            "{} bridge: {name} did not take v{}: {why}{sender}{}",
             ledger.name,
-            engines[i].name(),
             shipped.version,
             mixed_note(&switched, shipped.version)
         ))
-        .with_help(
+        .with_help(help.unwrap_or_else(|| {
             "an engine that refused before its first copy keeps its previous weights; one that \
-             failed after it refuses to serve until the next complete sync",
-        ));
+             failed after it refuses to serve until the next complete sync"
+                .to_owned()
+        })));
     }
     let reports: Vec<UpdateReport> = applied.into_iter().filter_map(Result::ok).collect();
     sent.map_err(|e| {
