@@ -249,6 +249,48 @@ fn three_steps(placement: &str) {
             "step {}: each engine received the bytes the bridge shipped (first sync: {is_first})",
             m["step"]
         );
+        // The bridge's own figures (its `stats()`) are in the step's metrics.
+        let stats = &m["bridge"];
+        assert_eq!(stats["shipped_bytes"].as_f64(), Some(*sent as f64), "{m}");
+        assert_eq!(stats["shipped_tensors"].as_f64(), Some(*tensors as f64), "{m}");
+        assert!(stats["transmit_s"].as_f64().is_some_and(|s| s > 0.0), "{m}");
+        // The sync's clock covers the trainer half (the export's RPC holds its `ship`).
+        assert!(m["sync_s"].as_f64() >= stats["ship_s"].as_f64(), "{m}");
+    }
+    if placement == "colocate" {
+        // The bridge keeps the engines' weights resident (its baseline), not the trainer's:
+        // the drained offload releases everything else of the engines, and the trainer
+        // offloads its weights after every sync.
+        let events = t.events();
+        let with = |target: &str, op: &str| -> Vec<String> {
+            events
+                .iter()
+                .filter(|e| {
+                    e["target"].as_str().is_some_and(|t| t.starts_with(target)) && e["op"] == op
+                })
+                .map(|e| e["detail"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        };
+        let released = with("engine-", "release");
+        assert!(
+            !released.is_empty(),
+            "the engines release memory: {events:?}"
+        );
+        assert!(
+            released
+                .iter()
+                .all(|d| !d.split(',').any(|t| t == "weights")),
+            "an engine released its weights: {released:?}"
+        );
+        let offloaded = with("trainer", "offload");
+        assert!(
+            offloaded
+                .iter()
+                .filter(|d| d.split(',').any(|t| t == "weights"))
+                .count()
+                >= 3,
+            "the trainer offloads its weights after every sync: {offloaded:?}"
+        );
     }
 }
 

@@ -33,8 +33,8 @@ use tandem_plugin_api::sdk::region::Region;
 use tandem_plugin_api::sdk::{BridgeImpl, Result, Sink, buckets};
 use tandem_plugin_api::{
     ApplyOutcome, BRIDGE_GROUP, BridgePlan, HostBox, LogLevel, Metric, PlacedBucket, PluginError,
-    RSliceMut, RStr, RVec, Received, Shipment, ShipmentBody, TensorSpec, UpdateKind, UpdatePayload,
-    WeightUpdate,
+    RSliceMut, RStr, RString, RVec, Received, ResidentTags, Shipment, ShipmentBody, TensorSpec,
+    UpdateKind, UpdatePayload, WeightUpdate, tags,
 };
 
 /// The `delta` bridge, one instance per process (only the trainer's instance keeps state).
@@ -343,6 +343,18 @@ impl BridgeImpl for Delta {
         Ok(BridgePlan {
             transport: true,
             ..BridgePlan::default()
+        })
+    }
+
+    /// The engines' weights stay resident: they are the baseline every delta is applied to,
+    /// and an engine whose release discards its weights (vLLM's sleep level 2, SGLang's
+    /// `release_memory_occupation`) would come back serving weights no delta describes. The
+    /// trainer's may go: its half reads the region only between the export and the end of
+    /// `transmit`, before the loop offloads the trainer.
+    fn resident(&self) -> Result<ResidentTags> {
+        Ok(ResidentTags {
+            trainer: RVec::new(),
+            engines: RVec::from(vec![RString::from(tags::WEIGHTS)]),
         })
     }
 
