@@ -172,6 +172,7 @@ impl Ctx<'_> {
         driver.setup(&trainer, &mut engines, &mut launcher)?;
         resume(&engines)?;
         let (mut lat, mut bytes, mut peak) = (Vec::new(), 0, 0);
+        let mut last = None;
         // ipc syncs cost no I/O: ten more (without a training step in between, same path:
         // export, fence, version check) make the median robust on a loaded machine.
         let extra = if mode == "ipc" { 10 } else { 0 };
@@ -209,6 +210,7 @@ impl Ctx<'_> {
             }
             lat.push(rec.latency_s);
             bytes = rec.bytes_moved;
+            last = Some(rec.clone());
             if k >= cold {
                 peak = peak.max(rec.peak_rss_bytes);
             }
@@ -315,8 +317,34 @@ impl Ctx<'_> {
                 .limit_name("weights"),
             Figure::new(BENCH, &case("weight_copies"), copies, "×", 1.0).limit_name("1 × weights"),
         ]);
+        if let Some(rec) = &last {
+            figures.extend(bridge_stat_figures(&case, rec, w));
+        }
         Ok(figures)
     }
+}
+
+/// The bridge's own figures of one sync (`stats()`, in the sync's record): seconds beside the
+/// sync's latency, bytes beside the weights, counts alone (their own limit).
+pub(super) fn bridge_stat_figures(
+    case: &dyn Fn(&str) -> String,
+    rec: &tandem_rl::bridge::SyncRecord,
+    weights: f64,
+) -> Vec<Figure> {
+    rec.bridge_stats
+        .iter()
+        .map(|(name, value)| {
+            let case = case(&format!("bridge.{name}"));
+            if name.ends_with("_s") {
+                Figure::new(BENCH, &case, value * 1e3, "ms", rec.latency_s * 1e3)
+                    .limit_name("the sync's latency")
+            } else if name.ends_with("bytes") {
+                Figure::new(BENCH, &case, value / 1e6, "MB", weights / 1e6).limit_name("weights")
+            } else {
+                Figure::new(BENCH, &case, *value, "", *value).limit_name("(the bridge's count)")
+            }
+        })
+        .collect()
 }
 
 /// Bytes of the workers' buffers other than weights (grads, optimizer, KV, activations); in

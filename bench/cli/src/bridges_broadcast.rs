@@ -93,11 +93,13 @@ impl Ctx<'_> {
         // The first sync is cold (the engines' bucket buffer, the trainer's mapping of its
         // region): reported apart; the median is of the rest.
         let (mut lat, mut peak) = (Vec::new(), 0u64);
+        let mut last = None;
         for k in 0..1 + self.syncs.max(3) {
             train_step(&trainer, &engines)?;
             let rec = driver.sync(&trainer, &mut engines, &mut launcher)?;
             resume(&engines)?;
             lat.push(rec.latency_s);
+            last = Some(rec.clone());
             if k > 0 {
                 peak = peak.max(rec.peak_rss_bytes);
             }
@@ -115,7 +117,7 @@ impl Ctx<'_> {
         let procs = 1.0 + ENGINES as f64;
         let copies = (peak as f64 - other as f64 - procs * baseline as f64) / w;
         let copies_limit = procs + 2.0 * ENGINES as f64 * bucket as f64 / w;
-        let figures = vec![
+        let mut figures = vec![
             Figure::new(BENCH, &case("sync"), gbps(median), "GB/s", transport_gbps)
                 .limit_name(&format!(
                     "transport broadcast x{} of {} MiB",
@@ -137,6 +139,9 @@ impl Ctx<'_> {
                 &format!("1 × weights per process + 2 buckets per engine ({ENGINES} engines)"),
             ),
         ];
+        if let Some(rec) = &last {
+            figures.extend(super::bridges::bridge_stat_figures(&case, rec, w));
+        }
         Ok(figures)
     }
 }
