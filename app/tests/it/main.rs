@@ -32,6 +32,7 @@ mod native_cli;
 mod out_of_tree;
 mod out_of_tree_bridge;
 mod out_of_tree_env;
+mod out_of_tree_squeeze;
 mod placement_cpus;
 mod recovery;
 mod rl_learns;
