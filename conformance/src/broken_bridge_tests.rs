@@ -23,6 +23,8 @@ const LAX_OPTIONS: u8 = 4;
 const THREE_KINDS: u8 = 5;
 /// Panics on an update kind it does not take.
 const PANICS: u8 = 6;
+/// Keeps a tag resident on the engines' side (level-7 `resident`) that nobody declares.
+const UNKNOWN_ENGINE_TAG: u8 = 7;
 
 const UNKNOWN_OPTION: &str = "conformance_no_such_option";
 
@@ -63,6 +65,19 @@ impl<const BUG: u8> BridgeImpl for ToyBridge<BUG> {
             resident_tags: RVec::from(vec![RString::from(tag)]),
             restart_engines: BUG == UNSTABLE_PLAN && self.instance % 2 == 1,
             ..BridgePlan::default()
+        })
+    }
+
+    fn resident(&self) -> sdk::Result<ResidentTags> {
+        let plan = self.plan()?;
+        let engines = if BUG == UNKNOWN_ENGINE_TAG {
+            RVec::from(vec![RString::from("scratchpad")])
+        } else {
+            plan.resident_tags.clone()
+        };
+        Ok(ResidentTags {
+            trainer: plan.resident_tags,
+            engines,
         })
     }
 }
@@ -178,6 +193,12 @@ fn each_broken_bridge_fails_its_rule() {
         (
             "unknown tag",
             failures::<UNKNOWN_TAG>(),
+            "resident_tags_declared",
+            "resident tags are declared tags",
+        ),
+        (
+            "unknown engine-side tag",
+            failures::<UNKNOWN_ENGINE_TAG>(),
             "resident_tags_declared",
             "resident tags are declared tags",
         ),
