@@ -59,7 +59,7 @@ pub struct StepMetrics {
     /// Latency of the sync (s): both halves of the bridge, the trainer's export included.
     pub sync_s: f64,
     /// The bridge's own figures for the sync (its `stats()`): the trainer half's by name,
-    /// X
+    /// the engine halves' summed as `engines.<name>` (`bridge/<key>` in trackers).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bridge: BTreeMap<String, f64>,
     /// Seconds from the first engine rank's finish of its rollout share to the last one's:
