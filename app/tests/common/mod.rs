@@ -141,6 +141,25 @@ pub fn cargo() -> std::process::Command {
     c
 }
 
+/// Builds the out-of-tree example crate at `manifest` (relative to the workspace root) into
+/// the scratch target dir the out-of-tree tests share, and returns its library `lib`.
+pub fn build_example(manifest: &str, lib: &str) -> PathBuf {
+    let root = workspace_root();
+    let target = root.join("target/out-of-tree");
+    let out = cargo()
+        .args(["build", "--offline", "-q", "--manifest-path"])
+        .arg(root.join(manifest))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "building {manifest} failed:\n{}",
+        stderr(&out)
+    );
+    target.join("debug").join(lib)
+}
+
 /// A scratch directory for files a test binary shares between its tests for the whole
 /// process (e.g. models written once): `<CARGO_TARGET_TMPDIR>/<name>-<pid>`. A static
 /// `TempDir` is never dropped, so its directory outlived every run (≈ 110 MB each for the

@@ -9,7 +9,9 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use crate::common::rl::{JobOpts, OutputText, Scratch, steps_of};
-use crate::common::{cargo, error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root};
+use crate::common::{
+    build_example, cargo, error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root,
+};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -22,22 +24,7 @@ const ENGINES: u64 = 2;
 fn library() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let root = workspace_root();
-            let target = root.join("target/out-of-tree");
-            let out = cargo()
-                .args(["build", "--offline", "-q", "--manifest-path"])
-                .arg(root.join("examples/out-of-tree-bridge/Cargo.toml"))
-                .env("CARGO_TARGET_DIR", &target)
-                .output()
-                .expect("run cargo");
-            assert!(
-                out.status.success(),
-                "building examples/out-of-tree-bridge failed:\n{}",
-                stderr(&out)
-            );
-            target.join("debug").join(LIB)
-        })
+        .get_or_init(|| build_example("examples/out-of-tree-bridge/Cargo.toml", LIB))
         .clone()
 }
 
@@ -252,7 +239,11 @@ fn three_steps(placement: &str) {
         // The bridge's own figures (its `stats()`) are in the step's metrics.
         let stats = &m["bridge"];
         assert_eq!(stats["shipped_bytes"].as_f64(), Some(*sent as f64), "{m}");
-        assert_eq!(stats["shipped_tensors"].as_f64(), Some(*tensors as f64), "{m}");
+        assert_eq!(
+            stats["shipped_tensors"].as_f64(),
+            Some(*tensors as f64),
+            "{m}"
+        );
         assert!(stats["transmit_s"].as_f64().is_some_and(|s| s > 0.0), "{m}");
         // The sync's clock covers the trainer half (the export's RPC holds its `ship`).
         assert!(m["sync_s"].as_f64() >= stats["ship_s"].as_f64(), "{m}");

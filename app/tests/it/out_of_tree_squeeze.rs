@@ -10,7 +10,9 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use crate::common::rl::{JobOpts, OutputText, Scratch, steps_of};
-use crate::common::{cargo, error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root};
+use crate::common::{
+    build_example, cargo, error_lines, plugin_dir, run, stderr, stdout, tandem, workspace_root,
+};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -23,24 +25,7 @@ const ENGINES: u64 = 2;
 /// out-of-tree tests use) and returns the library.
 fn library() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let root = workspace_root();
-            let target = root.join("target/out-of-tree");
-            let out = cargo()
-                .args(["build", "--offline", "-q", "--manifest-path"])
-                .arg(root.join(MANIFEST))
-                .env("CARGO_TARGET_DIR", &target)
-                .output()
-                .expect("run cargo");
-            assert!(
-                out.status.success(),
-                "building examples/out-of-tree-squeeze failed:\n{}",
-                stderr(&out)
-            );
-            target.join("debug").join(LIB)
-        })
-        .clone()
+    BUILT.get_or_init(|| build_example(MANIFEST, LIB)).clone()
 }
 
 /// A plugin directory holding only the example's library.

@@ -314,18 +314,7 @@ impl BridgeImpl for Delta {
     }
 
     fn receive(&self, shipment: Shipment, _sink: &mut Sink) -> Result<Received> {
-        let update = match &shipment.body {
-            ShipmentBody::Buckets { .. }
-            | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
-            _ => None,
-        };
-        update.map(Received::Apply).ok_or_else(|| {
-            PluginError::invalid_input(format!(
-                "delta bridge (engine side): got a shipment of {}, it takes placed_buckets",
-                shipment.kind_name()
-            ))
-            .with_help("the engines receive the buckets the trainer half ships")
-        })
+        buckets::to_engine("delta", shipment)
     }
 
     fn after_apply(&self, outcome: ApplyOutcome) -> Result<()> {

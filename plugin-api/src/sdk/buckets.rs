@@ -15,7 +15,7 @@
 //! the bucket size travels alone).
 
 use crate::error::PluginError;
-use crate::types::{TensorBucket, TensorSpec};
+use crate::types::{Received, Shipment, ShipmentBody, TensorBucket, TensorSpec, UpdatePayload};
 use abi_stable::std_types::RVec;
 
 /// Bytes of the trailer that follows each bucket's data on the wire.
@@ -185,4 +185,23 @@ mod tests {
             "no trailer"
         );
     }
+}
+
+/// The engine half of a bridge whose engines receive its buckets themselves (`broadcast`,
+/// `delta`): placed buckets, or a `tensor_buckets` update, go to the engine's
+/// `apply_weight_update` as a `tensor_buckets` update; any other shipment is refused, naming
+/// `bridge`.
+pub fn to_engine(bridge: &str, shipment: Shipment) -> Result<Received, PluginError> {
+    let update = match &shipment.body {
+        ShipmentBody::Buckets { .. }
+        | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
+        _ => None,
+    };
+    update.map(Received::Apply).ok_or_else(|| {
+        PluginError::invalid_input(format!(
+            "{bridge} bridge (engine side): got a shipment of {}, it takes placed_buckets",
+            shipment.kind_name()
+        ))
+        .with_help("the engines receive the buckets the trainer half ships")
+    })
 }

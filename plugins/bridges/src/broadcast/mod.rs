@@ -194,19 +194,7 @@ impl BridgeImpl for Broadcast {
     }
 
     fn receive(&self, shipment: Shipment, _sink: &mut Sink) -> Result<Received> {
-        let update = match &shipment.body {
-            ShipmentBody::Buckets { .. }
-            | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
-            _ => None,
-        };
-        match update {
-            Some(update) => Ok(Received::Apply(update)),
-            None => Err(PluginError::invalid_input(format!(
-                "broadcast bridge (engine side): got a shipment of {}, it takes placed_buckets",
-                shipment.kind_name()
-            ))
-            .with_help("the engines receive the buckets the trainer half ships")),
-        }
+        buckets::to_engine("broadcast", shipment)
     }
 
     fn plan(&self) -> Result<BridgePlan> {
