@@ -174,17 +174,24 @@ pub fn digest_dir(dir: &Path) -> Result<String, FilesError> {
 fn hash_entry(file: &Path, e: &Entry) -> Result<TensorHash, FilesError> {
     let f = std::fs::File::open(file)
         .map_err(|err| FilesError::io(format!("opening {}", file.display()), err))?;
-    let mut h = TensorHasher::new(&e.name, &e.dtype, &e.shape);
-    let mut buf = vec![0u8; e.len.min(CHUNK) as usize];
-    let mut done = 0;
-    while done < e.len {
-        let n = (e.len - done).min(CHUNK) as usize;
-        f.read_exact_at(&mut buf[..n], e.start + done)
-            .map_err(|err| FilesError::io(format!("reading {}", file.display()), err))?;
-        h.update(&buf[..n]);
-        done += n as u64;
+    // One read buffer per pool thread, kept for the thread's life: a buffer per tensor made
+    // the engines' allocated memory settle at a different level from run to run.
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    Ok(h.finish())
+    let mut h = TensorHasher::new(&e.name, &e.dtype, &e.shape);
+    BUF.with_borrow_mut(|buf| {
+        buf.resize(CHUNK as usize, 0);
+        let mut done = 0;
+        while done < e.len {
+            let n = (e.len - done).min(CHUNK) as usize;
+            f.read_exact_at(&mut buf[..n], e.start + done)
+                .map_err(|err| FilesError::io(format!("reading {}", file.display()), err))?;
+            h.update(&buf[..n]);
+            done += n as u64;
+        }
+        Ok(h.finish())
+    })
 }
 
 /// Checks the weights in `dir` against `expected` (an exported digest) and returns their

@@ -127,6 +127,25 @@ pub fn check(
     Ok(())
 }
 
+/// The engine half of a bridge whose engines receive its buckets themselves (`broadcast`,
+/// `delta`): placed buckets, or a `tensor_buckets` update, go to the engine's
+/// `apply_weight_update` as a `tensor_buckets` update; any other shipment is refused, naming
+/// `bridge`.
+pub fn to_engine(bridge: &str, shipment: Shipment) -> Result<Received, PluginError> {
+    let update = match &shipment.body {
+        ShipmentBody::Buckets { .. }
+        | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
+        _ => None,
+    };
+    update.map(Received::Apply).ok_or_else(|| {
+        PluginError::invalid_input(format!(
+            "{bridge} bridge (engine side): got a shipment of {}, it takes placed_buckets",
+            shipment.kind_name()
+        ))
+        .with_help("the engines receive the buckets the trainer half ships")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -185,23 +204,4 @@ mod tests {
             "no trailer"
         );
     }
-}
-
-/// The engine half of a bridge whose engines receive its buckets themselves (`broadcast`,
-/// `delta`): placed buckets, or a `tensor_buckets` update, go to the engine's
-/// `apply_weight_update` as a `tensor_buckets` update; any other shipment is refused, naming
-/// `bridge`.
-pub fn to_engine(bridge: &str, shipment: Shipment) -> Result<Received, PluginError> {
-    let update = match &shipment.body {
-        ShipmentBody::Buckets { .. }
-        | ShipmentBody::Update(UpdatePayload::TensorBuckets { .. }) => shipment.to_update(),
-        _ => None,
-    };
-    update.map(Received::Apply).ok_or_else(|| {
-        PluginError::invalid_input(format!(
-            "{bridge} bridge (engine side): got a shipment of {}, it takes placed_buckets",
-            shipment.kind_name()
-        ))
-        .with_help("the engines receive the buckets the trainer half ships")
-    })
 }
