@@ -34,6 +34,7 @@ pub mod plot;
 pub mod progress;
 pub mod prompt;
 pub mod rollout;
+pub mod trajectories;
 pub mod warmstart;
 
 pub use driver::{RunOptions, RunSummary, run};
