@@ -13,6 +13,8 @@
 //!   [`progress`].
 //! - [`bridge`]: the weight-bridge driver, over any bridge component (the built-in `ipc`,
 //!   `lora`, `checkpoint`, `broadcast`, or a third party's).
+//! - [`trajectories`]: the exactly-once trajectory ledger (retries, staleness-bounded
+//!   admission, snapshot/restore) multi-turn and async RL build on; not used by the loop yet.
 //! - [`task`]: built-in verifiable tasks and rewards.
 
 #![forbid(unsafe_code)]
