@@ -16,6 +16,7 @@ pub mod fetch;
 pub mod gguf;
 pub mod merge;
 pub mod tokens;
+pub mod tools;
 pub mod write;
 
 pub use error::ModelError;
