@@ -126,6 +126,22 @@ impl ActLayout {
         al
     }
 
+    /// Prefill's layout: [`for_inference`](Self::for_inference) without the full logits
+    /// `[N, vocab]` — prefill runs `forward` with `with_logits = false` and projects only the
+    /// last position of each prompt — so a prefill's memory does not grow with the
+    /// vocabulary (64 prompts of 60 tokens with SmolLM2's 49 152-entry vocabulary: 755 MB).
+    pub fn for_prefill(c: &ModelConfig, b: usize, t: usize, lora: Option<&LoraConfig>) -> Self {
+        let mut al = Self::for_inference(c, b, t, lora);
+        al.final_sizes[3] = 0;
+        al
+    }
+
+    /// Whether the final section holds the full logits `[N, vocab]` (not a prefill or a
+    /// training layout).
+    pub fn has_logits(&self) -> bool {
+        self.head_rows.is_none() && (self.n == 0 || self.final_sizes[3] > 0)
+    }
+
     /// f32 elements of one layer's section.
     pub fn per_layer(&self) -> usize {
         self.layer_sizes.iter().sum()

@@ -201,6 +201,13 @@ pub fn forward_observed(
                 .into(),
         ));
     }
+    if with_logits && !al.has_logits() {
+        return Err(NativeError::Input(
+            "a prefill layout (ActLayout::for_prefill) holds no logits; use \
+             ActLayout::for_inference to score"
+                .into(),
+        ));
+    }
     let c = &model.cfg;
     let w = model.w();
     let (n, d) = (al.n, c.hidden_size);

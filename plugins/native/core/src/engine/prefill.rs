@@ -53,7 +53,7 @@ impl Engine {
         for (bi, &(ri, _)) in group.iter().enumerate() {
             tokens[bi * t..bi * t + lens[bi]].copy_from_slice(&reqs[ri].prompt);
         }
-        let al = ActLayout::for_inference(&c, b, t, adapter.map(|i| &self.adapters[i].1.cfg));
+        let al = ActLayout::for_prefill(&c, b, t, adapter.map(|i| &self.adapters[i].1.cfg));
         self.prefill_buf(&al, provider)?;
         let d = c.hidden_size;
         if let Some(sp) = self.spec.as_mut() {
@@ -194,7 +194,7 @@ impl Engine {
             for (bi, s) in seqs[i..j].iter().enumerate() {
                 tokens[bi * t..bi * t + s.len()].copy_from_slice(s);
             }
-            let al = ActLayout::for_inference(&c, b, t, ai.map(|a| &self.adapters[a].1.cfg));
+            let al = ActLayout::for_prefill(&c, b, t, ai.map(|a| &self.adapters[a].1.cfg));
             self.prefill_buf(&al, provider)?;
             let lora = ai.map(|a| &self.adapters[a].1);
             let buf = self

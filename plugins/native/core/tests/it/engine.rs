@@ -201,6 +201,29 @@ fn inference_layout_matches_training_layout_and_cannot_backprop() {
 }
 
 #[test]
+fn a_prefill_layout_holds_no_logits_and_the_same_hidden_states() {
+    use tandem_native_core::acts::ActLayout;
+    use tandem_native_core::forward::forward;
+    let mut p = VecProvider::new();
+    let model = random_model(cfg(), 8, &mut p);
+    let toks = common::tokens(2 * 6, 40, 3);
+    let inf = ActLayout::for_inference(&model.cfg, 2, 6, None);
+    let pre = ActLayout::for_prefill(&model.cfg, 2, 6, None);
+    // Exactly the logits `[N, vocab]` less.
+    assert_eq!(pre.total_len() + 12 * 40, inf.total_len());
+    let hidden = |al: &ActLayout| {
+        let mut acts = vec![0.0; al.total_len()];
+        forward(&model, None, &toks, al, &mut acts, false).unwrap();
+        let ho = al.hidden_offset();
+        acts[ho..ho + 12 * model.cfg.hidden_size].to_vec()
+    };
+    assert_eq!(hidden(&inf), hidden(&pre));
+    let mut acts = vec![0.0; pre.total_len()];
+    let err = forward(&model, None, &toks, &pre, &mut acts, true).unwrap_err();
+    assert!(err.to_string().contains("holds no logits"), "{err}");
+}
+
+#[test]
 fn continuous_batching_refills_slots_without_changing_outputs() {
     let mut p = VecProvider::new();
     let mut e = engine(&mut p);
