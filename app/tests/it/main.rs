@@ -35,6 +35,7 @@ mod out_of_tree_env;
 mod out_of_tree_squeeze;
 mod placement_cpus;
 mod recovery;
+mod rl_async;
 mod rl_learns;
 mod rl_loop;
 mod rl_ppo;

@@ -442,6 +442,7 @@ pub(super) fn step_samples(vocab: usize) -> Vec<Sample> {
                 completion: row[STEP_PROMPT..].to_vec(),
                 logprobs: Vec::new(),
                 reward: (i % 2) as f32,
+                version: 0,
             }
         })
         .collect()

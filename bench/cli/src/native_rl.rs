@@ -67,6 +67,7 @@ fn samples(vocab: usize) -> Vec<Sample> {
                 completion: row[p..].to_vec(),
                 logprobs: Vec::new(),
                 reward: ((i * 3 + i / RL_GROUP) % 2) as f32,
+                version: 0,
             }
         })
         .collect()

@@ -115,6 +115,29 @@ pub struct StepMetrics {
     /// PPO: the fraction of tokens whose value the clip held at its last step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value_clip_frac: Option<f64>,
+    /// `max_staleness` ≥ 1: the generation and scoring time of this step's rollout, spent
+    /// beside the previous step's training (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead_s: Option<f64>,
+    /// `max_staleness` ≥ 1: how many versions the oldest trained sample was behind the
+    /// weights it trained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub staleness_max: Option<u64>,
+    /// `max_staleness` ≥ 1: the step's samples (those of groups without signal too) by how
+    /// many versions they were behind the weights they trained.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub staleness: BTreeMap<String, u64>,
+    /// `max_staleness` ≥ 1: samples past the bound, not trained (none while the schedule
+    /// holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_dropped: Option<u64>,
+    /// With a correction: the mean importance weight `π_prox / π_behav` of the trained
+    /// tokens (before any cap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_weight_mean: Option<f64>,
+    /// With `correction = "tis"`: the share of trained tokens whose weight the cap held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub is_clipped_frac: Option<f64>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

@@ -30,6 +30,8 @@ pub struct RolloutSpec {
     pub seed: u64,
     /// Adapter the requests name (lora bridge).
     pub adapter: Option<String>,
+    /// The weight version the engines serve while they generate it.
+    pub version: u64,
 }
 
 /// Samples with rewards, plus the number of exactly right answers and what scoring counted.
@@ -217,6 +219,7 @@ impl Pending {
                 completion: c.tokens.to_vec(),
                 logprobs: c.logprobs.to_vec(),
                 reward: r.value,
+                version: spec.version,
             });
         }
         samples.sort_by_key(|s| s.group);

@@ -1,7 +1,9 @@
 //! `[run] dump_rollouts = true`: every sample of every step appended to
 //! `<run_dir>/rollouts.jsonl`, one JSON object per line — `step`, `group`, the decoded
 //! `prompt` and `completion`, the completion's `tokens` and sampling `logprobs`, `reward`
-//! and GRPO `advantage` — for looking at what the policy generates. A debugging aid: a
+//! and GRPO `advantage`, the `policy_version` that generated it and the `trained_version`
+//! of the weights it trained (their difference is its staleness) — for looking at what the
+//! policy generates. A debugging aid: a
 //! failed write never stops the run.
 
 use crate::prompt::PromptCodec;
@@ -16,11 +18,14 @@ pub(super) fn append(
     rollout: &Rollout,
     advantages: &[f32],
     codec: &PromptCodec,
+    trained_version: u64,
 ) {
     let mut text = String::new();
     for (s, a) in rollout.samples.iter().zip(advantages) {
         let line = serde_json::json!({
             "step": step,
+            "policy_version": s.version,
+            "trained_version": trained_version,
             "group": s.group,
             "prompt": codec.decode(&s.prompt).unwrap_or_default(),
             "completion": codec.decode(&s.completion).unwrap_or_default(),

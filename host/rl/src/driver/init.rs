@@ -86,8 +86,8 @@ impl<'a> Loop<'a> {
             plan,
             opts,
             model: &plan.model.path,
-            env: parts.env,
-            codec: parts.codec,
+            env: std::sync::Arc::new(parts.env),
+            codec: std::sync::Arc::new(parts.codec),
             launcher: parts.launcher,
             bridge: parts.bridge,
             events: parts.events,
@@ -108,6 +108,7 @@ impl<'a> Loop<'a> {
             restarts: super::recover::Restarts::new(&plan.run),
             chaos,
             draft,
+            ahead: super::ahead::Ahead::default(),
         };
         l.first_onload()?;
         if let Some(d) = &l.draft {

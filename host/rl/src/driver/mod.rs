@@ -30,6 +30,7 @@
 //! A worker that dies during a step is restarted and the step goes on from where it was
 //! (`recover/`); `TANDEM_CHAOS` kills workers on purpose to test that (`chaos.rs`).
 
+mod ahead;
 mod chaos;
 mod draft;
 mod dump;
@@ -60,6 +61,7 @@ use crate::progress::Progress;
 use crate::prompt::PromptCodec;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tandem_runtime::launch::LocalLauncher;
 use tandem_runtime::registry::Registry;
@@ -165,8 +167,9 @@ struct Loop<'a> {
     opts: &'a RunOptions,
     /// The job's model directory: the source of every written model dir's companion files.
     model: &'a Path,
-    env: Env,
-    codec: PromptCodec,
+    /// Shared with the rollout generated ahead (`ahead.rs`).
+    env: Arc<Env>,
+    codec: Arc<PromptCodec>,
     launcher: LocalLauncher,
     bridge: BridgeDriver,
     events: EventLog,
@@ -196,6 +199,9 @@ struct Loop<'a> {
     chaos: chaos::Chaos,
     /// The drafter trained in the rollouts' bubbles (`[drafter] enabled`).
     draft: Option<draft::Draft>,
+    /// With `[algorithm] max_staleness` ≥ 1: the next step's rollout, generated while this
+    /// step trains.
+    ahead: ahead::Ahead,
 }
 
 /// Wall time of each phase of a step (s), by name.

@@ -6,6 +6,7 @@
 //! travels in a [`StepLog`], how far it got in a [`StepState`]: after a worker's death and
 //! its recovery (`recover/`) the step runs again from there.
 
+mod correct;
 mod samples;
 
 use super::chaos::Point;
@@ -31,7 +32,7 @@ use tandem_plugin_api::{Completion, RVec};
 /// back through [`Loop::attempt`] after the recovery; what is done stays done (each engine's
 /// rollout share, the training, the checkpoint), so a step trains once and records once.
 pub(super) struct StepState {
-    log: StepLog,
+    pub(super) log: StepLog,
     spec: RolloutSpec,
     /// The rollout while engines still owe their shares.
     pending: Option<rollout::Pending>,
@@ -56,6 +57,15 @@ pub(super) struct StepState {
     attempts: u32,
 }
 
+impl StepState {
+    /// Takes a rollout generated ahead of the step as its first round.
+    pub(super) fn adopt(&mut self, spec: RolloutSpec, rollout: Rollout) {
+        self.spec = spec;
+        self.pending = None;
+        self.sampling.add(rollout);
+    }
+}
+
 impl Loop<'_> {
     /// Runs step `step`; a worker that dies on the way is restarted ([`super::recover`])
     /// and the step goes on from where it was.
@@ -71,6 +81,8 @@ impl Loop<'_> {
                 }
                 Err(e) => {
                     let t = std::time::Instant::now();
+                    // The recovery needs the engines: the rollout ahead ends first.
+                    self.join_ahead(&mut s.log);
                     self.recover(step, e)?;
                     super::add_time(&mut s.log.phases, "recover", t.elapsed());
                 }
@@ -78,26 +90,43 @@ impl Loop<'_> {
         }
     }
 
-    /// The step's rollout settings, from the current data position on.
-    fn begin(&self, step: u32) -> Result<StepState, RlError> {
+    /// The rollout settings of `step`'s first round, from the current data position on,
+    /// with the version the engines serve now.
+    pub(super) fn spec_for(&self, step: u32) -> RolloutSpec {
         let (a, seed) = (&self.plan.algorithm, self.plan.run.seed);
-        let spec = RolloutSpec {
+        RolloutSpec {
             first_problem: self.cursor.data_position,
             prompts: a.prompts_per_step,
             group_size: a.group_size,
             max_tokens: a.max_tokens,
             temperature: a.temperature,
             seed: seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ u64::from(step),
-            adapter: None,
-        };
+            adapter: self.bridge.request_adapter(),
+            version: self.served(),
+        }
+    }
+
+    /// The step's rollout settings (those of the rollout generated ahead for it, if one is
+    /// in).
+    fn begin(&self, step: u32) -> Result<StepState, RlError> {
+        let a = &self.plan.algorithm;
+        let ahead = self.ahead.spec_for(step).cloned();
+        let spec = ahead.clone().unwrap_or_else(|| self.spec_for(step));
         let seed = spec.seed;
         let rounds = if a.dynamic_sampling {
             a.max_sampling_rounds
         } else {
             0
         };
-        let pending =
-            rollout::Pending::new(&spec, self.engines.remotes.len(), &self.env, &self.codec)?;
+        let pending = match ahead {
+            Some(_) => None,
+            None => Some(rollout::Pending::new(
+                &spec,
+                self.engines.remotes.len(),
+                &self.env,
+                &self.codec,
+            )?),
+        };
         let ranks = self.engines.remotes.len();
         let min_ranks = match (&self.draft, &self.plan.drafter.rl) {
             (Some(_), Some(d)) => d.min_ranks_for_training as usize,
@@ -106,7 +135,7 @@ impl Loop<'_> {
         Ok(StepState {
             log: StepLog::new(step),
             spec,
-            pending: Some(pending),
+            pending,
             bubble: Coordinator::new(ranks, min_ranks),
             times: BubbleTimes::new(ranks),
             speculated: SpecFigures::default(),
@@ -138,22 +167,36 @@ impl Loop<'_> {
                 self.drained_offload(&mut s.log)?;
                 self.staged_onload(step, true, &mut s.log.phases)?;
                 self.force_sync = false;
+                s.spec.version = self.served();
             }
             self.chaos.at(step, Point::Rollout, &self.workers());
-            if s.sampling.rounds == 0 {
+            if self.take_ahead(s) {
+                // Generated ahead: every rank's share is in.
+                for rank in 0..s.bubble.states().len() {
+                    for op in [BubbleOp::Start, BubbleOp::Finish, BubbleOp::Complete] {
+                        self.bubble(step, &mut s.bubble, rank, op)?;
+                    }
+                }
+            } else if s.sampling.rounds == 0 {
                 self.rollout(s)?;
             }
             self.more_rounds(s)?;
         }
+        // k >= 1: the engines generate the next step's rollout while this one trains.
+        let overlap = self.max_staleness() > 0;
+        self.start_ahead(step)?;
         self.chaos.at(step, Point::Offload, &self.workers());
-        self.drained_offload(&mut s.log)?;
+        if !overlap {
+            self.drained_offload(&mut s.log)?;
+        }
         if !s.trained {
             if s.batch.is_none() {
                 let (rollout, train) = s
                     .rollout
                     .as_ref()
                     .ok_or_else(|| RlError::failed("no rollout"))?;
-                s.batch = Some(self.batch(rollout, train, &mut s.log)?);
+                let train = self.admitted(train, &mut s.log);
+                s.batch = Some(self.batch(rollout, &train, &mut s.log)?);
             }
             if !s.bubble.policy_may_train() {
                 return Err(RlError::failed(format!(
@@ -171,13 +214,20 @@ impl Loop<'_> {
             self.save(&mut s.log)?;
             s.saved = true;
         }
+        if overlap {
+            // The engines are the loop's again: the rollout ahead is in (or failed).
+            self.join_ahead(&mut s.log);
+            self.drained_offload(&mut s.log)?;
+        }
         // The version every engine serves, as the bridge shipped it (before the first sync:
-        // what the engines started with).
-        let served = self
-            .bridge
-            .version()
-            .unwrap_or_else(|| self.engines.min_version());
-        let sync = self.force_sync || served < self.cursor.weight_version;
+        // what the engines started with); with k >= 1 the sync waits while the bound allows
+        // (not past the last step, nor before an eval).
+        let (served, trained) = (self.served(), self.cursor.weight_version);
+        let k = match step == self.cursor.total_steps || self.eval_due(step) {
+            true => 0,
+            false => self.max_staleness(),
+        };
+        let sync = self.force_sync || super::ahead::sync_due(served, trained, k);
         self.chaos.at(step, Point::Sync, &self.workers());
         let record = self.staged_onload(step, sync, &mut s.log.phases)?;
         if record.is_some() {
@@ -436,7 +486,11 @@ impl Loop<'_> {
         }
         let state = LoopState {
             step,
-            data_position: self.cursor.data_position,
+            // Not past a rollout ahead: `--resume` generates it again.
+            data_position: self
+                .ahead
+                .first_problem()
+                .unwrap_or(self.cursor.data_position),
             weight_version: self.cursor.weight_version,
         };
         let partial = StepMetrics {

@@ -31,6 +31,8 @@ pub struct Sample {
     pub logprobs: Vec<f32>,
     /// Reward in `[0, 1]`.
     pub reward: f32,
+    /// The policy version (the engines' weight version) that generated every token of it.
+    pub version: u64,
 }
 
 /// Advantage of every sample: `(r - mean(group)) / (std(group) + eps)`.
@@ -349,9 +351,11 @@ impl super::Algorithm for Grpo {
         trained: &super::Trained,
     ) -> Result<Vec<tandem_plugin_api::Metric>, crate::error::RlError> {
         let batch = trained.batch.clone();
-        Ok(match self.policy.is_default() {
-            true => actor.train_step(batch)?,
-            false => actor.train_step_policy(batch, self.policy)?,
+        // Per-token advantages: an off-policy correction weighted them.
+        Ok(match (&trained.advantages, self.policy.is_default()) {
+            (Some(adv), _) => actor.train_step_advantages(batch, self.policy, adv.clone())?,
+            (None, true) => actor.train_step(batch)?,
+            (None, false) => actor.train_step_policy(batch, self.policy)?,
         })
     }
 }

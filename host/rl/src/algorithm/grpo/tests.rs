@@ -8,6 +8,7 @@ fn s(group: usize, reward: f32) -> Sample {
         completion: vec![7, 2],
         logprobs: vec![-0.5, -0.1],
         reward,
+        version: 0,
     }
 }
 

@@ -13,7 +13,8 @@
 //! `validate_config` with rank 0's component config as the run builds it, and the
 //! capabilities the component has with them), then `bridge` (the bridge, its plan, and the
 //! update kinds and digests both sides must have with their options), the critic's and
-//! PPO actor's capabilities, and `fit` (what the
+//! PPO actor's capabilities, `staleness` (`max_staleness` and `correction` against the
+//! placement, the bridge and the trainer), and `fit` (what the
 //! components' capabilities rule out: sequences longer than the engine holds, a drafter job's
 //! bridge and draft tokens).
 //! All problems are collected, one line each, each pointing at its key in the job file, and
@@ -33,6 +34,7 @@ mod model;
 mod placement;
 mod roles;
 mod run;
+mod staleness;
 mod transport;
 
 #[cfg(test)]
@@ -158,6 +160,7 @@ pub fn validate_with(
         roles::plan(&mut issues, &site, role)
     });
     let bridge = bridge::check(&mut issues, j, registry, engine.as_ref(), trainer.as_ref());
+    staleness::check(&mut issues, j, bridge.as_ref(), trainer.as_ref());
     if let Some(t) = &trainer {
         algorithm::check_trainer(&mut issues, &j.algorithm, t);
         critic::check_caps(&mut issues, j, critic.as_ref(), t);

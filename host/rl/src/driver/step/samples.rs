@@ -27,6 +27,7 @@ impl Loop<'_> {
                 s.spec.prompts = prompts;
                 s.spec.seed = round_seed(s.seed, s.sampling.rounds);
                 s.spec.adapter = self.bridge.request_adapter();
+                s.spec.version = self.served();
                 s.pending = Some(rollout::Pending::new(
                     &s.spec,
                     self.engines.remotes.len(),
@@ -113,7 +114,15 @@ impl Loop<'_> {
                     false => 0.0,
                 })
                 .collect();
-            dump::append(&self.files.rollouts, log.step, rollout, &all, &self.codec);
+            let version = self.cursor.weight_version;
+            dump::append(
+                &self.files.rollouts,
+                log.step,
+                rollout,
+                &all,
+                &self.codec,
+                version,
+            );
         }
         log.rollout_figures(rollout);
         log.metrics.train_sequences = trained.batch.sequences.len() as u64;
@@ -152,6 +161,7 @@ impl Loop<'_> {
         step: u32,
         m: &mut StepMetrics,
     ) -> Result<(), RlError> {
+        self.correct(&mut trained, m)?;
         let a = &self.plan.algorithm;
         let trainer = &self.trainer.remote;
         // The batch's own KL weight: 0 when the KL went into the rewards.
