@@ -8,6 +8,7 @@
 
 mod correct;
 mod samples;
+mod save;
 
 use super::chaos::Point;
 use super::draft::{BubbleCtx, BubbleReport, Finished};
@@ -18,10 +19,9 @@ use crate::algorithm::grpo::{Sample, Sampling};
 use crate::algorithm::{StepCx, Trained};
 use crate::bridge::SyncRecord;
 use crate::bubble::{BubbleOp, BubbleTimes, Coordinator, RankState};
-use crate::checkpoint::{self, LoopState};
 use crate::config::TrainIn;
 use crate::error::RlError;
-use crate::metrics::{StepMetrics, resident};
+use crate::metrics::resident;
 use crate::phases::name as engine_name;
 use crate::rollout::{self, Rollout, RolloutSpec};
 use std::sync::{Mutex, mpsc};
@@ -475,46 +475,5 @@ impl Loop<'_> {
             self.replay.push((step, trained));
             Ok(())
         })
-    }
-
-    /// A checkpoint every `save_every` steps and at the last step, with the loop state and
-    /// what the step measured so far.
-    fn save(&mut self, log: &mut StepLog) -> Result<(), RlError> {
-        let (step, every) = (log.step, self.plan.run.save_every);
-        if !((every > 0 && step % every == 0) || step == self.cursor.total_steps) {
-            return Ok(());
-        }
-        let state = LoopState {
-            step,
-            // Not past a rollout ahead: `--resume` generates it again.
-            data_position: self
-                .ahead
-                .first_problem()
-                .unwrap_or(self.cursor.data_position),
-            weight_version: self.cursor.weight_version,
-        };
-        let partial = StepMetrics {
-            phases: log.phases.clone(),
-            weight_version: self.cursor.weight_version,
-            ..log.metrics.clone()
-        };
-        let dir = timed(&mut log.phases, "save", || {
-            let (trainer, algorithm) = (&self.trainer.remote, &mut self.algorithm);
-            let mut also = |dir: &std::path::Path| algorithm.save(dir);
-            checkpoint::save(
-                &self.opts.run_dir,
-                trainer,
-                self.model,
-                &state,
-                &partial,
-                &mut also,
-            )
-        })?;
-        self.events
-            .record(step, "trainer", "checkpoint", &dir.display().to_string());
-        self.last_checkpoint = Some(dir);
-        // The checkpoint holds every batch trained so far: none needs replaying.
-        self.replay.clear();
-        Ok(())
     }
 }

@@ -47,7 +47,7 @@ pub(super) fn check(
         );
     }
     let k = a.max_staleness;
-    if k == 0 || a.name == "drafter" {
+    if k == 0 || j.is_drafter_job() {
         return;
     }
     if j.placement.mode == PlacementMode::Colocate {
