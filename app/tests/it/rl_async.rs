@@ -49,11 +49,11 @@ fn items_by_step(t: &Scratch) -> BTreeMap<u64, Vec<String>> {
         .collect()
 }
 
-/// No problem id trains in two steps, and every step trained.
-fn assert_each_once(items: &BTreeMap<u64, Vec<String>>) {
+/// No problem id trains in two steps, and every step up to `steps` trained.
+fn assert_each_once(items: &BTreeMap<u64, Vec<String>>, steps: u64) {
     assert_eq!(
         items.keys().copied().collect::<Vec<_>>(),
-        (1..=u64::from(STEPS)).collect::<Vec<_>>()
+        (1..=steps).collect::<Vec<_>>()
     );
     let all: Vec<&String> = items.values().flatten().collect();
     let unique: BTreeSet<&String> = all.iter().copied().collect();
@@ -131,7 +131,7 @@ fn synchronous_items() -> BTreeMap<u64, Vec<String>> {
 #[test]
 fn async_runs_train_each_prompt_once_within_their_bound() {
     let reference = synchronous_items();
-    assert_each_once(&reference);
+    assert_each_once(&reference, u64::from(STEPS));
     for (k, bridge) in [(1u32, "broadcast"), (2, "checkpoint")] {
         let t = Scratch::warm();
         let out = t.run(&job(&t, k, bridge, 0, ""), &[]);
@@ -172,7 +172,9 @@ fn async_runs_train_each_prompt_once_within_their_bound() {
 
 /// A trainer killed while the rollout ahead runs, without restarts: the run stops; `--resume`
 /// generates the rollout that was in flight again from its problems, and every step trains
-/// the synchronous run's prompts, none twice. With restarts, the run goes on by itself.
+/// the synchronous run's prompts, none twice. With restarts, a dead trainer or a dead engine
+/// (its rollout ahead lost) costs the run nothing. A controller SIGKILLed mid-run resumes to
+/// the same prompts too.
 #[test]
 fn an_async_run_loses_no_prompt_to_a_death_or_a_resume() {
     let reference = synchronous_items();
@@ -198,6 +200,63 @@ fn an_async_run_loses_no_prompt_to_a_death_or_a_resume() {
     }
     assert_eq!(items_by_step(&t), reference, "with a restart");
     max_staleness(&t, 1);
+
+    // The engine dies while it generates the next step's rollout.
+    let t = Scratch::warm();
+    let job_path = job(&t, 1, "broadcast", 0, "");
+    let kill = "seed=3,every=3,victim=engine,at=train";
+    let out = run_with_chaos(&t, &["run", job_path.to_str().unwrap()], kill);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let events = t.events();
+    assert!(events.iter().any(|e| e["op"] == "death"), "no death");
+    assert_eq!(items_by_step(&t), reference, "with an engine's death");
+    max_staleness(&t, 1);
+
+    controller_killed_mid_run(&reference);
+}
+
+/// A long run SIGKILLed once its step-4 checkpoint is on disk, then `--resume`d two steps past
+/// its newest checkpoint: every step's prompts once, the synchronous run's where both ran.
+fn controller_killed_mid_run(reference: &BTreeMap<u64, Vec<String>>) {
+    use crate::common::rl::{kill9, newest_checkpoint, wait_for, wait_output, worker_pid};
+    use std::time::Duration;
+    let t = Scratch::warm();
+    let job_path = t.job(&JobOpts {
+        steps: 200,
+        save_every: 2,
+        placement: "disaggregated".into(),
+        bridge: "broadcast".into(),
+        extra_algorithm: "max_staleness = 1\n".into(),
+        ..JobOpts::default()
+    });
+    let mut child = t.spawn(&job_path, &[]);
+    let run_dir = t.dir.join("run");
+    let ck = run_dir.join("checkpoints/step-000004/tandem_loop_state.json");
+    wait_for(Duration::from_secs(180), || ck.is_file());
+    let workers: Vec<i32> = [("engine", 0), ("trainer", 0)]
+        .iter()
+        .filter_map(|(role, rank)| worker_pid(&run_dir, role, *rank))
+        .collect();
+    kill9(child.id() as i32);
+    let _ = wait_output(&mut child, Duration::from_secs(30));
+    wait_for(Duration::from_secs(60), || {
+        workers
+            .iter()
+            .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+    });
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(newest_checkpoint(&run_dir).join("tandem_loop_state.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let resumed_to = state["step"].as_u64().unwrap() + 2;
+    let out = t.tandem(&["run", "--resume", "run", "--steps", &resumed_to.to_string()]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let items = items_by_step(&t);
+    assert_each_once(&items, resumed_to);
+    for (step, ids) in reference {
+        assert_eq!(&items[step], ids, "step {step} after a controller kill");
+    }
 }
 
 #[test]
@@ -221,6 +280,16 @@ fn check_refuses_what_cannot_honour_the_bound_in_one_line() {
             },
             "algorithm.max_staleness",
             "GRPO only",
+        ),
+        (
+            JobOpts {
+                placement: "disaggregated".into(),
+                bridge: "ipc".into(),
+                extra_algorithm: "max_staleness = 1\n".into(),
+                ..JobOpts::default()
+            },
+            "bridge.plugin",
+            "serve the trainer's weights in place",
         ),
         (
             JobOpts {

@@ -106,6 +106,11 @@ pub enum BenchName {
     Control,
     /// A short GRPO run: orchestration overhead and phase times beside the step time.
     Loop,
+    /// Asynchronous RL: one job synchronous and with `max_staleness` 1, 2 (`tis`) and 4 (no
+    /// correction), engine and trainer on cores 0 and 1: samples/s beside the synchronous
+    /// run's, each role's idle share, the staleness of the trained samples, held-out accuracy
+    /// at equal sample counts; `--quick`: 8 steps a run instead of 40.
+    Async,
     /// Weight-bridge sync latency, bytes moved and peak memory per mode and model size; with
     /// `$TANDEM_PYTHON` and the `vllm` plugin (`--plugin-dir`), vLLM rows beside the native ones.
     Bridges,
@@ -160,6 +165,7 @@ pub fn run(
         },
         BenchName::Control => crate::control::run(quick)?,
         BenchName::Loop => crate::rl_loop::run(quick)?,
+        BenchName::Async => crate::rl_async::run(quick)?,
         BenchName::Native => crate::native::run(quick)?,
         BenchName::Spec => crate::spec::run(quick)?,
         BenchName::Serve => crate::serve::run(quick)?,

@@ -22,6 +22,7 @@ pub mod memory;
 pub mod native;
 pub mod native_ref;
 mod netns;
+pub mod rl_async;
 pub mod rl_loop;
 mod rl_spec;
 pub mod serve;

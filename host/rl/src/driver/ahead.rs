@@ -237,6 +237,7 @@ impl Loop<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn sample(version: u64) -> Sample {
         Sample {
@@ -289,5 +290,56 @@ mod tests {
         }
         assert_eq!(syncs_by_k[0], 40, "k = 1 syncs every step");
         assert!(syncs_by_k.windows(2).all(|w| w[1] < w[0]), "{syncs_by_k:?}");
+    }
+
+    /// One step of a random run: whether it trains (a batch without signal does not),
+    /// whether its rollout ahead failed (the next step generates its own), whether an eval
+    /// is due after it (the sync cannot wait).
+    #[derive(Debug, Clone, Copy)]
+    struct StepDraw {
+        trains: bool,
+        ahead_fails: bool,
+        eval: bool,
+    }
+
+    proptest! {
+        /// The loop's order over random runs: take the rollout ahead (or generate one now),
+        /// start the next one, admit, train, join, sync when `sync_due` says (k = 0 at an eval
+        /// or the last step). Every rollout is within k versions of the weights it trains,
+        /// so admission never has to drop one.
+        #[test]
+        fn random_runs_never_need_admission_to_drop(
+            k in 1u32..5,
+            draws in proptest::collection::vec(
+                (proptest::bool::weighted(0.8), proptest::bool::weighted(0.1),
+                 proptest::bool::weighted(0.1))
+                    .prop_map(|(trains, ahead_fails, eval)| StepDraw { trains, ahead_fails, eval }),
+                1..40,
+            ),
+        ) {
+            let (mut served, mut trained) = (7u64, 7u64);
+            let mut ahead: Option<u64> = None;
+            let last = draws.len() - 1;
+            for (i, d) in draws.iter().enumerate() {
+                let version = ahead.take().unwrap_or(served);
+                if i < last && !d.ahead_fails {
+                    ahead = Some(served);
+                }
+                let samples = vec![sample(version)];
+                let (kept, dropped) = admit(samples, trained, k);
+                prop_assert_eq!(dropped, 0, "step {}: version {} trained {}", i, version, trained);
+                prop_assert_eq!(kept.len(), 1);
+                if d.trains {
+                    trained += 1;
+                }
+                let k_eff = if i == last || d.eval { 0 } else { k };
+                if sync_due(served, trained, k_eff) {
+                    served = trained;
+                }
+                if i == last || d.eval {
+                    prop_assert_eq!(served, trained, "the engines serve the newest weights");
+                }
+            }
+        }
     }
 }

@@ -66,6 +66,21 @@ impl fmt::Display for RunPlan {
                 }
             )?;
         }
+        if a.max_staleness > 0 || a.correction() != crate::config::Correction::None {
+            let cap = match a.correction() {
+                crate::config::Correction::Tis => format!(" (cap {})", a.is_cap),
+                _ => String::new(),
+            };
+            let bound = match a.max_staleness {
+                0 => String::new(),
+                k => format!("asynchronous: samples at most {k} versions behind, "),
+            };
+            writeln!(
+                f,
+                "             {bound}correction {}{cap}",
+                a.correction().name()
+            )?;
+        }
         if let Some(e) = &self.eval {
             writeln!(
                 f,
