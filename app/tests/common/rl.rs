@@ -359,6 +359,21 @@ pub fn processes() -> Vec<(i32, Vec<String>)> {
     out
 }
 
+/// SIGKILLs the controller `child` of the run in `run_dir`, then waits until each of its
+/// workers `(role, rank)` has noticed its controller is gone and exited.
+pub fn kill_controller(child: &mut Child, run_dir: &Path, workers: &[(&str, u32)]) {
+    let pids: Vec<i32> = workers
+        .iter()
+        .map(|(role, rank)| worker_pid(run_dir, role, *rank).expect("a worker pid"))
+        .collect();
+    kill9(child.id() as i32);
+    let _ = wait_output(child, Duration::from_secs(30));
+    wait_for(Duration::from_secs(60), || {
+        pids.iter()
+            .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    });
+}
+
 /// SIGKILL.
 pub fn kill9(pid: i32) {
     let ok = Command::new("kill")

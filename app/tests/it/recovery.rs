@@ -10,7 +10,8 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common::rl::{
-    JobOpts, OutputText, Scratch, json_lines, kill9, steps_of, wait_for, wait_output, worker_pid,
+    JobOpts, OutputText, Scratch, json_lines, kill_controller, kill9, steps_of, wait_for,
+    wait_output, worker_pid,
 };
 use std::path::Path;
 use std::process::{Command, Output};
@@ -273,18 +274,11 @@ fn a_killed_controller_leaves_no_worker_and_resumes_to_the_same_weights() {
     // Past the first checkpoint (step 7), well before the end.
     wait_for(Duration::from_secs(300), || t.metrics_lines() >= 9);
     let run_dir = t.dir.join("run");
-    let workers: Vec<i32> = [("engine", 0), ("engine", 1), ("trainer", 0)]
-        .iter()
-        .map(|(role, rank)| worker_pid(&run_dir, role, *rank).expect("a worker pid"))
-        .collect();
-    kill9(child.id() as i32);
-    let _ = wait_output(&mut child, Duration::from_secs(30));
-    // The workers notice their controller is gone and exit.
-    wait_for(Duration::from_secs(60), || {
-        workers
-            .iter()
-            .all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-    });
+    kill_controller(
+        &mut child,
+        &run_dir,
+        &[("engine", 0), ("engine", 1), ("trainer", 0)],
+    );
     let out = t.tandem(&["run", "--resume", "run"]);
     assert!(out.status.success(), "{}", out.stderr_text());
     assert!(

@@ -218,7 +218,7 @@ fn an_async_run_loses_no_prompt_to_a_death_or_a_resume() {
 /// A long run SIGKILLed once its step-4 checkpoint is on disk, then `--resume`d two steps past
 /// its newest checkpoint: every step's prompts once, the synchronous run's where both ran.
 fn controller_killed_mid_run(reference: &BTreeMap<u64, Vec<String>>) {
-    use crate::common::rl::{kill9, newest_checkpoint, wait_for, wait_output, worker_pid};
+    use crate::common::rl::{kill_controller, newest_checkpoint, wait_for};
     use std::time::Duration;
     let t = Scratch::warm();
     let job_path = t.job(&JobOpts {
@@ -233,17 +233,7 @@ fn controller_killed_mid_run(reference: &BTreeMap<u64, Vec<String>>) {
     let run_dir = t.dir.join("run");
     let ck = run_dir.join("checkpoints/step-000004/tandem_loop_state.json");
     wait_for(Duration::from_secs(180), || ck.is_file());
-    let workers: Vec<i32> = [("engine", 0), ("trainer", 0)]
-        .iter()
-        .filter_map(|(role, rank)| worker_pid(&run_dir, role, *rank))
-        .collect();
-    kill9(child.id() as i32);
-    let _ = wait_output(&mut child, Duration::from_secs(30));
-    wait_for(Duration::from_secs(60), || {
-        workers
-            .iter()
-            .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-    });
+    kill_controller(&mut child, &run_dir, &[("engine", 0), ("trainer", 0)]);
     let state: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(newest_checkpoint(&run_dir).join("tandem_loop_state.json"))
             .unwrap(),

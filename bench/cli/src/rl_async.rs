@@ -211,7 +211,7 @@ fn run_in(tmp: &std::path::Path, steps: u32) -> Result<Vec<Figure>, CliError> {
             figures.push(
                 Figure::new(
                     "async",
-                    &format!("{label}: samples {behind} versions behind"),
+                    &format!("{label}: samples at staleness {behind}"),
                     *count as f64,
                     "samples",
                     trained as f64,

@@ -117,11 +117,13 @@ impl Loop<'_> {
         m.phases = phases;
         self.progress.step(m);
         self.metrics.push(metrics)?;
-        if step % 10 == 0 || step == self.cursor.total_steps {
-            self.events.flush();
-            if let Err(e) = plot::draw(&self.files.plot, &self.plan.name, &self.metrics.steps) {
-                self.progress.println(&format!("warning: {e}"));
-            }
+        // Every step's events reach the file with its metrics line: a killed controller
+        // leaves the log of every step it recorded.
+        self.events.flush();
+        if (step % 10 == 0 || step == self.cursor.total_steps)
+            && let Err(e) = plot::draw(&self.files.plot, &self.plan.name, &self.metrics.steps)
+        {
+            self.progress.println(&format!("warning: {e}"));
         }
         Ok(())
     }

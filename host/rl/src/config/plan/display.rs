@@ -73,6 +73,7 @@ impl fmt::Display for RunPlan {
             };
             let bound = match a.max_staleness {
                 0 => String::new(),
+                1 => "asynchronous: samples at most 1 version behind, ".to_string(),
                 k => format!("asynchronous: samples at most {k} versions behind, "),
             };
             writeln!(

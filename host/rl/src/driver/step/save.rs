@@ -44,6 +44,8 @@ impl Loop<'_> {
         })?;
         self.events
             .record(step, "trainer", "checkpoint", &dir.display().to_string());
+        // What a resume from it continues: the events up to it are on disk with it.
+        self.events.flush();
         self.last_checkpoint = Some(dir);
         // The checkpoint holds every batch trained so far: none needs replaying.
         self.replay.clear();
