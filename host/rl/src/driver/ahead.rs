@@ -36,6 +36,7 @@ use crate::env::Env;
 use crate::error::RlError;
 use crate::prompt::PromptCodec;
 use crate::rollout::{Pending, Rollout, RolloutSpec};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -127,10 +128,10 @@ impl Loop<'_> {
     /// The samples a step trains: with k ≥ 1, those within k versions of the trainer's
     /// weights ([`admit`]); how stale they were goes into the step's metrics, and a sample
     /// past the bound into a `stale_dropped` event.
-    pub(super) fn admitted(&self, train: &[Sample], log: &mut StepLog) -> Vec<Sample> {
+    pub(super) fn admitted<'s>(&self, train: &'s [Sample], log: &mut StepLog) -> Cow<'s, [Sample]> {
         let k = self.max_staleness();
         if k == 0 {
-            return train.to_vec();
+            return Cow::Borrowed(train);
         }
         let trained = self.cursor.weight_version;
         let (kept, dropped) = admit(train.to_vec(), trained, k);
@@ -149,7 +150,7 @@ impl Loop<'_> {
                 &format!("{dropped} samples more than {k} versions behind version {trained}"),
             );
         }
-        kept
+        Cow::Owned(kept)
     }
 
     /// The staleness bound `[algorithm] max_staleness`.

@@ -121,10 +121,7 @@ impl<'a> Loop<'a> {
     /// The staged onload that ends the init, with a sync when the engines serve an older
     /// version than the trainer's (with `ipc` the setup already made them serve its weights).
     fn first_onload(&mut self) -> Result<(), RlError> {
-        let served = self
-            .bridge
-            .version()
-            .unwrap_or_else(|| self.engines.min_version());
+        let served = self.served();
         let trainer_version = self.cursor.weight_version;
         let mut phases = Phases::new();
         let record = self.staged_onload(0, trainer_version > served, &mut phases)?;
