@@ -39,6 +39,7 @@ mod rl_async;
 mod rl_learns;
 mod rl_loop;
 mod rl_ppo;
+mod rl_tools;
 mod rl_variants;
 mod serve;
 mod sglang_loop;

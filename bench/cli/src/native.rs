@@ -443,6 +443,7 @@ pub(super) fn step_samples(vocab: usize) -> Vec<Sample> {
                 logprobs: Vec::new(),
                 reward: (i % 2) as f32,
                 version: 0,
+                turn: None,
             }
         })
         .collect()

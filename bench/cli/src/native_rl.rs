@@ -68,6 +68,7 @@ fn samples(vocab: usize) -> Vec<Sample> {
                 logprobs: Vec::new(),
                 reward: ((i * 3 + i / RL_GROUP) % 2) as f32,
                 version: 0,
+                turn: None,
             }
         })
         .collect()

@@ -37,6 +37,7 @@ pub mod progress;
 pub mod prompt;
 pub mod rollout;
 pub mod trajectories;
+pub mod turns;
 pub mod warmstart;
 
 pub use driver::{RunOptions, RunSummary, run};

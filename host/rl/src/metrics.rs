@@ -138,6 +138,10 @@ pub struct StepMetrics {
     /// With `correction = "tis"`: the share of trained tokens whose weight the cap held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_clipped_frac: Option<f64>,
+    /// With tools: `turns` (assistant turns per trajectory), `calls` (attempted per
+    /// trajectory), `well_formed_frac` (of the attempts), `answered`, `failed` (calls).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, f64>,
     /// Wall time of each phase (s): generate, offload, train, save, onload, sync, ...
     pub phases: BTreeMap<String, f64>,
     /// Whole step (s).

@@ -8,6 +8,7 @@ use super::prompt::PromptCodec;
 use crate::algorithm::grpo::Sample;
 use crate::env::{Env, Problem, ScoreTally, ToScore};
 use crate::error::RlError;
+use crate::turns::{self, Calls, Place, Trajectory};
 use tandem_plugin_api::{
     Completion, FinishReason, GenerateRequest, ROption, RString, RVec, RewardStatus, SamplingParams,
 };
@@ -46,10 +47,12 @@ pub struct Rollout {
     pub failures: Vec<(String, String)>,
     /// The ids of the rollout's problems, in order.
     pub items: Vec<String>,
+    /// With tools: the tool calls of its trajectories.
+    pub calls: Option<Calls>,
 }
 
 /// Called with an engine rank's whole share the moment it is in: `(rank, prompts,
-/// completions)`.
+/// completions)` (no completions for a multi-turn share).
 pub type ShareDone<'a> = dyn Fn(usize, &[RVec<u32>], &[Completion]) + Sync + 'a;
 
 /// A rollout under way: its problems, their prompts, which engine generates which groups,
@@ -60,8 +63,8 @@ pub struct Pending {
     prompts: Vec<Vec<u32>>,
     /// Engine `e`'s groups: e, e + E, ... (whole groups per engine).
     assignment: Vec<Vec<usize>>,
-    /// Each engine's completions, once it returned them.
-    shares: Vec<Option<Vec<Completion>>>,
+    /// Each engine's trajectories (single-turn: one completion each), once it returned them.
+    shares: Vec<Option<Vec<Trajectory>>>,
 }
 
 impl Pending {
@@ -126,13 +129,25 @@ impl Pending {
                     let engine = &engines[e];
                     s.spawn(move || {
                         let prompts = request.prompts.clone();
-                        let reply = engine.generate(request).map_err(RlError::from);
-                        if let Ok(r) = &reply
-                            && r.completions.len() == want
-                        {
-                            done(e, &prompts, &r.completions);
+                        if let Some(tools) = codec.tools() {
+                            let out = tools.run(request, codec, &mut |r| {
+                                engine.generate(r).map_err(RlError::from)
+                            })?;
+                            // The share is in (no drafter learns from multi-turn shares).
+                            if out.len() == want {
+                                done(e, &prompts, &[]);
+                            }
+                            return Ok(out);
                         }
-                        reply
+                        let reply = engine.generate(request).map_err(RlError::from)?;
+                        if reply.completions.len() == want {
+                            done(e, &prompts, &reply.completions);
+                        }
+                        Ok(reply
+                            .completions
+                            .into_iter()
+                            .map(Trajectory::single)
+                            .collect())
                     })
                 })
                 .collect();
@@ -148,13 +163,13 @@ impl Pending {
         for (e, reply) in missing.into_iter().zip(replies) {
             let want = self.assignment[e].len() * spec.group_size as usize;
             match reply {
-                Ok(r) if r.completions.len() == want => {
-                    self.shares[e] = Some(r.completions.into_iter().collect());
+                Ok(r) if r.len() == want => {
+                    self.shares[e] = Some(r);
                 }
                 Ok(r) => {
                     let e2 = RlError::failed(format!(
                         "engine rank {e} returned {} completions for {want} prompts",
-                        r.completions.len()
+                        r.len()
                     ));
                     first.get_or_insert((e, e2));
                 }
@@ -173,21 +188,24 @@ impl Pending {
         env: &Env,
         codec: &PromptCodec,
     ) -> Result<Rollout, RlError> {
-        let mut done: Vec<(usize, &Completion)> =
+        let mut done: Vec<(usize, &Trajectory)> =
             Vec::with_capacity(self.problems.len() * spec.group_size as usize);
         for (e, (share, groups)) in self.shares.iter().zip(&self.assignment).enumerate() {
-            let Some(completions) = share else {
+            let Some(trajectories) = share else {
                 return Err(RlError::failed(format!(
                     "engine rank {e} has not generated its part of the rollout"
                 )));
             };
-            for (k, c) in completions.iter().enumerate() {
-                done.push((groups[k / spec.group_size as usize], c));
+            for (k, t) in trajectories.iter().enumerate() {
+                done.push((groups[k / spec.group_size as usize], t));
             }
         }
+        let empty = Completion::new(Vec::new(), Vec::new(), FinishReason::Aborted);
         let batch = done
             .iter()
-            .map(|&(g, c)| {
+            .map(|&(g, t)| {
+                // A trajectory is scored on its last turn: the answer it ends with.
+                let c = t.last().unwrap_or(&empty);
                 Ok(ToScore {
                     problem: &self.problems[g],
                     text: codec.decode(&c.tokens)?,
@@ -201,7 +219,10 @@ impl Pending {
         let mut samples = Vec::with_capacity(done.len());
         let mut failures = Vec::new();
         let mut exact = 0;
-        for ((g, c), r) in done.into_iter().zip(scored.rewards) {
+        let mut calls = Calls::default();
+        let multi = codec.tools().is_some();
+        for (index, ((g, t), r)) in done.into_iter().zip(scored.rewards).enumerate() {
+            calls.add(&t.calls);
             match r.status {
                 RewardStatus::Ok => {}
                 RewardStatus::Failed => {
@@ -213,14 +234,13 @@ impl Pending {
             if r.value >= top {
                 exact += 1;
             }
-            samples.push(Sample {
+            let at = Place {
                 group: g,
-                prompt: self.prompts[g].clone(),
-                completion: c.tokens.to_vec(),
-                logprobs: c.logprobs.to_vec(),
-                reward: r.value,
-                version: spec.version,
-            });
+                prompt: &self.prompts[g],
+                index: index as u32,
+                multi,
+            };
+            samples.extend(turns::samples(t, at, r.value, spec.version));
         }
         samples.sort_by_key(|s| s.group);
         Ok(Rollout {
@@ -229,6 +249,7 @@ impl Pending {
             tally: scored.tally,
             failures,
             items: self.problems.iter().map(|p| p.id().to_owned()).collect(),
+            calls: multi.then_some(calls),
         })
     }
 }

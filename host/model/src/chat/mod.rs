@@ -102,6 +102,11 @@ impl ChatTemplate {
         })
     }
 
+    /// The template's source text.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// The text of `messages` followed by the assistant's turn (`add_generation_prompt`).
     pub fn render(&self, messages: &[Message]) -> Result<String> {
         self.render_turns(messages, true)

@@ -30,6 +30,12 @@ pub enum ToolError {
         /// The tools offered, comma separated.
         offered: String,
     },
+    /// An attempted call that does not parse (the parser's reason).
+    #[error("malformed tool call: {reason}")]
+    Malformed {
+        /// Why it does not parse, one line.
+        reason: String,
+    },
     /// A call whose arguments do not fit the tool.
     #[error("bad arguments for {tool}: {reason}")]
     BadArguments {

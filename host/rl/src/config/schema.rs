@@ -270,6 +270,16 @@ pub struct EnvironmentSection {
     /// worker, a value out of range); past it the run stops with one line. Failed samples are
     /// counted and never trained on.
     pub max_failed_frac: f64,
+    /// Built-in tools the model may call (`calculate`): each rollout becomes multi-turn, the
+    /// tools' answers rendered as the template's tool messages (`crate::turns`).
+    pub tools: Vec<String>,
+    /// The tool-call format (`hermes`, `llama3`); default: the one the chat template teaches.
+    pub tool_format: Option<String>,
+    /// Assistant turns per trajectory with tools (the last one gets no tool answer).
+    pub max_turns: u32,
+    /// Tokens a trajectory may hold after its prompt, the model's and the tools' (default:
+    /// `max_turns × [algorithm] max_tokens`); a trajectory past it ends.
+    pub max_trajectory_tokens: Option<u32>,
 }
 
 impl Default for EnvironmentSection {
@@ -280,6 +290,10 @@ impl Default for EnvironmentSection {
             system: None,
             options: serde_json::Map::new(),
             max_failed_frac: 0.1,
+            tools: Vec::new(),
+            tool_format: None,
+            max_turns: 4,
+            max_trajectory_tokens: None,
         }
     }
 }

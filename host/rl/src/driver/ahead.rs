@@ -248,6 +248,7 @@ mod tests {
             logprobs: vec![-0.1],
             reward: 1.0,
             version,
+            turn: None,
         }
     }
 

@@ -3,7 +3,11 @@
 //! `prompt` and `completion`, the completion's `tokens` and sampling `logprobs`, `reward`
 //! and GRPO `advantage`, the `policy_version` that generated it and the `trained_version`
 //! of the weights it trained (their difference is its staleness) — for looking at what the
-//! policy generates. A debugging aid: a
+//! policy generates. With tools each assistant turn is a line with its `trajectory`, `turn`
+//! of `turns` and `prompt_tokens` (everything before the turn, exactly as the engine saw
+//! it); a trajectory's last line also has its `trajectory_tokens` (the ids after its first
+//! prompt) and their `mask` (1: the engine's, trained; 0: tools' and template's). A debugging
+//! aid: a
 //! failed write never stops the run.
 
 use crate::prompt::PromptCodec;
@@ -21,8 +25,8 @@ pub(super) fn append(
     trained_version: u64,
 ) {
     let mut text = String::new();
-    for (s, a) in rollout.samples.iter().zip(advantages) {
-        let line = serde_json::json!({
+    for (i, (s, a)) in rollout.samples.iter().zip(advantages).enumerate() {
+        let mut line = serde_json::json!({
             "step": step,
             "policy_version": s.version,
             "trained_version": trained_version,
@@ -34,6 +38,18 @@ pub(super) fn append(
             "reward": s.reward,
             "advantage": a,
         });
+        if let Some(t) = s.turn {
+            line["trajectory"] = t.trajectory.into();
+            line["turn"] = t.index.into();
+            line["turns"] = t.of.into();
+            line["prompt_tokens"] = s.prompt.clone().into();
+            if t.index + 1 == t.of
+                && let Some((ids, mask)) = crate::turns::ending(&rollout.samples[..=i])
+            {
+                line["trajectory_tokens"] = ids.into();
+                line["mask"] = mask.into();
+            }
+        }
         text.push_str(&line.to_string());
         text.push('\n');
     }

@@ -5,7 +5,8 @@
 //! `continue_generation`), on every engine rank in parallel, under the adapter rollouts use.
 //! It reads neither the data position nor the rollout seeds (those come from the step number)
 //! and every request carries its own seed, so a run trains the same with and without it.
-//! Step 0's figures are a line of their own in `metrics.jsonl` (`step`, `weight_version`,
+//! With tools each held-out problem runs its turns as rollouts do, and its last turn is
+//! the answer. Step 0's figures are a line of their own in `metrics.jsonl` (`step`, `weight_version`,
 //! `eval_accuracy`, `eval_problems`); later ones go into their step's line. Every evaluation
 //! also appends its answers to `eval.jsonl` (what the model answered, problem by problem).
 //!
@@ -17,9 +18,11 @@
 use super::Loop;
 use crate::error::RlError;
 use crate::eval::{Answer, EvalResult, EvalSet};
+use crate::prompt::PromptCodec;
 use std::io::Write as _;
 use std::path::Path;
-use tandem_plugin_api::GenerateResponse;
+use tandem_plugin_api::{Completion, FinishReason, GenerateRequest, GenerateResponse};
+use tandem_runtime::launch::RemoteEngine;
 
 /// The run's evaluation: the held-out set and its schedule.
 pub(super) struct Evaluation {
@@ -61,8 +64,9 @@ impl Loop<'_> {
                 .enumerate()
                 .map(|(rank, engine)| {
                     let request = eval.set.request(rank, ranks, adapter.as_deref());
+                    let codec = &self.codec;
                     s.spawn(move || match request {
-                        Some(r) => engine.generate(r).map(Some).map_err(RlError::from),
+                        Some(r) => answers_of(engine, r, codec).map(Some),
                         None => Ok(None),
                     })
                 })
@@ -122,6 +126,32 @@ impl Loop<'_> {
             self.metrics.amend_eval(step, &result)
         }
     }
+}
+
+/// The engine's answers to `request`: with tools, each trajectory's last turn (its final
+/// answer) after the turns `codec`'s tool use runs.
+fn answers_of(
+    engine: &RemoteEngine,
+    request: GenerateRequest,
+    codec: &PromptCodec,
+) -> Result<GenerateResponse, RlError> {
+    let Some(tools) = codec.tools() else {
+        return engine.generate(request).map_err(RlError::from);
+    };
+    let mut weight_version = 0;
+    let trajectories = tools.run(request, codec, &mut |r| {
+        let reply = engine.generate(r).map_err(RlError::from)?;
+        weight_version = reply.weight_version;
+        Ok(reply)
+    })?;
+    let empty = || Completion::new(Vec::new(), Vec::new(), FinishReason::Aborted);
+    Ok(GenerateResponse {
+        completions: trajectories
+            .into_iter()
+            .map(|mut t| t.turns.pop().unwrap_or_else(empty))
+            .collect(),
+        weight_version,
+    })
 }
 
 /// Appends one evaluation to `eval.jsonl`: `step`, `accuracy`, `correct`, `problems` and

@@ -44,12 +44,10 @@ impl StepLog {
     /// Reward mean and spread, exact-answer rate and completion length of the rollout.
     pub fn rollout_figures(&mut self, rollout: &Rollout) {
         let m = &mut self.metrics;
-        let n = rollout.samples.len().max(1) as f64;
-        let rewards: Vec<f64> = rollout
-            .samples
-            .iter()
-            .map(|s| f64::from(s.reward))
-            .collect();
+        // Per trajectory: a multi-turn one is one sample per turn, all with its reward.
+        let opening = || rollout.samples.iter().filter(|s| s.opens());
+        let n = opening().count().max(1) as f64;
+        let rewards: Vec<f64> = opening().map(|s| f64::from(s.reward)).collect();
         m.reward_mean = rewards.iter().sum::<f64>() / n;
         let var = rewards
             .iter()
@@ -60,6 +58,19 @@ impl StepLog {
         m.exact_frac = rollout.exact as f64 / n;
         let tokens: usize = rollout.samples.iter().map(|s| s.completion.len()).sum();
         m.completion_tokens = tokens as f64 / n;
+        if let Some(c) = &rollout.calls {
+            let turns = rollout.samples.len() as f64;
+            m.tools = BTreeMap::from([
+                ("turns".to_owned(), turns / n),
+                ("calls".to_owned(), c.attempted as f64 / n),
+                (
+                    "well_formed_frac".to_owned(),
+                    c.well_formed as f64 / (c.attempted.max(1)) as f64,
+                ),
+                ("answered".to_owned(), c.answered as f64),
+                ("failed".to_owned(), c.failed as f64),
+            ]);
+        }
         let t = &rollout.tally;
         m.reward_failed = t.failed;
         m.reward_not_applicable = t.not_applicable;

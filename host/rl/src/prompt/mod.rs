@@ -10,9 +10,11 @@
 
 use crate::config::EnvironmentSection;
 use crate::error::RlError;
+use crate::turns::ToolUse;
 use std::path::Path;
 use tandem_model::chat::{ChatTemplate, Message};
 use tandem_model::tokens::special_ids;
+use tandem_model::tools::ToolFamily;
 use tokenizers::Tokenizer;
 
 /// Help for a model without a chat template.
@@ -35,6 +37,7 @@ pub struct PromptCodec {
     bos: Option<u32>,
     eos: Vec<u32>,
     chat: Option<Chat>,
+    tools: Option<ToolUse>,
 }
 
 impl PromptCodec {
@@ -56,6 +59,7 @@ impl PromptCodec {
             bos,
             eos,
             chat: None,
+            tools: None,
         })
     }
 
@@ -79,9 +83,96 @@ impl PromptCodec {
         Ok(codec)
     }
 
-    /// The codec of a job's `[environment]` (`chat`, `system`).
+    /// The codec of a job's `[environment]` (`chat`, `system`, `tools`). With tools the
+    /// template must render a tool turn append-only (one line naming the template and the
+    /// turn otherwise), and the system message gains the tools' instructions.
     pub fn for_env(model: &Path, env: &EnvironmentSection) -> Result<PromptCodec, RlError> {
-        PromptCodec::load_with(model, env.chat, env.system.as_deref())
+        let mut codec = PromptCodec::load_with(model, env.chat, env.system.as_deref())?;
+        if env.tools.is_empty() {
+            return Ok(codec);
+        }
+        let Some(chat) = &mut codec.chat else {
+            return Err(
+                RlError::usage("[environment] tools need chat prompts: a tool's answer is a                                 message of the chat template")
+                .with_help("set chat = true in [environment]"),
+            );
+        };
+        let Some(tools) = ToolUse::of(env, chat.template.source())? else {
+            return Ok(codec);
+        };
+        chat.template
+            .check_append_only(&codec.tk, &tool_probe(tools.family()))
+            .map_err(RlError::from)?;
+        let text = tools.instructions();
+        chat.system = Some(match chat.system.take() {
+            Some(s) => format!("{s}\n\n{text}"),
+            None => text,
+        });
+        codec.tools = Some(tools);
+        Ok(codec)
+    }
+
+    /// How rollouts use tools (`None`: single-turn).
+    pub fn tools(&self) -> Option<&ToolUse> {
+        self.tools.as_ref()
+    }
+
+    /// The ids between an assistant turn whose decoded text is `text` (ended by the engine's
+    /// stop token `stop`) and the next assistant turn, after the tool messages `tools`: the
+    /// rest of the template's close of the turn, the messages, the next assistant header.
+    /// Rendered on their own (the engine's tokens are never re-encoded); an error when the
+    /// template does not keep `text` verbatim or closes the turn with something other than
+    /// the stop token.
+    pub fn between_turns(
+        &self,
+        text: &str,
+        stop: Option<u32>,
+        tools: &[Message],
+    ) -> Result<Vec<u32>, RlError> {
+        let chat = self
+            .chat
+            .as_ref()
+            .ok_or_else(|| RlError::failed("tool turns need chat prompts"))?;
+        let t = &chat.template;
+        let mut h = Vec::with_capacity(3 + tools.len());
+        if let Some(s) = &chat.system {
+            h.push(Message::new("system", s));
+        }
+        h.push(Message::new("user", "?"));
+        let opened = t.render_turns(&h, true)?;
+        h.push(Message::new("assistant", text));
+        let closed = t.render_turns(&h, false)?;
+        let misaligned = |what: String| {
+            RlError::usage(format!("chat template: {what}")).with_help(
+                "multi-turn rollouts keep the engine's tokens and render only what comes \
+                 between turns: use a template that renders an assistant message verbatim",
+            )
+        };
+        let close = closed
+            .strip_prefix(opened.as_str())
+            .and_then(|r| r.strip_prefix(text))
+            .ok_or_else(|| misaligned("it does not render the assistant's text verbatim".into()))?;
+        let close = match stop.filter(|id| self.eos.contains(id)) {
+            Some(id) => {
+                let stop_text = self
+                    .tk
+                    .decode(&[id], false)
+                    .map_err(|e| RlError::failed(format!("decoding stop token {id}: {e}")))?;
+                close.strip_prefix(stop_text.as_str()).ok_or_else(|| {
+                    misaligned(format!(
+                        "it closes an assistant turn with {close:?}, the engine stops at \
+                         {stop_text:?}"
+                    ))
+                })?
+            }
+            None => close,
+        };
+        h.extend(tools.iter().cloned());
+        let next = t.render_turns(&h, true)?;
+        let added = next.strip_prefix(closed.as_str()).ok_or_else(|| {
+            misaligned("a tool message rewrites the turns before it (not append-only)".into())
+        })?;
+        self.encode(&format!("{close}{added}"))
     }
 
     /// Token ids of a problem's prompt: its text ([`PromptCodec::prompt`]), or its chat
@@ -174,6 +265,27 @@ impl PromptCodec {
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| RlError::failed(format!("encoding {text:?}: {e}")))
     }
+}
+
+/// The conversation the append-only check renders for a run with tools: an assistant turn
+/// with a call in `family`'s format, the tool's answer, the final answer.
+fn tool_probe(family: ToolFamily) -> Vec<Message> {
+    let call = match family {
+        ToolFamily::Hermes => {
+            "<tool_call>\n{\"name\": \"calculate\", \"arguments\": {\"expression\": \"12 + 30\"}}\n</tool_call>"
+        }
+        ToolFamily::Llama3 => {
+            "{\"name\": \"calculate\", \"parameters\": {\"expression\": \"12 + 30\"}}"
+        }
+    };
+    vec![
+        Message::new("system", "You answer with a number."),
+        Message::new("user", "What is 12 + 30?"),
+        Message::new("assistant", call),
+        family.tool_message("42"),
+        Message::new("assistant", "12 + 30 = 42."),
+        Message::new("user", "Thanks."),
+    ]
 }
 
 #[cfg(test)]

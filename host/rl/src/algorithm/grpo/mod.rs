@@ -33,6 +33,28 @@ pub struct Sample {
     pub reward: f32,
     /// The policy version (the engines' weight version) that generated every token of it.
     pub version: u64,
+    /// Which assistant turn of a multi-turn trajectory it is (`None`: a single-turn sample).
+    /// Its `prompt` is then everything before the turn, exactly as the engine saw it.
+    pub turn: Option<Turn>,
+}
+
+/// A sample's place in its multi-turn trajectory (see [`crate::turns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// The trajectory's index in its rollout.
+    pub trajectory: u32,
+    /// The turn's index, from 0.
+    pub index: u32,
+    /// The trajectory's assistant turns.
+    pub of: u32,
+}
+
+impl Sample {
+    /// Whether it opens its trajectory (every single-turn sample does): the samples a
+    /// trajectory's reward is counted once by.
+    pub fn opens(&self) -> bool {
+        self.turn.is_none_or(|t| t.index == 0)
+    }
 }
 
 /// Advantage of every sample: `(r - mean(group)) / (std(group) + eps)`.
@@ -63,12 +85,14 @@ pub fn scaled_advantages(samples: &[Sample], rewards: &[f32], scale: ScaleReward
     let mut sum = vec![0f32; groups];
     let mut sq = vec![0f32; groups];
     let mut n = vec![0f32; groups];
-    for (s, &r) in samples.iter().zip(rewards) {
+    // A trajectory counts once, whatever its turns (each turn carries its reward).
+    for (s, &r) in samples.iter().zip(rewards).filter(|(s, _)| s.opens()) {
         sum[s.group] += r;
         sq[s.group] += r * r;
         n[s.group] += 1.0;
     }
-    let (_, batch_std) = mean_std(rewards.iter().copied());
+    let opening = samples.iter().zip(rewards).filter(|(s, _)| s.opens());
+    let (_, batch_std) = mean_std(opening.map(|(_, &r)| r));
     samples
         .iter()
         .zip(rewards)
@@ -146,6 +170,8 @@ pub struct Sampling {
     failures: Vec<(String, String)>,
     /// The ids of the rounds' problems, in order.
     items: Vec<String>,
+    /// With tools: the rounds' tool calls.
+    calls: Option<crate::turns::Calls>,
 }
 
 impl Sampling {
@@ -170,6 +196,9 @@ impl Sampling {
         self.tally.add(&round.tally);
         self.failures.extend(round.failures);
         self.items.extend(round.items);
+        if let Some(c) = &round.calls {
+            self.calls.get_or_insert_default().add(c);
+        }
         let first = self.groups;
         let count = round.samples.iter().map(|s| s.group + 1).max().unwrap_or(0);
         for g in 0..count {
@@ -222,6 +251,7 @@ impl Sampling {
             tally: self.tally,
             failures: self.failures,
             items: self.items,
+            calls: self.calls,
         };
         (all, train)
     }

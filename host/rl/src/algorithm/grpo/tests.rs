@@ -9,6 +9,7 @@ fn s(group: usize, reward: f32) -> Sample {
         logprobs: vec![-0.5, -0.1],
         reward,
         version: 0,
+        turn: None,
     }
 }
 
@@ -114,6 +115,7 @@ fn round(rewards: &[&[f32]]) -> Rollout {
         tally: Default::default(),
         failures: Vec::new(),
         items: Vec::new(),
+        calls: None,
     }
 }
 

@@ -82,6 +82,20 @@ impl fmt::Display for RunPlan {
                 a.correction().name()
             )?;
         }
+        let env = &self.environment.section;
+        if !env.tools.is_empty() {
+            let budget = env.max_trajectory_tokens.map_or_else(
+                || format!("{} x {}", env.max_turns, a.max_tokens),
+                |b| b.to_string(),
+            );
+            writeln!(
+                f,
+                "  tools      {} ({} format): up to {} assistant turns, {budget} tokens after the prompt",
+                env.tools.join(", "),
+                env.tool_format.as_deref().unwrap_or("the template's"),
+                env.max_turns
+            )?;
+        }
         if let Some(e) = &self.eval {
             writeln!(
                 f,

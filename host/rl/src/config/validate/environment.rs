@@ -5,11 +5,13 @@
 //! chat template, and its first prompt must render and encode the way the controller will.
 
 use super::issues::Issues;
+use crate::config::EnvironmentSection;
 use crate::config::{EnvPlan, JobFile, LoadedJob};
 use crate::env::Env;
 use crate::error::RlError;
 use crate::prompt::PromptCodec;
 use std::path::Path;
+use tandem_model::tools::{BUILTIN_TOOLS, ToolFamily};
 use tandem_plugin_api::HELD_OUT_SPLIT;
 use tandem_runtime::RuntimeError;
 use tandem_runtime::registry::Registry;
@@ -147,7 +149,12 @@ pub(super) fn check_chat(
     if !model_path.join("tokenizer.json").is_file() {
         return;
     }
-    let rendered = PromptCodec::for_env(model_path, section).and_then(|codec| {
+    // The template first, without tools (their own problems are `tools::check`'s).
+    let plain = EnvironmentSection {
+        tools: Vec::new(),
+        ..section.clone()
+    };
+    let rendered = PromptCodec::for_env(model_path, &plain).and_then(|codec| {
         // An environment that starts processes to answer (a Python class) has no item while
         // only checked: then only the template is checked.
         let Some(problem) = env.and_then(|e| e.problem(0).ok()) else {
@@ -160,5 +167,21 @@ pub(super) fn check_chat(
             .help()
             .unwrap_or_else(|| "use chat = false to prompt with plain text".to_owned());
         issues.at(&key, e.to_string(), help);
+        return;
+    }
+    // Then with them: the format the template teaches, append-only with a tool turn.
+    let named_badly = section
+        .tools
+        .iter()
+        .any(|t| !BUILTIN_TOOLS.contains(&t.as_str()))
+        || (section.tool_format.as_deref()).is_some_and(|f| ToolFamily::from_name(f).is_err());
+    if section.tools.is_empty() || named_badly {
+        return;
+    }
+    if let Err(e) = PromptCodec::for_env(model_path, section) {
+        let help = e
+            .help()
+            .unwrap_or_else(|| "name the format with tool_format, or remove tools".to_owned());
+        issues.at(&format!("{table}.tools"), e.to_string(), help);
     }
 }

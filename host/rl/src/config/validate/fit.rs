@@ -1,5 +1,6 @@
 //! What the components' capabilities with their options rule out before anything starts:
-//! prompts plus `max_tokens` longer than the engine holds (`max_seq_len`), and a drafter
+//! prompts plus `max_tokens` (with tools: a trajectory's token budget) longer than the engine
+//! holds (`max_seq_len`), and a drafter
 //! job without a bridge that moves directories or an engine that drafts.
 
 use super::issues::Issues;
@@ -61,7 +62,15 @@ pub(super) fn check(
     if let Some(e) = j.drafter.eval_max_tokens.filter(|_| j.is_drafter_job()) {
         needs.push((e, "drafter.eval_max_tokens"));
     }
+    // With tools a trajectory holds up to its budget after the prompt (`crate::turns`).
+    let e = j.environment();
+    let after_prompt = |m: u32| match (e.tools.is_empty(), e.max_trajectory_tokens) {
+        (true, _) => m,
+        (false, Some(b)) => b,
+        (false, None) => e.max_turns.max(1).saturating_mul(m),
+    };
     for (max_tokens, key) in needs {
+        let max_tokens = after_prompt(max_tokens);
         let total = longest + max_tokens as usize;
         if total > limit as usize {
             issues.at(

@@ -6,7 +6,7 @@
 //! One module per section, run in this order: `run` (the restart budget), `placement` (memory fractions, devices, the
 //! engine and trainer components and the trainer's ranks), `launcher` (what
 //! Slurm needs; what a placement across hosts rules out), `model`, `environment` (built,
-//! starting nothing; the chat template of a chat environment), `eval`, `algorithm`, `drafter` (a drafter job's
+//! starting nothing; the chat template of a chat environment), `tools` (multi-turn rollouts), `eval`, `algorithm`, `drafter` (a drafter job's
 //! components, bridge and held-out set), `critic` (PPO's value model), `transport` (plan, timeout,
 //! `[memory]`), `logging` (the trackers: an MLflow address, the W&B sidecar's
 //! Python), `roles` (each role's options made into JSON once, checked by its plugin's
@@ -35,6 +35,7 @@ mod placement;
 mod roles;
 mod run;
 mod staleness;
+mod tools;
 mod transport;
 
 #[cfg(test)]
@@ -91,6 +92,7 @@ pub fn validate_with(
     );
     let env = environment::check(&mut issues, registry, job);
     environment::check_chat(&mut issues, j, &model_path, env.as_ref());
+    tools::check(&mut issues, j);
     eval::check(&mut issues, j);
     algorithm::check(&mut issues, j);
     drafter::check(&mut issues, registry, j);

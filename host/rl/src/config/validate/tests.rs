@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::issues::Issues;
-use super::{environment, eval};
+use super::{environment, eval, tools};
 use crate::config::{ConfigError, ConfigIssue, LoadedJob, validate_task_and_eval};
 use std::path::Path;
 use tandem_plugin_envs as _;
@@ -146,4 +146,84 @@ fn the_restart_budget_is_checked_at_its_keys() {
         "{}",
         over[0]
     );
+}
+
+/// The issues of `tail`'s environment with tools, the model at `model`: the keys.
+fn tool_keys(tail: &str, model: &Path) -> Vec<(String, String)> {
+    let job = job(tail);
+    let mut found = Issues::new(&job);
+    let env = environment::check(&mut found, &registry(), &job);
+    environment::check_chat(&mut found, &job.job, model, env.as_ref());
+    tools::check(&mut found, &job.job);
+    if found.is_empty() {
+        return Vec::new();
+    }
+    let list = issues(found.into_error());
+    for i in &list {
+        assert!(!i.to_string().contains('\n'), "one line: {i}");
+    }
+    list.into_iter()
+        .map(|i| (i.key.clone(), i.to_string()))
+        .collect()
+}
+
+#[test]
+fn tools_are_checked_at_their_keys() {
+    let m = crate::prompt::tests::model_dir(&[crate::prompt::tests::chatml_config()]);
+    let env = "[environment]\nplugin = \"word_problems\"\nchat = true\n";
+    let ok = format!("{env}tools = [\"calculate\"]\ntool_format = \"hermes\"\n");
+    assert_eq!(tool_keys(&ok, m.path()), []);
+    let key = |tail: &str| -> Vec<String> {
+        tool_keys(&format!("{env}{tail}"), m.path())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
+    let tools = "tools = [\"calculate\"]\ntool_format = \"hermes\"\n";
+    assert_eq!(
+        key("tools = [\"search\"]\ntool_format = \"hermes\"\n"),
+        ["environment.tools"]
+    );
+    assert_eq!(
+        key("tools = [\"calculate\"]\ntool_format = \"mistral\"\n"),
+        ["environment.tool_format"]
+    );
+    assert_eq!(
+        key(&format!("{tools}max_turns = 1\n")),
+        ["environment.max_turns"]
+    );
+    assert_eq!(
+        key(&format!("{tools}max_trajectory_tokens = 2\n")),
+        ["environment.max_trajectory_tokens"]
+    );
+    assert_eq!(
+        key("tool_format = \"hermes\"\n"),
+        ["environment.tool_format"]
+    );
+    assert_eq!(
+        key(&format!("{tools}[algorithm]\nloss_agg = \"seq-mean\"\n")),
+        ["algorithm.loss_agg"]
+    );
+    assert_eq!(
+        key(&format!("{tools}[algorithm]\nratio = \"sequence\"\n")),
+        ["algorithm.ratio"]
+    );
+    // SmolLM2's ChatML teaches no tool-call format: name one.
+    let found = tool_keys(&format!("{env}tools = [\"calculate\"]\n"), m.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "environment.tools");
+    assert!(found[0].1.contains("tool-call format"), "{}", found[0].1);
+    // Tools without chat prompts.
+    let plain = "[environment]\nplugin = \"word_problems\"\ntools = [\"calculate\"]\n";
+    let found = tool_keys(plain, m.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].1.contains("chat prompts"), "{}", found[0].1);
+    // A template that drops earlier assistant turns is refused with tools, not without.
+    let drops = "{% for m in messages %}{% set c = m['content'] %}{% if m['role'] == 'assistant' and not loop.last %}{% set c = '' %}{% endif %}<|im_start|>{{ m['role'] }}\n{{ c }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let d = crate::prompt::tests::model_dir(&[("chat_template.jinja", serde_json::json!(drops))]);
+    assert_eq!(tool_keys(env, d.path()), []);
+    let found = tool_keys(&ok, d.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "environment.tools");
+    assert!(found[0].1.contains("not append-only"), "{}", found[0].1);
 }

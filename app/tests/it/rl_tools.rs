@@ -1,0 +1,110 @@
+//! Multi-turn rollouts with tools (`[environment] tools`) through `tandem run`, on the tiny
+//! model with a chat template of its own: every dumped turn is the engine's ids after exactly
+//! what the engine saw, each trajectory's mask marks exactly its turns' ids, the step's
+//! `tools` figures are written, and `tandem check` prints the tool use. (The tiny model seldom
+//! writes a call; the ids between turns are checked token by token in `tandem_rl::turns`.)
+
+use crate::common::rl::{JobOpts, OutputText, Scratch, json_lines};
+
+/// A chat template for the tiny model: `role:` and a line break (so no byte-level merge joins
+/// a header with the text after it), the content, its EOS.
+const TEMPLATE: &str = "{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}<|endoftext|>{% endfor %}{% if add_generation_prompt %}assistant:\n{% endif %}";
+
+fn job(t: &Scratch) -> std::path::PathBuf {
+    std::fs::write(t.dir.join("model/chat_template.jinja"), TEMPLATE).unwrap();
+    let path = t.job(&JobOpts {
+        steps: 2,
+        extra_run: "dump_rollouts = true\n".into(),
+        ..JobOpts::default()
+    });
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("max_seq_len = 64", "max_seq_len = 1024")
+        .replace(
+            "kind = \"arithmetic\"\n",
+            "kind = \"arithmetic\"\nchat = true\ntools = [\"calculate\"]\ntool_format = \"hermes\"\nmax_turns = 3\n",
+        );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn every_trained_turn_is_the_engines_ids_after_what_it_saw() {
+    let t = Scratch::new();
+    let job = job(&t);
+    let out = t.tandem(&["check", job.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    assert!(
+        out.stdout_text()
+            .contains("tools      calculate (hermes format): up to 3 assistant turns"),
+        "{}",
+        out.stdout_text()
+    );
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let metrics = t.metrics();
+    let steps: Vec<_> = metrics
+        .iter()
+        .filter(|m| m["step"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(steps.len(), 2);
+    for m in steps {
+        let turns = m["tools"]["turns"].as_f64().unwrap();
+        assert!((1.0..=3.0).contains(&turns), "{m}");
+        assert!(m["tools"]["calls"].as_f64().is_some(), "{m}");
+    }
+    let rows = json_lines(&t.dir.join("run/rollouts.jsonl"));
+    assert!(!rows.is_empty());
+    let mut open: Vec<&serde_json::Value> = Vec::new();
+    let mut trajectories = 0;
+    for r in &rows {
+        let (turn, of) = (r["turn"].as_u64().unwrap(), r["turns"].as_u64().unwrap());
+        let prompt: Vec<u64> = ids(&r["prompt_tokens"]);
+        if turn == 0 {
+            assert!(open.is_empty(), "a trajectory left unfinished: {open:?}");
+        } else {
+            // Turn k saw turn k - 1's context, its ids, then what came between.
+            let before = open.last().unwrap();
+            let mut seen = ids(&before["prompt_tokens"]);
+            seen.extend(ids(&before["tokens"]));
+            assert!(
+                prompt.len() > seen.len() && prompt.starts_with(&seen),
+                "{r}"
+            );
+        }
+        open.push(r);
+        if turn + 1 < of {
+            continue;
+        }
+        // The trajectory's mask marks exactly its turns' ids.
+        trajectories += 1;
+        let all = ids(&r["trajectory_tokens"]);
+        let mask: Vec<u64> = ids(&r["mask"]);
+        assert_eq!(all.len(), mask.len());
+        let trained: Vec<u64> = all
+            .iter()
+            .zip(&mask)
+            .filter(|(_, m)| **m == 1)
+            .map(|(i, _)| *i)
+            .collect();
+        let engine: Vec<u64> = open.iter().flat_map(|o| ids(&o["tokens"])).collect();
+        assert_eq!(trained, engine, "{r}");
+        let first = ids(&open[0]["prompt_tokens"]);
+        let mut whole = first.clone();
+        whole.extend(&all);
+        let mut last = prompt.clone();
+        last.extend(ids(&r["tokens"]));
+        assert_eq!(whole, last);
+        open.clear();
+    }
+    assert!(open.is_empty());
+    assert_eq!(trajectories, 2 * 4 * 4, "2 steps of 4 prompts x 4");
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
