@@ -36,6 +36,12 @@ pub enum ToolError {
         /// Why it does not parse, one line.
         reason: String,
     },
+    /// The python tool's run failed or was stopped (its exception, or the limit it hit).
+    #[error("python: {reason}")]
+    Sandbox {
+        /// What happened, one line.
+        reason: String,
+    },
     /// A call whose arguments do not fit the tool.
     #[error("bad arguments for {tool}: {reason}")]
     BadArguments {

@@ -1,7 +1,7 @@
 //! Tool use in the model's own format: which tool-call format a chat template teaches
 //! ([`ToolFamily`]), the calls read out of a completion ([`parse`]), the tool's answer as the
-//! message the template renders ([`ToolFamily::tool_message`]), and the built-in calculator
-//! ([`calculate`], run by [`run_builtin`]).
+//! message the template renders ([`ToolFamily::tool_message`]), and the built-in tools, run by
+//! [`run_builtin`]: the calculator ([`calculate`]) and Python in a sandbox ([`sandbox`]).
 //!
 //! Families, detected from the template text (first match wins), or named by the user:
 //!
@@ -31,10 +31,12 @@
 mod calc;
 mod error;
 mod parse;
+pub mod sandbox;
 
 pub use calc::{MAX_DEPTH, MAX_EXPONENT, MAX_LEN, calculate};
 pub use error::ToolError;
 pub use parse::{ParsedCall, parse};
+pub use sandbox::{Isolation, SandboxLimits, isolation, run_python};
 
 use crate::chat::Message;
 use serde_json::{Value, json};
@@ -129,7 +131,7 @@ impl std::fmt::Display for ToolFamily {
 }
 
 /// The built-in tools' names.
-pub const BUILTIN_TOOLS: [&str; 1] = ["calculate"];
+pub const BUILTIN_TOOLS: [&str; 2] = ["calculate", "python"];
 
 /// The calculator's declaration as a JSON-schema function (the form tool-aware templates list
 /// under `tools`, and what a system prompt can show the model).
@@ -155,7 +157,8 @@ pub fn calculator_schema() -> Value {
 }
 
 /// Runs the built-in tool `name` on `arguments` (the object a [`ParsedCall::Call`] holds):
-/// `calculate` takes `{"expression": "<string>"}`.
+/// `calculate` takes `{"expression": "<string>"}`, `python` takes `{"code": "<source>"}`
+/// (run in [`sandbox`] with its default limits; what it prints is the answer).
 pub fn run_builtin(name: &str, arguments: &Value) -> Result<String, ToolError> {
     match name {
         "calculate" => {
@@ -167,6 +170,16 @@ pub fn run_builtin(name: &str, arguments: &Value) -> Result<String, ToolError> {
                     reason: "expected {\"expression\": \"<arithmetic as a string>\"}".to_owned(),
                 })?;
             calculate(expression)
+        }
+        "python" => {
+            let code = arguments
+                .get("code")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ToolError::BadArguments {
+                    tool: name.to_owned(),
+                    reason: "expected {\"code\": \"<Python source>\"}".to_owned(),
+                })?;
+            sandbox::run_python(code, &SandboxLimits::default())
         }
         _ => Err(ToolError::UnknownTool {
             name: name.to_owned(),

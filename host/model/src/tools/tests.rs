@@ -307,7 +307,7 @@ fn builtin_dispatch_runs_the_calculator_or_says_why_not() {
     ));
     assert_eq!(
         run_builtin("search", &json!({})).unwrap_err().to_string(),
-        "unknown tool \"search\": the tools offered are: calculate"
+        "unknown tool \"search\": the tools offered are: calculate, python"
     );
     assert_eq!(
         calculator_schema()["function"]["name"],

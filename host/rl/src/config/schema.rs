@@ -275,6 +275,9 @@ pub struct EnvironmentSection {
     pub tools: Vec<String>,
     /// The tool-call format (`hermes`, `llama3`); default: the one the chat template teaches.
     pub tool_format: Option<String>,
+    /// The system text that shows the model its tools and how to call them (default: a
+    /// short one per format, `crate::turns::ToolUse::instructions`); appended to `system`.
+    pub tool_prompt: Option<String>,
     /// Assistant turns per trajectory with tools (the last one gets no tool answer).
     pub max_turns: u32,
     /// Tokens a trajectory may hold after its prompt, the model's and the tools' (default:
@@ -292,6 +295,7 @@ impl Default for EnvironmentSection {
             max_failed_frac: 0.1,
             tools: Vec::new(),
             tool_format: None,
+            tool_prompt: None,
             max_turns: 4,
             max_trajectory_tokens: None,
         }

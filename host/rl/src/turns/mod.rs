@@ -33,6 +33,7 @@ use crate::algorithm::grpo::{Sample, Turn};
 use crate::config::EnvironmentSection;
 use crate::error::RlError;
 use crate::prompt::PromptCodec;
+use serde_json::json;
 use tandem_model::chat::Message;
 use tandem_model::tools::{BUILTIN_TOOLS, ParsedCall, ToolFamily, run_builtin};
 use tandem_plugin_api::{Completion, FinishReason, GenerateRequest, GenerateResponse, RVec};
@@ -90,6 +91,10 @@ impl Trajectory {
     }
 }
 
+/// A turn's answer: the ids between it and the next turn (`None`: the trajectory ends), and
+/// its calls.
+type Answer = (Option<Vec<u32>>, Calls);
+
 /// Tool calls counted over trajectories.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Calls {
@@ -120,6 +125,7 @@ pub struct ToolUse {
     tools: Vec<String>,
     max_turns: u32,
     budget: Option<u32>,
+    prompt: Option<String>,
 }
 
 impl ToolUse {
@@ -151,6 +157,7 @@ impl ToolUse {
             tools: section.tools.clone(),
             max_turns: section.max_turns.max(1),
             budget: section.max_trajectory_tokens,
+            prompt: section.tool_prompt.clone(),
         }))
     }
 
@@ -164,27 +171,39 @@ impl ToolUse {
         self.max_turns
     }
 
-    /// The system text that tells the model its tools and how to call them.
+    /// The system text that shows the model its tools and how to call them: `tool_prompt`
+    /// when the job gives one, else a short one with a call of each tool in the family's
+    /// format.
     pub fn instructions(&self) -> String {
-        let example = match self.family {
-            ToolFamily::Hermes => "<tool_call>\n{\"name\": \"calculate\", \"arguments\": \
-                                   {\"expression\": \"12 * (3 + 4)\"}}\n</tool_call>"
-                .to_owned(),
-            ToolFamily::Llama3 => "{\"name\": \"calculate\", \"parameters\": {\"expression\": \
-                                   \"12 * (3 + 4)\"}}"
-                .to_owned(),
-        };
-        let schemas: Vec<String> = self
+        if let Some(p) = &self.prompt {
+            return p.clone();
+        }
+        let calls: Vec<String> = self
             .tools
             .iter()
-            .filter(|t| t.as_str() == "calculate")
-            .map(|_| tandem_model::tools::calculator_schema().to_string())
+            .map(|t| {
+                let (what, args) = match t.as_str() {
+                    "python" => (
+                        "run Python (what it prints comes back)",
+                        json!({"code": "print(2 ** 10)"}),
+                    ),
+                    _ => ("calculate", json!({"expression": "13 + 98"})),
+                };
+                // Written by hand: the name first, as the families' own examples have it.
+                let call = match self.family {
+                    ToolFamily::Hermes => format!(
+                        "<tool_call>\n{{\"name\": \"{t}\", \"arguments\": {args}}}\n</tool_call>"
+                    ),
+                    ToolFamily::Llama3 => {
+                        format!("{{\"name\": \"{t}\", \"parameters\": {args}}}")
+                    }
+                };
+                format!("To {what}, write:\n{call}\n")
+            })
             .collect();
         format!(
-            "You can use tools. Their definitions: {}. To call one, write exactly\n{example}\n\
-             and stop: its answer comes back in the next message. When you know the answer, \
-             give it without a tool call.",
-            schemas.join(", ")
+            "{}The result comes back in the next message. Then answer.",
+            calls.concat()
         )
     }
 
@@ -226,11 +245,12 @@ impl ToolUse {
                     active.len()
                 )));
             }
+            let completions: Vec<Completion> = reply.completions.into_iter().collect();
+            let answers = self.answer_all(&completions, codec, turn + 1 == self.max_turns)?;
             let mut going = Vec::with_capacity(active.len());
-            for (&i, c) in active.iter().zip(reply.completions) {
+            for ((&i, c), (between, calls)) in active.iter().zip(completions).zip(answers) {
                 let t = &mut out[i];
-                let last = turn + 1 == self.max_turns;
-                let between = self.answer(&c, codec, &mut t.calls, last)?;
+                t.calls.add(&calls);
                 contexts[i].extend(c.tokens.iter());
                 t.turns.push(c);
                 let Some(ids) = between else { continue };
@@ -245,6 +265,42 @@ impl ToolUse {
             active = going;
         }
         Ok(out)
+    }
+
+    /// [`ToolUse::answer`] of every completion of a turn, on a few threads (a tool call may
+    /// take its time: the python sandbox's limits are seconds), in order.
+    fn answer_all(
+        &self,
+        completions: &[Completion],
+        codec: &PromptCodec,
+        last: bool,
+    ) -> Result<Vec<Answer>, RlError> {
+        let width = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
+        let chunk = completions.len().div_ceil(width).max(1);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = completions
+                .chunks(chunk)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter()
+                            .map(|c| {
+                                let mut calls = Calls::default();
+                                let ids = self.answer(c, codec, &mut calls, last)?;
+                                Ok((ids, calls))
+                            })
+                            .collect::<Vec<Result<_, RlError>>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![Err(RlError::failed("a tool-call thread panicked"))]
+                    })
+                })
+                .collect()
+        })
     }
 
     /// The ids that answer turn `c`'s tool calls (`None`: the trajectory ends there: no call,

@@ -294,3 +294,30 @@ fn a_template_that_is_not_append_only_or_no_chat_is_one_line() {
     assert!(e.to_string().contains("need chat prompts"), "{e}");
     assert!(e.help().unwrap().contains("chat = true"));
 }
+
+#[test]
+fn a_python_call_that_loops_is_answered_with_its_stop_and_the_trajectory_goes_on() {
+    let f = fixture(EnvironmentSection {
+        tools: vec!["calculate".into(), "python".into()],
+        ..tools(3, None)
+    });
+    let looping = "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"while True: pass\"}}\n</tool_call>";
+    let printing = "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(6 * 7)\"}}\n</tool_call>";
+    let (out, seen) = f.run(&["a", "b"], &[&[looping, printing], &["gave up", "42"]]);
+    assert_eq!(seen.len(), 2);
+    let stopped = f.codec.decode(&out[0].between[0]).unwrap();
+    assert!(
+        stopped.contains("error: python: ") && stopped.contains("CPU limit"),
+        "{stopped}"
+    );
+    assert_eq!((out[0].calls.failed, out[0].turns.len()), (1, 2));
+    let printed = f.codec.decode(&out[1].between[0]).unwrap();
+    assert!(printed.contains("tool\n42"), "{printed}");
+    assert_eq!(out[1].calls.answered, 1);
+    // Both tools are shown to the model.
+    let prompt = f.codec.decode(&seen[0].prompts[0]).unwrap();
+    assert!(
+        prompt.contains("\"python\"") && prompt.contains("\"calculate\""),
+        "{prompt}"
+    );
+}

@@ -95,6 +95,17 @@ impl fmt::Display for RunPlan {
                 env.tool_format.as_deref().unwrap_or("the template's"),
                 env.max_turns
             )?;
+            if env.tools.iter().any(|t| t == "python") {
+                let l = tandem_model::tools::SandboxLimits::default();
+                writeln!(
+                    f,
+                    "             python sandbox: {}; CPU {} s, memory {} MiB, wall {} s",
+                    tandem_model::tools::isolation().describe(),
+                    l.cpu_s,
+                    l.memory_bytes >> 20,
+                    l.wall.as_secs()
+                )?;
+            }
         }
         if let Some(e) = &self.eval {
             writeln!(

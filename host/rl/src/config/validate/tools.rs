@@ -18,6 +18,7 @@ pub(super) fn check(issues: &mut Issues<'_>, j: &JobFile) {
         for (set, key) in [
             (e.tool_format.is_some(), "tool_format"),
             (e.max_trajectory_tokens.is_some(), "max_trajectory_tokens"),
+            (e.tool_prompt.is_some(), "tool_prompt"),
         ] {
             if set && !j.is_drafter_job() {
                 issues.at(
