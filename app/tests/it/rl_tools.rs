@@ -4,17 +4,24 @@
 //! `tools` figures are written, and `tandem check` prints the tool use. (The tiny model seldom
 //! writes a call; the ids between turns are checked token by token in `tandem_rl::turns`.)
 
-use crate::common::rl::{JobOpts, OutputText, Scratch, json_lines};
+use crate::common::rl::{JobOpts, OutputText, Scratch, json_lines, tandem_bin};
+use std::collections::BTreeSet;
 
 /// A chat template for the tiny model: `role:` and a line break (so no byte-level merge joins
 /// a header with the text after it), the content, its EOS.
 const TEMPLATE: &str = "{% for m in messages %}{{ m['role'] }}:\n{{ m['content'] }}<|endoftext|>{% endfor %}{% if add_generation_prompt %}assistant:\n{% endif %}";
 
 fn job(t: &Scratch) -> std::path::PathBuf {
+    job_with(t, 2, 1, "")
+}
+
+/// The tools job of `steps` steps on `engines` engine ranks, with `extra_run` in `[run]`.
+fn job_with(t: &Scratch, steps: u32, engines: u32, extra_run: &str) -> std::path::PathBuf {
     std::fs::write(t.dir.join("model/chat_template.jinja"), TEMPLATE).unwrap();
     let path = t.job(&JobOpts {
-        steps: 2,
-        extra_run: "dump_rollouts = true\n".into(),
+        steps,
+        engines,
+        extra_run: format!("dump_rollouts = true\n{extra_run}"),
         ..JobOpts::default()
     });
     let text = std::fs::read_to_string(&path)
@@ -52,6 +59,17 @@ fn every_trained_turn_is_the_engines_ids_after_what_it_saw() {
         let turns = m["tools"]["turns"].as_f64().unwrap();
         assert!((1.0..=3.0).contains(&turns), "{m}");
         assert!(m["tools"]["calls"].as_f64().is_some(), "{m}");
+        let t = &m["trajectories"];
+        assert_eq!(
+            (t["started"].as_u64(), t["completed"].as_u64()),
+            (Some(16), Some(16)),
+            "{m}"
+        );
+        assert_eq!(
+            (t["failed"].as_u64(), t["dropped"].as_u64()),
+            (Some(0), Some(0)),
+            "{m}"
+        );
     }
     let rows = json_lines(&t.dir.join("run/rollouts.jsonl"));
     assert!(!rows.is_empty());
@@ -99,6 +117,55 @@ fn every_trained_turn_is_the_engines_ids_after_what_it_saw() {
     }
     assert!(open.is_empty());
     assert_eq!(trajectories, 2 * 4 * 4, "2 steps of 4 prompts x 4");
+}
+
+/// An engine SIGKILLed as step 2's rollout starts (the schedule's draw for this seed, checked
+/// below so the test cannot pass without it): its share's trajectories are dropped and
+/// generated again under new ids by its replacement; every step's trajectories balance
+/// (started = completed + failed + dropped), and no trajectory id is dumped twice.
+#[test]
+fn an_engine_killed_mid_rollout_drops_its_share_and_every_step_balances() {
+    let t = Scratch::new();
+    let job = job_with(&t, 3, 2, "restart_backoff_secs = 0.0\nmax_restarts = 2\n");
+    let out = std::process::Command::new(tandem_bin())
+        .args(["run", job.to_str().unwrap()])
+        .current_dir(&t.dir)
+        .env("TANDEM_CHAOS", "seed=1,every=2,victim=engine,at=rollout")
+        .output()
+        .unwrap();
+    let err = out.stderr_text();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("0 ms into step 2's Rollout"), "{err}");
+    let metrics = t.metrics();
+    let mut dropped = Vec::new();
+    for m in metrics.iter().filter(|m| m["step"].as_u64() > Some(0)) {
+        let n = |k: &str| m["trajectories"][k].as_u64().unwrap();
+        assert_eq!(
+            n("started"),
+            n("completed") + n("failed") + n("dropped"),
+            "{m}"
+        );
+        assert_eq!(n("completed"), 16, "{m}");
+        dropped.push(n("dropped"));
+    }
+    // Step 2: one engine's share of 2 groups x 4 lost and generated again.
+    assert_eq!(dropped, [0, 8, 0]);
+    let rows = json_lines(&t.dir.join("run/rollouts.jsonl"));
+    let ids: BTreeSet<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["trajectory"].as_str().unwrap().to_owned(),
+                r["turn"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ids.len(), rows.len(), "a trajectory's turn dumped twice");
+    // The retried share's trajectories have ids past the lost ones (16 started first).
+    assert!(
+        ids.iter()
+            .any(|(id, _)| id.starts_with("2.") && id[2..].parse::<u64>().unwrap() >= 16)
+    );
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u64> {

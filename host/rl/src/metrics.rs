@@ -138,6 +138,11 @@ pub struct StepMetrics {
     /// With `correction = "tis"`: the share of trained tokens whose weight the cap held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_clipped_frac: Option<f64>,
+    /// The step's trajectories by state: `started` = `completed` (scored) + `failed` (reward
+    /// failed) + `dropped` (lost with an engine and generated again under new ids, a failed
+    /// rollout ahead, or a reward that did not apply).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trajectories: BTreeMap<String, u64>,
     /// With tools: `turns` (assistant turns per trajectory), `calls` (attempted per
     /// trajectory), `well_formed_frac` (of the attempts), `answered`, `failed` (calls).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -173,6 +178,18 @@ pub struct StepMetrics {
 }
 
 impl StepMetrics {
+    /// Adds `ledger`'s counts to [`StepMetrics::trajectories`].
+    pub fn count_trajectories(&mut self, ledger: &crate::rollout::Ledger) {
+        for (k, v) in [
+            ("started", ledger.started),
+            ("completed", ledger.completed),
+            ("failed", ledger.failed),
+            ("dropped", ledger.dropped),
+        ] {
+            *self.trajectories.entry(k.to_owned()).or_default() += v;
+        }
+    }
+
     /// Records an evaluation's figures.
     pub fn set_eval(&mut self, result: &EvalResult) {
         self.eval_accuracy = Some(result.accuracy());

@@ -49,6 +49,8 @@ pub struct Rollout {
     pub items: Vec<String>,
     /// With tools: the tool calls of its trajectories.
     pub calls: Option<Calls>,
+    /// Its trajectories by state.
+    pub ledger: Ledger,
 }
 
 /// Called with an engine rank's whole share the moment it is in: `(rank, prompts,
@@ -65,6 +67,40 @@ pub struct Pending {
     assignment: Vec<Vec<usize>>,
     /// Each engine's trajectories (single-turn: one completion each), once it returned them.
     shares: Vec<Option<Vec<Trajectory>>>,
+    /// The id of each share's first trajectory in its latest attempt.
+    first_id: Vec<u64>,
+    /// What happened to the trajectories started so far.
+    ledger: Ledger,
+}
+
+/// A rollout's trajectories by state: every one started is, at the end, completed (scored),
+/// failed (its reward failed) or dropped (lost with its engine and generated again under a
+/// new id, or its reward did not apply); none is trained twice, since an id is never reused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Trajectories started (each attempt of a share starts its trajectories anew).
+    pub started: u64,
+    /// Scored with a reward.
+    pub completed: u64,
+    /// Their reward failed.
+    pub failed: u64,
+    /// Lost with their engine (retried under new ids), or their reward did not apply.
+    pub dropped: u64,
+}
+
+impl Ledger {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &Ledger) {
+        self.started += other.started;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.dropped += other.dropped;
+    }
+
+    /// Whether every trajectory started has ended one way.
+    pub fn balanced(&self) -> bool {
+        self.started == self.completed + self.failed + self.dropped
+    }
 }
 
 impl Pending {
@@ -94,8 +130,10 @@ impl Pending {
         Ok(Pending {
             problems,
             prompts,
+            first_id: vec![0; assignment.len()],
             assignment,
             shares,
+            ledger: Ledger::default(),
         })
     }
 
@@ -119,6 +157,10 @@ impl Pending {
         done: &ShareDone<'_>,
     ) -> Result<(), (usize, RlError)> {
         let missing = self.missing();
+        for &e in &missing {
+            self.first_id[e] = self.ledger.started;
+            self.ledger.started += (self.assignment[e].len() * spec.group_size as usize) as u64;
+        }
         let replies = std::thread::scope(|s| {
             let handles: Vec<_> = missing
                 .iter()
@@ -165,6 +207,7 @@ impl Pending {
             match reply {
                 Ok(r) if r.len() == want => {
                     self.shares[e] = Some(r);
+                    continue;
                 }
                 Ok(r) => {
                     let e2 = RlError::failed(format!(
@@ -177,6 +220,8 @@ impl Pending {
                     first.get_or_insert((e, err));
                 }
             }
+            // The share's trajectories are lost; its next attempt starts them under new ids.
+            self.ledger.dropped += want as u64;
         }
         first.map_or(Ok(()), Err)
     }
@@ -188,7 +233,7 @@ impl Pending {
         env: &Env,
         codec: &PromptCodec,
     ) -> Result<Rollout, RlError> {
-        let mut done: Vec<(usize, &Trajectory)> =
+        let mut done: Vec<(usize, u64, &Trajectory)> =
             Vec::with_capacity(self.problems.len() * spec.group_size as usize);
         for (e, (share, groups)) in self.shares.iter().zip(&self.assignment).enumerate() {
             let Some(trajectories) = share else {
@@ -197,13 +242,14 @@ impl Pending {
                 )));
             };
             for (k, t) in trajectories.iter().enumerate() {
-                done.push((groups[k / spec.group_size as usize], t));
+                let id = self.first_id[e] + k as u64;
+                done.push((groups[k / spec.group_size as usize], id, t));
             }
         }
         let empty = Completion::new(Vec::new(), Vec::new(), FinishReason::Aborted);
         let batch = done
             .iter()
-            .map(|&(g, t)| {
+            .map(|&(g, _, t)| {
                 // A trajectory is scored on its last turn: the answer it ends with.
                 let c = t.last().unwrap_or(&empty);
                 Ok(ToScore {
@@ -220,16 +266,21 @@ impl Pending {
         let mut failures = Vec::new();
         let mut exact = 0;
         let mut calls = Calls::default();
+        let mut ledger = self.ledger;
         let multi = codec.tools().is_some();
-        for (index, ((g, t), r)) in done.into_iter().zip(scored.rewards).enumerate() {
+        for ((g, id, t), r) in done.into_iter().zip(scored.rewards) {
             calls.add(&t.calls);
             match r.status {
-                RewardStatus::Ok => {}
+                RewardStatus::Ok => ledger.completed += 1,
                 RewardStatus::Failed => {
+                    ledger.failed += 1;
                     failures.push((self.problems[g].id().to_owned(), r.reason.to_string()));
                     continue;
                 }
-                RewardStatus::NotApplicable => continue,
+                RewardStatus::NotApplicable => {
+                    ledger.dropped += 1;
+                    continue;
+                }
             }
             if r.value >= top {
                 exact += 1;
@@ -237,7 +288,7 @@ impl Pending {
             let at = Place {
                 group: g,
                 prompt: &self.prompts[g],
-                index: index as u32,
+                id,
                 multi,
             };
             samples.extend(turns::samples(t, at, r.value, spec.version));
@@ -250,6 +301,7 @@ impl Pending {
             failures,
             items: self.problems.iter().map(|p| p.id().to_owned()).collect(),
             calls: multi.then_some(calls),
+            ledger,
         })
     }
 }

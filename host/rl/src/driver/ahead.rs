@@ -227,6 +227,13 @@ impl Loop<'_> {
                 });
             }
             Err(e) => {
+                // Its trajectories are lost whole; its step starts them again, new ids.
+                let n = u64::from(spec.prompts) * u64::from(spec.group_size);
+                log.metrics.count_trajectories(&crate::rollout::Ledger {
+                    started: n,
+                    dropped: n,
+                    ..Default::default()
+                });
                 tracing::warn!("the rollout ahead for step {next} failed: {e}");
                 self.events
                     .record(log.step, "loop", "ahead_failed", &e.to_string());

@@ -3,7 +3,8 @@
 //! `prompt` and `completion`, the completion's `tokens` and sampling `logprobs`, `reward`
 //! and GRPO `advantage`, the `policy_version` that generated it and the `trained_version`
 //! of the weights it trained (their difference is its staleness) — for looking at what the
-//! policy generates. With tools each assistant turn is a line with its `trajectory`, `turn`
+//! policy generates. With tools each assistant turn is a line with its `trajectory` (its id,
+//! `step.n`: never reused, a retried trajectory gets a new one), `turn`
 //! of `turns` and `prompt_tokens` (everything before the turn, exactly as the engine saw
 //! it); a trajectory's last line also has its `trajectory_tokens` (the ids after its first
 //! prompt) and their `mask` (1: the engine's, trained; 0: tools' and template's). A debugging
@@ -39,7 +40,7 @@ pub(super) fn append(
             "advantage": a,
         });
         if let Some(t) = s.turn {
-            line["trajectory"] = t.trajectory.into();
+            line["trajectory"] = format!("{step}.{}", t.trajectory).into();
             line["turn"] = t.index.into();
             line["turns"] = t.of.into();
             line["prompt_tokens"] = s.prompt.clone().into();

@@ -58,6 +58,7 @@ impl StepLog {
         m.exact_frac = rollout.exact as f64 / n;
         let tokens: usize = rollout.samples.iter().map(|s| s.completion.len()).sum();
         m.completion_tokens = tokens as f64 / n;
+        m.count_trajectories(&rollout.ledger);
         if let Some(c) = &rollout.calls {
             let turns = rollout.samples.len() as f64;
             m.tools = BTreeMap::from([

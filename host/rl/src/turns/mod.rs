@@ -351,7 +351,7 @@ impl ToolUse {
     }
 }
 
-/// The samples of trajectory `t` (number `index` of its rollout) of group `group` with
+/// The samples of trajectory `t` (id `id` of its rollout) of group `group` with
 /// `prompt`: one per assistant turn, its prompt everything before the turn (the exact ids),
 /// its completion and logprobs the engine's; `turn` is set when `multi` (a run with tools).
 pub fn samples(t: &Trajectory, at: Place<'_>, reward: f32, version: u64) -> Vec<Sample> {
@@ -380,7 +380,7 @@ pub fn samples(t: &Trajectory, at: Place<'_>, reward: f32, version: u64) -> Vec<
             reward,
             version,
             turn: at.multi.then_some(Turn {
-                trajectory: at.index,
+                trajectory: at.id,
                 index: k as u32,
                 of,
             }),
@@ -389,7 +389,7 @@ pub fn samples(t: &Trajectory, at: Place<'_>, reward: f32, version: u64) -> Vec<
     out
 }
 
-/// Where a trajectory's samples go: its group and prompt, its index in the rollout, and
+/// Where a trajectory's samples go: its group and prompt, its id in the rollout, and
 /// whether the run is multi-turn.
 #[derive(Debug, Clone, Copy)]
 pub struct Place<'a> {
@@ -397,8 +397,8 @@ pub struct Place<'a> {
     pub group: usize,
     /// The problem's prompt ids.
     pub prompt: &'a [u32],
-    /// Its index in the rollout.
-    pub index: u32,
+    /// Its id in the rollout (never reused: a retry gets a new one).
+    pub id: u64,
     /// Whether the run uses tools.
     pub multi: bool,
 }

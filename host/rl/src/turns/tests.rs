@@ -153,7 +153,7 @@ fn samples_train_exactly_the_engine_ids_and_the_mask_rebuilds() {
     let at = Place {
         group: 4,
         prompt: &prompt,
-        index: 9,
+        id: 9,
         multi: true,
     };
     let samples = super::samples(t, at, 0.5, 3);

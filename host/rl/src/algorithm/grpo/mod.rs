@@ -41,8 +41,8 @@ pub struct Sample {
 /// A sample's place in its multi-turn trajectory (see [`crate::turns`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Turn {
-    /// The trajectory's index in its rollout.
-    pub trajectory: u32,
+    /// The trajectory's id in its step (never reused: a retry gets a new one).
+    pub trajectory: u64,
     /// The turn's index, from 0.
     pub index: u32,
     /// The trajectory's assistant turns.
@@ -172,6 +172,8 @@ pub struct Sampling {
     items: Vec<String>,
     /// With tools: the rounds' tool calls.
     calls: Option<crate::turns::Calls>,
+    /// The rounds' trajectories by state.
+    ledger: crate::rollout::Ledger,
 }
 
 impl Sampling {
@@ -199,6 +201,9 @@ impl Sampling {
         if let Some(c) = &round.calls {
             self.calls.get_or_insert_default().add(c);
         }
+        // Trajectory ids follow those of the rounds before, as groups do.
+        let first_id = self.ledger.started;
+        self.ledger.add(&round.ledger);
         let first = self.groups;
         let count = round.samples.iter().map(|s| s.group + 1).max().unwrap_or(0);
         for g in 0..count {
@@ -218,6 +223,9 @@ impl Sampling {
         self.groups += count;
         self.samples.extend(round.samples.into_iter().map(|mut s| {
             s.group += first;
+            if let Some(t) = &mut s.turn {
+                t.trajectory += first_id;
+            }
             s
         }));
     }
@@ -252,6 +260,7 @@ impl Sampling {
             failures: self.failures,
             items: self.items,
             calls: self.calls,
+            ledger: self.ledger,
         };
         (all, train)
     }

@@ -116,6 +116,7 @@ fn round(rewards: &[&[f32]]) -> Rollout {
         failures: Vec::new(),
         items: Vec::new(),
         calls: None,
+        ledger: Default::default(),
     }
 }
 
