@@ -76,6 +76,20 @@ pub enum ModelCommand {
         /// Seed of the problem stream.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Render prompts through the model's chat template (as `[environment] chat`).
+        #[arg(long)]
+        chat: bool,
+        /// A system message for chat prompts.
+        #[arg(long)]
+        system: Option<String>,
+        /// Train tool use with these built-in tools (comma separated, e.g. `calculate`): each
+        /// problem as a call of its expression, the tool's answer, then the answer; needs
+        /// `--chat`.
+        #[arg(long, value_delimiter = ',')]
+        tools: Vec<String>,
+        /// The tool-call format (`hermes`, `llama3`; default: the template's).
+        #[arg(long)]
+        tool_format: Option<String>,
     },
     /// Merge a PEFT LoRA adapter into its base model: a full Hugging Face model directory
     /// (W + scale·B·A; config, tokenizer and generation config from the base).
@@ -138,12 +152,20 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             batch,
             lr,
             seed,
+            chat,
+            system,
+            tools,
+            tool_format,
         } => {
             let options: serde_json::Map<String, serde_json::Value> = toml::from_str(&task_options)
                 .map_err(|e| CliError::usage(format!("--task-options: {e}")))?;
             let section = EnvironmentSection {
                 plugin: task,
                 options,
+                chat,
+                system,
+                tools,
+                tool_format,
                 ..EnvironmentSection::default()
             };
             let registry = super::load_registry(cli_dirs, &[])?;
@@ -159,6 +181,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
                 batch,
                 learning_rate: lr,
                 seed,
+                prompts: (section.chat || !section.tools.is_empty()).then(|| section.clone()),
             };
             let r = sft(&registry, &model, &out, &env, &opts)?;
             println!(

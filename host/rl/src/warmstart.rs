@@ -8,7 +8,8 @@
 //! start never leaves a half-written model behind.
 
 use super::prompt::PromptCodec;
-use crate::env::Env;
+use crate::config::EnvironmentSection;
+use crate::env::{Env, ToScore};
 use crate::error::RlError;
 use std::path::{Path, PathBuf};
 use tandem_plugin_api::{
@@ -33,6 +34,9 @@ pub struct SftOptions {
     pub learning_rate: f32,
     /// Seed of the problem stream (kept apart from the RL stream).
     pub seed: u64,
+    /// How prompts are rendered (`chat`, `system`, `tools`); `None`: plain text. With tools
+    /// each problem is a tool-use conversation (see [`sft`]).
+    pub prompts: Option<EnvironmentSection>,
 }
 
 impl Default for SftOptions {
@@ -42,6 +46,7 @@ impl Default for SftOptions {
             batch: 32,
             learning_rate: 2e-3,
             seed: 0x5f7_u64,
+            prompts: None,
         }
     }
 }
@@ -186,7 +191,10 @@ pub fn create_preset(
 }
 
 /// Supervised fine-tuning of the model in `model` on `task`, written to `out` (which must not
-/// exist yet; written atomically).
+/// exist yet; written atomically). With tools (`opts.prompts`) a problem trains as the
+/// conversation a tool user has: a calculator call of the problem's `expression` (item
+/// metadata), the calculator's answer (never trained), then `The answer is N.`; each
+/// assistant turn one sequence, as multi-turn rollouts train (`crate::turns`).
 pub fn sft(
     registry: &Registry,
     model: &Path,
@@ -200,7 +208,10 @@ pub fn sft(
                 .with_help("choose a new --out"),
         );
     }
-    let codec = PromptCodec::load(model)?;
+    let codec = match &opts.prompts {
+        Some(section) => PromptCodec::for_env(model, section)?,
+        None => PromptCodec::load(model)?,
+    };
     let stage = staging_dir(out);
     let _ = std::fs::remove_dir_all(&stage);
     let services = Services::new();
@@ -266,21 +277,57 @@ fn sft_sequences(
     first: u64,
     count: u32,
 ) -> Result<Vec<TrainSequence>, RlError> {
-    (0..u64::from(count))
-        .map(|i| {
-            let p = env.problem(first + i)?;
-            let prompt = codec.prompt_of(&p)?;
-            let mut tokens = prompt.clone();
-            tokens.extend(codec.completion(&p.target())?);
-            Ok(TrainSequence {
-                prompt_len: prompt.len() as u32,
-                tokens: RVec::from(tokens),
-                advantage: 0.0,
-                old_logprobs: RVec::new(),
-                ref_logprobs: RVec::new(),
-            })
-        })
-        .collect()
+    let mut out = Vec::with_capacity(count as usize);
+    for i in 0..u64::from(count) {
+        let p = env.problem(first + i)?;
+        let prompt = codec.prompt_of(&p)?;
+        let Some(tools) = codec.tools() else {
+            out.push(sequence(prompt, codec.completion(&p.target())?));
+            continue;
+        };
+        let expression = serde_json::from_str::<serde_json::Value>(&p.item.metadata_json)
+            .ok()
+            .and_then(|m| m.get("expression")?.as_str().map(str::to_owned))
+            .ok_or_else(|| {
+                RlError::usage(format!(
+                    "item `{}` has no `expression` in its metadata for a tool-use warm start",
+                    p.id()
+                ))
+                .with_help("use a task that gives one (arithmetic, word_problems), or no tools")
+            })?;
+        let args = serde_json::json!({ "expression": expression });
+        let call = tools.call_text("calculate", &args);
+        let answer = tandem_model::tools::run_builtin("calculate", &args);
+        let between = codec.between_turns(
+            &call,
+            codec.stop_ids().first().copied(),
+            &[tools.family().result_message(&answer)],
+        )?;
+        let call_ids = codec.completion(&call)?;
+        let mut context = prompt.clone();
+        context.extend(&call_ids);
+        context.extend(between);
+        out.push(sequence(prompt, call_ids));
+        out.push(sequence(
+            context,
+            codec.completion(&format!("The answer is {}.", p.answer()))?,
+        ));
+    }
+    Ok(out)
+}
+
+/// An SFT sequence: `prompt`, then `target` (the trained tokens).
+fn sequence(prompt: Vec<u32>, target: Vec<u32>) -> TrainSequence {
+    let prompt_len = prompt.len() as u32;
+    let mut tokens = prompt;
+    tokens.extend(target);
+    TrainSequence {
+        prompt_len,
+        tokens: RVec::from(tokens),
+        advantage: 0.0,
+        old_logprobs: RVec::new(),
+        ref_logprobs: RVec::new(),
+    }
 }
 
 /// Exact-match rate of greedy answers on `n` problems from the end of the task's stream.
@@ -292,7 +339,8 @@ pub fn greedy_accuracy(
     n: u64,
 ) -> Result<f64, RlError> {
     let services = Services::new();
-    let options = serde_json::json!({"max_batch": n, "max_seq_len": 128});
+    let max_seq_len = if codec.tools().is_some() { 1024 } else { 128 };
+    let options = serde_json::json!({"max_batch": n, "max_seq_len": max_seq_len});
     let config = cpu_config("native", model, &options);
     let engine = registry.new_engine(config, services.handle())?;
     let problems: Vec<_> = (0..n)
@@ -313,6 +361,38 @@ pub fn greedy_accuracy(
         },
         adapter: tandem_plugin_api::ROption::RNone,
     };
+    if let Some(tools) = codec.tools() {
+        // Tool use: the conversation's turns, the last one scored by the environment.
+        let request = tandem_plugin_api::GenerateRequest {
+            sampling: SamplingParams {
+                max_tokens: 48,
+                ..request.sampling
+            },
+            ..request
+        };
+        let trajectories = tools.run(request, codec, &mut |r| {
+            call(engine.generate(r), "sft: evaluation generate")
+        })?;
+        let texts = trajectories
+            .iter()
+            .map(|t| codec.decode(t.last().map_or(&[][..], |c| &c.tokens[..])))
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch: Vec<ToScore<'_>> = problems
+            .iter()
+            .zip(&texts)
+            .map(|(p, text)| ToScore {
+                problem: p,
+                text: text.clone(),
+                token_ids: Vec::new(),
+                finished: true,
+            })
+            .collect();
+        let top = env.info().reward_max;
+        let right = (env.score(&batch).rewards.iter())
+            .filter(|r| r.status == tandem_plugin_api::RewardStatus::Ok && r.value >= top)
+            .count();
+        return Ok(right as f64 / n as f64);
+    }
     let response = call(engine.generate(request), "sft: evaluation generate")?;
     let mut right = 0u64;
     for (p, c) in problems.iter().zip(response.completions.iter()) {
@@ -325,3 +405,7 @@ pub fn greedy_accuracy(
     }
     Ok(right as f64 / n as f64)
 }
+
+#[cfg(test)]
+#[path = "warmstart_tests.rs"]
+mod tests;

@@ -74,9 +74,15 @@ pub(crate) fn build(config: &EnvironmentConfig) -> Result<EnvironmentBox> {
 }
 
 impl Generated {
+    /// The item of problem `p`; its `expression`, when it has one, in the metadata.
     fn item_of(&self, split: &str, p: Problem) -> EnvItem {
+        let metadata = match &p.expression {
+            Some(e) => serde_json::json!({ "expression": e }).to_string(),
+            None => "{}".to_owned(),
+        };
         EnvItem {
             source: RString::from(self.kind.as_str()),
+            metadata_json: RString::from(metadata),
             ..EnvItem::text(format!("{split}-{}", p.index), p.prompt, p.answer)
         }
     }
@@ -135,6 +141,7 @@ impl EnvironmentImpl for Generated {
                     index: 0,
                     prompt: s.item.prompt.to_string(),
                     answer: s.item.answer.to_string(),
+                    expression: None,
                 };
                 Reward::ok(self.train.reward(&problem, s.completion.text.as_str()))
             })

@@ -1,6 +1,7 @@
 //! Rewards that fail, through `tandem run`: one test per way to fail. Each step's samples all
 //! fail the same way; with `max_failed_frac = 1` the run goes on (both steps run, every
-//! sample counted in `reward_failed`, each named with its reason in `events.jsonl`), and the
+//! sample counted in `reward_failed` and its trajectory as failed, each named with its reason
+//! in `events.jsonl`), and the
 //! second step's failures come from a fresh worker (the first one's was replaced). With the
 //! default `max_failed_frac` the run stops at step 1 with one line.
 
@@ -70,6 +71,14 @@ fn fails_and_goes_on(function: &str, reason: &str) {
         assert_eq!(
             m["train_sequences"], 0,
             "{function}: nothing trains on a failure: {m}"
+        );
+        // Every trajectory started ended failed: none lost, none completed.
+        let t = &m["trajectories"];
+        let n = |k: &str| t[k].as_u64();
+        assert_eq!(
+            (n("started"), n("failed"), n("completed"), n("dropped")),
+            (Some(8), Some(8), Some(0), Some(0)),
+            "{function}: {m}"
         );
     }
     let failed = env_events(&run, "reward_failed");

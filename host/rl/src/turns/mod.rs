@@ -189,22 +189,24 @@ impl ToolUse {
                     ),
                     _ => ("calculate", json!({"expression": "13 + 98"})),
                 };
-                // Written by hand: the name first, as the families' own examples have it.
-                let call = match self.family {
-                    ToolFamily::Hermes => format!(
-                        "<tool_call>\n{{\"name\": \"{t}\", \"arguments\": {args}}}\n</tool_call>"
-                    ),
-                    ToolFamily::Llama3 => {
-                        format!("{{\"name\": \"{t}\", \"parameters\": {args}}}")
-                    }
-                };
-                format!("To {what}, write:\n{call}\n")
+                format!("To {what}, write:\n{}\n", self.call_text(t, &args))
             })
             .collect();
         format!(
             "{}The result comes back in the next message. Then answer.",
             calls.concat()
         )
+    }
+
+    /// A call of `tool` with `args` as the family writes it (the name first, as the
+    /// families' own examples have it).
+    pub fn call_text(&self, tool: &str, args: &serde_json::Value) -> String {
+        match self.family {
+            ToolFamily::Hermes => format!(
+                "<tool_call>\n{{\"name\": \"{tool}\", \"arguments\": {args}}}\n</tool_call>"
+            ),
+            ToolFamily::Llama3 => format!("{{\"name\": \"{tool}\", \"parameters\": {args}}}"),
+        }
     }
 
     /// Runs `request`'s prompts as multi-turn trajectories: every trajectory still going

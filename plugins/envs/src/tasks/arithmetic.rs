@@ -113,12 +113,14 @@ impl Task for Arithmetic {
                 index,
                 prompt: format!("Q: {a}{op}{b}=? x{n} A:"),
                 answer: answer.to_string().repeat(n as usize),
+                expression: None,
             };
         }
         Problem {
             index,
             prompt: format!("Q: {a}{op}{b}=? A:"),
             answer: answer.to_string(),
+            expression: Some(format!("{a} {op} {b}")),
         }
     }
 

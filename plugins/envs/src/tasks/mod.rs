@@ -28,6 +28,9 @@ pub struct Problem {
     pub prompt: String,
     /// Expected answer (without surrounding spaces).
     pub answer: String,
+    /// The arithmetic that computes the answer (`13 + 98`), when the task knows one: what a
+    /// calculator call would evaluate (tool-use warm starts write it).
+    pub expression: Option<String>,
 }
 
 impl Problem {

@@ -66,6 +66,7 @@ impl Task for Reverse {
             index,
             prompt: format!("Q: reverse {digits} A:"),
             answer: digits.chars().rev().collect(),
+            expression: None,
         }
     }
 

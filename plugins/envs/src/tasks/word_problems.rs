@@ -167,6 +167,7 @@ impl Task for WordProblems {
             index,
             prompt: format!("{story} {INSTRUCTION}"),
             answer: answer.to_string(),
+            expression: Some(format!("{a} {op} {b}")),
         }
     }
 
