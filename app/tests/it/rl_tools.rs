@@ -17,13 +17,21 @@ fn job(t: &Scratch) -> std::path::PathBuf {
 
 /// The tools job of `steps` steps on `engines` engine ranks, with `extra_run` in `[run]`.
 fn job_with(t: &Scratch, steps: u32, engines: u32, extra_run: &str) -> std::path::PathBuf {
+    tools_job(
+        t,
+        JobOpts {
+            steps,
+            engines,
+            extra_run: format!("dump_rollouts = true\n{extra_run}"),
+            ..JobOpts::default()
+        },
+    )
+}
+
+/// `o`'s job with the tiny model's chat template and the calculator, 3 turns at most.
+fn tools_job(t: &Scratch, o: JobOpts) -> std::path::PathBuf {
     std::fs::write(t.dir.join("model/chat_template.jinja"), TEMPLATE).unwrap();
-    let path = t.job(&JobOpts {
-        steps,
-        engines,
-        extra_run: format!("dump_rollouts = true\n{extra_run}"),
-        ..JobOpts::default()
-    });
+    let path = t.job(&o);
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("max_seq_len = 64", "max_seq_len = 1024")
@@ -166,6 +174,53 @@ fn an_engine_killed_mid_rollout_drops_its_share_and_every_step_balances() {
         ids.iter()
             .any(|(id, _)| id.starts_with("2.") && id[2..].parse::<u64>().unwrap() >= 16)
     );
+}
+
+/// Multi-turn rollouts generated ahead (`max_staleness = 1`, engine and trainer apart):
+/// every step's trajectories balance and every dumped turn is within one version.
+#[test]
+fn tool_rollouts_generated_ahead_stay_within_the_bound() {
+    let t = Scratch::new();
+    let job = tools_job(
+        &t,
+        JobOpts {
+            steps: 3,
+            placement: "disaggregated".into(),
+            bridge: "broadcast".into(),
+            extra_run: "dump_rollouts = true\n".into(),
+            extra_algorithm: "max_staleness = 1\n".into(),
+            ..JobOpts::default()
+        },
+    );
+    let out = t.run(&job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let metrics = t.metrics();
+    let steps: Vec<_> = metrics
+        .iter()
+        .filter(|m| m["step"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(steps.len(), 3);
+    assert!(
+        steps.iter().any(|m| m["ahead_s"].as_f64().is_some()),
+        "{steps:?}"
+    );
+    for m in steps {
+        let n = |k: &str| m["trajectories"][k].as_u64().unwrap();
+        assert_eq!(
+            n("started"),
+            n("completed") + n("failed") + n("dropped"),
+            "{m}"
+        );
+        assert!(m["tools"]["turns"].as_f64().is_some(), "{m}");
+    }
+    for r in json_lines(&t.dir.join("run/rollouts.jsonl")) {
+        let (made, trained) = (
+            r["policy_version"].as_u64().unwrap(),
+            r["trained_version"].as_u64().unwrap(),
+        );
+        assert!(made <= trained && trained - made <= 1, "{r}");
+        assert!(r["turn"].as_u64().is_some(), "{r}");
+    }
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u64> {

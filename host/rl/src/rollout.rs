@@ -96,11 +96,6 @@ impl Ledger {
         self.failed += other.failed;
         self.dropped += other.dropped;
     }
-
-    /// Whether every trajectory started has ended one way.
-    pub fn balanced(&self) -> bool {
-        self.started == self.completed + self.failed + self.dropped
-    }
 }
 
 impl Pending {
