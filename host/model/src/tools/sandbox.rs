@@ -14,6 +14,8 @@
 //!   that stops the stdlib's sockets, not code that reaches the OS another way (`ctypes`).
 //! - **Files and environment**: it runs in a temporary directory of its own, removed
 //!   afterwards, with an empty environment and `python3 -I -S` (no user site, no `site`).
+//! - **Processes**: it leads a process group of its own, and the whole group is SIGKILLed
+//!   when the run ends or is stopped, so nothing it started outlives it.
 //! - **Output**: stdout is the answer, cut to [`SandboxLimits::output_bytes`]; on failure the
 //!   last line of stderr (the exception) is the error.
 //!
@@ -22,6 +24,7 @@
 
 use super::ToolError;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -147,7 +150,9 @@ pub fn run_python(code: &str, limits: &SandboxLimits) -> Result<String, ToolErro
     if !prefix.is_empty() {
         cmd.arg("python3");
     }
+    // A process group of its own: what the code starts dies with it (see `reap`).
     let mut child = cmd
+        .process_group(0)
         .args(["-I", "-S", "-c", &boot])
         .current_dir(dir.path())
         .env_clear()
@@ -207,7 +212,7 @@ pub fn run_python(code: &str, limits: &SandboxLimits) -> Result<String, ToolErro
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) if started.elapsed() >= limits.wall => {
-                let _ = child.kill();
+                reap(child.id());
                 let _ = child.wait();
                 break None;
             }
@@ -215,6 +220,8 @@ pub fn run_python(code: &str, limits: &SandboxLimits) -> Result<String, ToolErro
             Err(e) => return Err(fail(format!("waiting for python3: {e}"))),
         }
     };
+    // Whatever the code started and left running goes with it.
+    reap(child.id());
     let (stdout, total) = out.join().unwrap_or_default();
     let (stderr, _) = err.join().unwrap_or_default();
     let Some(status) = status else {
@@ -248,6 +255,17 @@ pub fn run_python(code: &str, limits: &SandboxLimits) -> Result<String, ToolErro
         }
     };
     Err(fail(reason))
+}
+
+/// SIGKILLs the process group `pid` leads (the run and every process it started).
+fn reap(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        // Already gone is fine: the group may have exited whole.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -81,3 +81,39 @@ fn long_output_is_cut() {
     assert!(text.starts_with(&"x".repeat(64)), "{text}");
     assert!(text.ends_with("[output cut at 64 of 1001 bytes]"), "{text}");
 }
+
+#[test]
+fn what_the_code_starts_dies_with_it() {
+    // A child that would outlive the run: it writes its pid, then sleeps.
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let code = format!(
+        "import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\nopen({:?}, 'w').write(str(p.pid))\nprint('started')",
+        pidfile.display().to_string()
+    );
+    let l = SandboxLimits {
+        wall: Duration::from_secs(60),
+        ..limits()
+    };
+    assert_eq!(run_python(&code, &l).unwrap(), "started");
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
+    // Killed with its group: gone once reaped by init, or a zombie at most. (A SIGKILL lands
+    // when the child is next scheduled: it is waited for, up to the child's own 600 s.)
+    let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let alive = |state: &str| {
+        state
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|s| s != "Z" && s != "X")
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(300);
+    while alive(&state()) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !alive(&state()),
+        "the child {pid} outlived the run: {}",
+        state()
+    );
+}
