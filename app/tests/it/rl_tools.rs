@@ -55,15 +55,9 @@ fn every_trained_turn_is_the_engines_ids_after_what_it_saw() {
         "{}",
         out.stdout_text()
     );
-    let out = t.run(&job, &[]);
-    assert!(out.status.success(), "{}", out.stderr_text());
-    let metrics = t.metrics();
-    let steps: Vec<_> = metrics
-        .iter()
-        .filter(|m| m["step"].as_u64() > Some(0))
-        .collect();
+    let steps = run_steps(&t, &job);
     assert_eq!(steps.len(), 2);
-    for m in steps {
+    for m in &steps {
         let turns = m["tools"]["turns"].as_f64().unwrap();
         assert!((1.0..=3.0).contains(&turns), "{m}");
         assert!(m["tools"]["calls"].as_f64().is_some(), "{m}");
@@ -192,13 +186,7 @@ fn tool_rollouts_generated_ahead_stay_within_the_bound() {
             ..JobOpts::default()
         },
     );
-    let out = t.run(&job, &[]);
-    assert!(out.status.success(), "{}", out.stderr_text());
-    let metrics = t.metrics();
-    let steps: Vec<_> = metrics
-        .iter()
-        .filter(|m| m["step"].as_u64() > Some(0))
-        .collect();
+    let steps = run_steps(&t, &job);
     assert_eq!(steps.len(), 3);
     assert!(
         steps.iter().any(|m| m["ahead_s"].as_f64().is_some()),
@@ -221,6 +209,17 @@ fn tool_rollouts_generated_ahead_stay_within_the_bound() {
         assert!(made <= trained && trained - made <= 1, "{r}");
         assert!(r["turn"].as_u64().is_some(), "{r}");
     }
+}
+
+/// `tandem run JOB`, which must succeed; its steps' metrics lines.
+fn run_steps(t: &Scratch, job: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = t.run(job, &[]);
+    assert!(out.status.success(), "{}", out.stderr_text());
+    let metrics = t.metrics();
+    metrics
+        .into_iter()
+        .filter(|m| m["step"].as_u64() > Some(0))
+        .collect()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u64> {
