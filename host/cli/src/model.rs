@@ -90,6 +90,9 @@ pub enum ModelCommand {
         /// The tool-call format (`hermes`, `llama3`; default: the template's).
         #[arg(long)]
         tool_format: Option<String>,
+        /// Held-out problems the greedy accuracy is measured on afterwards.
+        #[arg(long, default_value_t = 64)]
+        eval_problems: u32,
     },
     /// Merge a PEFT LoRA adapter into its base model: a full Hugging Face model directory
     /// (W + scale·B·A; config, tokenizer and generation config from the base).
@@ -156,6 +159,7 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
             system,
             tools,
             tool_format,
+            eval_problems,
         } => {
             let options: serde_json::Map<String, serde_json::Value> = toml::from_str(&task_options)
                 .map_err(|e| CliError::usage(format!("--task-options: {e}")))?;
@@ -182,10 +186,11 @@ pub(super) fn run(cli_dirs: &[PathBuf], cmd: ModelCommand) -> Result<(), CliErro
                 learning_rate: lr,
                 seed,
                 prompts: (section.chat || !section.tools.is_empty()).then(|| section.clone()),
+                eval_problems,
             };
             let r = sft(&registry, &model, &out, &env, &opts)?;
             println!(
-                "wrote {}: {steps} steps, loss {:.4} -> {:.4}, greedy exact-match {:.1}% on 64 held-out problems",
+                "wrote {}: {steps} steps, loss {:.4} -> {:.4}, greedy exact-match {:.1}% on {eval_problems} held-out problems",
                 out.display(),
                 r.first_loss,
                 r.last_loss,

@@ -37,6 +37,8 @@ pub struct SftOptions {
     /// How prompts are rendered (`chat`, `system`, `tools`); `None`: plain text. With tools
     /// each problem is a tool-use conversation (see [`sft`]).
     pub prompts: Option<EnvironmentSection>,
+    /// Held-out problems the greedy accuracy is measured on afterwards.
+    pub eval_problems: u32,
 }
 
 impl Default for SftOptions {
@@ -47,6 +49,7 @@ impl Default for SftOptions {
             learning_rate: 2e-3,
             seed: 0x5f7_u64,
             prompts: None,
+            eval_problems: 64,
         }
     }
 }
@@ -258,7 +261,8 @@ pub fn sft(
     // Tokenizer, generation config and chat template of the model it started from.
     tandem_model::companion::complete(model, &stage)?;
     drop(trainer);
-    let accuracy = greedy_accuracy(registry, &stage, env, &codec, 64)?;
+    let n = u64::from(opts.eval_problems.max(1));
+    let accuracy = greedy_accuracy(registry, &stage, env, &codec, n)?;
     std::fs::rename(&stage, out).map_err(RlError::io(format!(
         "moving the model into {}",
         out.display()

@@ -14,6 +14,8 @@
 
 use crate::common;
 
+mod tools;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
