@@ -217,7 +217,9 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
     let options = s.engine_options.clone().unwrap_or_else(|| {
         serde_json::json!({
             "max_batch": problems.min(64),
-            "max_seq_len": set.longest_prompt() + s.max_tokens as usize + 1,
+            "max_seq_len": set.longest_prompt()
+                + tandem_rl::turns::after_prompt(&s.env, s.max_tokens) as usize
+                + 1,
         })
     });
     let engine = construct(cli_dirs, &s.job_dirs, &weights, &options)?;
@@ -230,7 +232,13 @@ pub(super) fn run(cli_dirs: &[PathBuf], args: EvalArgs) -> Result<(), CliError> 
     let mut replies: Vec<Option<GenerateResponse>> = Vec::with_capacity(ranks);
     for rank in 0..ranks {
         replies.push(match set.request(rank, ranks, adapter) {
-            Some(r) => Some(super::generate::call(engine.generate(r), &what)?),
+            // With tools: each problem's turns, its last one the answer.
+            Some(r) => Some(tandem_rl::turns::answers(r, &codec, &mut |r| {
+                engine
+                    .generate(r)
+                    .into_result()
+                    .map_err(|e| tandem_rl::error::RlError::plugin(format!("{what}: generate"), e))
+            })?),
             None => None,
         });
     }

@@ -18,11 +18,9 @@
 use super::Loop;
 use crate::error::RlError;
 use crate::eval::{Answer, EvalResult, EvalSet};
-use crate::prompt::PromptCodec;
 use std::io::Write as _;
 use std::path::Path;
-use tandem_plugin_api::{Completion, FinishReason, GenerateRequest, GenerateResponse};
-use tandem_runtime::launch::RemoteEngine;
+use tandem_plugin_api::GenerateResponse;
 
 /// The run's evaluation: the held-out set and its schedule.
 pub(super) struct Evaluation {
@@ -66,7 +64,10 @@ impl Loop<'_> {
                     let request = eval.set.request(rank, ranks, adapter.as_deref());
                     let codec = &self.codec;
                     s.spawn(move || match request {
-                        Some(r) => answers_of(engine, r, codec).map(Some),
+                        Some(r) => crate::turns::answers(r, codec, &mut |r| {
+                            engine.generate(r).map_err(RlError::from)
+                        })
+                        .map(Some),
                         None => Ok(None),
                     })
                 })
@@ -126,32 +127,6 @@ impl Loop<'_> {
             self.metrics.amend_eval(step, &result)
         }
     }
-}
-
-/// The engine's answers to `request`: with tools, each trajectory's last turn (its final
-/// answer) after the turns `codec`'s tool use runs.
-fn answers_of(
-    engine: &RemoteEngine,
-    request: GenerateRequest,
-    codec: &PromptCodec,
-) -> Result<GenerateResponse, RlError> {
-    let Some(tools) = codec.tools() else {
-        return engine.generate(request).map_err(RlError::from);
-    };
-    let mut weight_version = 0;
-    let trajectories = tools.run(request, codec, &mut |r| {
-        let reply = engine.generate(r).map_err(RlError::from)?;
-        weight_version = reply.weight_version;
-        Ok(reply)
-    })?;
-    let empty = || Completion::new(Vec::new(), Vec::new(), FinishReason::Aborted);
-    Ok(GenerateResponse {
-        completions: trajectories
-            .into_iter()
-            .map(|mut t| t.turns.pop().unwrap_or_else(empty))
-            .collect(),
-        weight_version,
-    })
 }
 
 /// Appends one evaluation to `eval.jsonl`: `step`, `accuracy`, `correct`, `problems` and

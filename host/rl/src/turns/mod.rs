@@ -353,6 +353,42 @@ impl ToolUse {
     }
 }
 
+/// The engine's answers to `request` (an evaluation's): with `codec`'s tools each
+/// trajectory's last turn, after the turns [`ToolUse::run`] runs; without, the reply itself.
+pub fn answers(
+    request: GenerateRequest,
+    codec: &PromptCodec,
+    generate: &mut dyn FnMut(GenerateRequest) -> Result<GenerateResponse, RlError>,
+) -> Result<GenerateResponse, RlError> {
+    let Some(tools) = codec.tools() else {
+        return generate(request);
+    };
+    let mut weight_version = 0;
+    let trajectories = tools.run(request, codec, &mut |r| {
+        let reply = generate(r)?;
+        weight_version = reply.weight_version;
+        Ok(reply)
+    })?;
+    let empty = || Completion::new(Vec::new(), Vec::new(), FinishReason::Aborted);
+    Ok(GenerateResponse {
+        completions: trajectories
+            .into_iter()
+            .map(|mut t| t.turns.pop().unwrap_or_else(empty))
+            .collect(),
+        weight_version,
+    })
+}
+
+/// Tokens a trajectory of `section`'s may hold after its prompt with `max_tokens` per turn:
+/// `max_tokens` single-turn; with tools its budget (default `max_turns × max_tokens`).
+pub fn after_prompt(section: &EnvironmentSection, max_tokens: u32) -> u32 {
+    match (section.tools.is_empty(), section.max_trajectory_tokens) {
+        (true, _) => max_tokens,
+        (false, Some(b)) => b,
+        (false, None) => section.max_turns.max(1).saturating_mul(max_tokens),
+    }
+}
+
 /// The samples of trajectory `t` (id `id` of its rollout) of group `group` with
 /// `prompt`: one per assistant turn, its prompt everything before the turn (the exact ids),
 /// its completion and logprobs the engine's; `turn` is set when `multi` (a run with tools).

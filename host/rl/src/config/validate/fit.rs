@@ -62,15 +62,9 @@ pub(super) fn check(
     if let Some(e) = j.drafter.eval_max_tokens.filter(|_| j.is_drafter_job()) {
         needs.push((e, "drafter.eval_max_tokens"));
     }
-    // With tools a trajectory holds up to its budget after the prompt (`crate::turns`).
-    let e = j.environment();
-    let after_prompt = |m: u32| match (e.tools.is_empty(), e.max_trajectory_tokens) {
-        (true, _) => m,
-        (false, Some(b)) => b,
-        (false, None) => e.max_turns.max(1).saturating_mul(m),
-    };
     for (max_tokens, key) in needs {
-        let max_tokens = after_prompt(max_tokens);
+        // With tools a trajectory holds up to its budget after the prompt.
+        let max_tokens = crate::turns::after_prompt(j.environment(), max_tokens);
         let total = longest + max_tokens as usize;
         if total > limit as usize {
             issues.at(
