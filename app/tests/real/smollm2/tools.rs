@@ -6,6 +6,7 @@
 //! mask marks exactly its turns' ids (what trains), never the tool's or the template's.
 
 use super::model;
+use crate::common::rl::json_lines;
 use std::path::Path;
 use std::process::Command;
 
@@ -72,11 +73,7 @@ fn calculator_turns_train_exactly_the_engines_ids() {
 
     let tk = tokenizers::Tokenizer::from_file(warm.join("tokenizer.json")).unwrap();
     let text = |ids: &[u32]| tk.decode(ids, false).unwrap();
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(run.join("rollouts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = json_lines(&run.join("rollouts.jsonl"));
     let mut answered = 0;
     let mut turns: Vec<&serde_json::Value> = Vec::new();
     for r in &rows {
@@ -118,11 +115,7 @@ fn calculator_turns_train_exactly_the_engines_ids() {
         "no tool call was answered in {} turns",
         rows.len()
     );
-    let metrics: Vec<serde_json::Value> = std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let metrics = json_lines(&run.join("metrics.jsonl"));
     for m in metrics.iter().filter(|m| m["step"].as_u64() > Some(0)) {
         assert!(
             m["tools"]["well_formed_frac"].as_f64().unwrap() > 0.0,
